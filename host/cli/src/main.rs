@@ -1,0 +1,60 @@
+//! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them.
+
+mod bench;
+mod inspect;
+mod limits_arg;
+mod policy;
+mod record;
+mod run;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// Train and evaluate agents on sandboxed environment plugins.
+///
+/// With no subcommand, `vagen-host --plugin F ...` is `vagen-host run --plugin F ...`.
+#[derive(Parser)]
+#[command(name = "vagen-host", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: Option<run::RunArgs>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show a plugin's manifest, WIT version, size, sha256 and imports.
+    Inspect(inspect::InspectArgs),
+    /// Run episodes with a random, oracle or human policy.
+    Run(run::RunArgs),
+    /// Measure load, instantiate, reset and step costs of a plugin (prints figures).
+    Bench(bench::BenchArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VAGEN_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    if let Err(e) = dispatch(Cli::parse()) {
+        // One line that names the problem; causes joined with ": ".
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<()> {
+    match (cli.command, cli.run) {
+        (Some(Command::Inspect(a)), _) => inspect::inspect(a),
+        (Some(Command::Run(a)), _) | (None, Some(a)) => run::run(a),
+        (Some(Command::Bench(a)), _) => bench::bench(a),
+        (None, None) => {
+            use clap::CommandFactory;
+            Cli::command().print_help()?;
+            Ok(())
+        }
+    }
+}

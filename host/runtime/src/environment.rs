@@ -1,0 +1,23 @@
+//! The one interface the rest of the host uses, whatever the plugin is made of.
+
+use crate::{Error, Manifest, Observation, PluginInfo, StepResult};
+
+/// A live environment instance. Calls that fail with [`Error::is_fault`] leave the
+/// instance re-created behind the scenes; the caller must `reset` before stepping again.
+pub trait Environment: Send {
+    fn manifest(&self) -> &Manifest;
+    fn system_prompt(&mut self) -> Result<String, Error>;
+    fn reset(&mut self, seed: u64) -> Result<Observation, Error>;
+    fn step(&mut self, answer: &str) -> Result<StepResult, Error>;
+    fn describe_state(&mut self) -> Result<String, Error>;
+    /// `Ok(None)` when the plugin has no oracle or no answer for this state.
+    fn oracle(&mut self) -> Result<Option<String>, Error>;
+}
+
+/// A loaded plugin file: creates instances from JSON configs.
+pub trait Plugin: Send + Sync {
+    fn manifest(&self) -> &Manifest;
+    fn info(&self) -> &PluginInfo;
+    /// A new instance. `config` is a JSON object; `""` means the defaults.
+    fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error>;
+}

@@ -1,0 +1,89 @@
+//! Every way loading or calling a plugin can fail, as one typed enum.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+
+    #[error("{path} is not a WebAssembly file ({what})")]
+    NotWasm { path: PathBuf, what: String },
+
+    #[error("{path} is not a vagen plugin: {reason}")]
+    NotAPlugin { path: PathBuf, reason: String },
+
+    #[error("{path} speaks vagen:env@{found}, but this host supports vagen:env@{supported}")]
+    WrongWitVersion { path: PathBuf, found: String, supported: String },
+
+    #[error("{path} needs an import this host does not provide (plugins get no filesystem, network or other host APIs): {detail}")]
+    UnsupportedImport { path: PathBuf, detail: String },
+
+    #[error("{path} could not be compiled: {detail}")]
+    Compile { path: PathBuf, detail: String },
+
+    #[error("bad config: {0}")]
+    BadConfig(String),
+
+    #[error("invalid state: {0}")]
+    InvalidState(String),
+
+    #[error("environment failed in {call}: {message}")]
+    Failed { call: &'static str, message: String },
+
+    #[error("{call} timed out after {limit:?}")]
+    Timeout { call: &'static str, limit: Duration },
+
+    #[error("{call} ran out of memory: it asked for {requested_mib} MiB, the cap is {cap_mib} MiB")]
+    OutOfMemory { call: &'static str, requested_mib: u64, cap_mib: u64 },
+
+    #[error("{call} ran out of fuel (budget {fuel} units)")]
+    OutOfFuel { call: &'static str, fuel: u64 },
+
+    #[error("{call} trapped: {message}{}", stderr_suffix(.stderr))]
+    Trap { call: &'static str, message: String, stderr: String },
+
+    #[error("{call} returned malformed data: {detail}")]
+    Malformed { call: &'static str, detail: String },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let tail = stderr.trim();
+    if tail.is_empty() { String::new() } else { format!(" (plugin stderr: {tail})") }
+}
+
+impl Error {
+    /// A fault of the instance itself (trap, timeout, resource breach): the instance is
+    /// discarded and the episode counts as failed. Other errors leave it usable.
+    pub fn is_fault(&self) -> bool {
+        matches!(
+            self,
+            Error::Timeout { .. }
+                | Error::OutOfMemory { .. }
+                | Error::OutOfFuel { .. }
+                | Error::Trap { .. }
+                | Error::Malformed { .. }
+        )
+    }
+
+    /// A stable kebab-case name for metrics and reports.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::Io { .. } => "io",
+            Error::NotWasm { .. } => "not-wasm",
+            Error::NotAPlugin { .. } => "not-a-plugin",
+            Error::WrongWitVersion { .. } => "wrong-wit-version",
+            Error::UnsupportedImport { .. } => "unsupported-import",
+            Error::Compile { .. } => "compile",
+            Error::BadConfig(_) => "bad-config",
+            Error::InvalidState(_) => "invalid-state",
+            Error::Failed { .. } => "failed",
+            Error::Timeout { .. } => "timeout",
+            Error::OutOfMemory { .. } => "out-of-memory",
+            Error::OutOfFuel { .. } => "out-of-fuel",
+            Error::Trap { .. } => "trap",
+            Error::Malformed { .. } => "malformed",
+        }
+    }
+}

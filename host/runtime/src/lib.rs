@@ -1,0 +1,28 @@
+//! vagen-runtime: loads environment plugins and runs them in a sandbox.
+//!
+//! The rest of the host sees one [`Environment`] trait. A [`Runtime`] owns the shared
+//! wasmtime engine, the compiled-code cache and the sandbox [`Limits`];
+//! [`Runtime::load`] turns a `.wasm` component into a [`WasmPlugin`], which creates any
+//! number of instances. [`EnvPool`] steps many instances in parallel.
+
+mod bindings;
+mod cache;
+mod environment;
+mod error;
+mod limits;
+mod pool;
+mod runtime;
+mod sandbox;
+mod types;
+mod wasm;
+
+pub use environment::{Environment, Plugin};
+pub use error::Error;
+pub use limits::Limits;
+pub use pool::EnvPool;
+pub use runtime::Runtime;
+pub use types::{Image, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};
+pub use wasm::{WasmEnv, WasmPlugin};
+
+/// The WIT package version this host implements.
+pub const WIT_VERSION: &str = "0.1.0";

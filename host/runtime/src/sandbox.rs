@@ -1,0 +1,251 @@
+//! The store state of one instance: a WASI context that grants nothing, randomness and
+//! clocks that depend only on the episode seed, capped output capture, and the memory cap.
+
+use bytes::Bytes;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{SeedableRng, TryRng};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use wasmtime::component::ResourceTable;
+use wasmtime::{ResourceLimiter, Result as WtResult};
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+
+/// Per-instance store data.
+pub(crate) struct Sandbox {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) memory: MemoryCap,
+}
+
+/// Handles the host keeps to re-seed an instance's world at every `reset`.
+#[derive(Clone)]
+pub(crate) struct Determinism {
+    random: SeededRandom,
+    clock: VirtualClock,
+    pub(crate) stderr: Capture,
+}
+
+impl Determinism {
+    /// Same seed → same random bytes and same clock readings inside the guest.
+    pub(crate) fn reseed(&self, seed: u64) {
+        self.random.reseed(seed);
+        self.clock.reset();
+    }
+}
+
+impl Sandbox {
+    /// No preopened directories, no environment variables or arguments, no sockets or
+    /// name lookups, stdin closed; stdout and stderr go to capped in-memory buffers.
+    pub(crate) fn new(memory_cap: usize, output_bytes: usize) -> (Self, Determinism) {
+        let random = SeededRandom::new(0);
+        let clock = VirtualClock::default();
+        let stdout = Capture::new(output_bytes);
+        let stderr = Capture::new(output_bytes);
+        let wasi = WasiCtx::builder()
+            .stdout(stdout)
+            .stderr(stderr.clone())
+            .secure_random(random.clone())
+            .insecure_random(random.clone())
+            .insecure_random_seed(0)
+            .wall_clock(clock.clone())
+            .monotonic_clock(clock.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let sandbox = Sandbox { wasi, table: ResourceTable::new(), memory: MemoryCap::new(memory_cap) };
+        (sandbox, Determinism { random, clock, stderr })
+    }
+}
+
+impl WasiView for Sandbox {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+/// ChaCha8 behind a shared handle so the host can re-seed it between episodes.
+#[derive(Clone)]
+struct SeededRandom(Arc<Mutex<ChaCha8Rng>>);
+
+impl SeededRandom {
+    fn new(seed: u64) -> Self {
+        Self(Arc::new(Mutex::new(ChaCha8Rng::seed_from_u64(seed))))
+    }
+
+    fn reseed(&self, seed: u64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = ChaCha8Rng::seed_from_u64(seed);
+    }
+}
+
+impl TryRng for SeededRandom {
+    type Error = Infallible;
+    fn try_next_u32(&mut self) -> Result<u32, Infallible> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u32()
+    }
+    fn try_next_u64(&mut self) -> Result<u64, Infallible> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u64()
+    }
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_fill_bytes(dst)
+    }
+}
+
+/// A clock that advances 1 µs per reading: time-based guest code stays deterministic and
+/// loops that wait for time to pass still end. Wall time starts at 2025-01-01T00:00:00Z.
+#[derive(Clone, Default)]
+struct VirtualClock(Arc<AtomicU64>);
+
+const CLOCK_EPOCH: Duration = Duration::from_secs(1_735_689_600);
+const CLOCK_STEP_NS: u64 = 1_000;
+
+impl VirtualClock {
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
+    fn tick(&self) -> u64 {
+        self.0.fetch_add(CLOCK_STEP_NS, Ordering::Relaxed) + CLOCK_STEP_NS
+    }
+}
+
+impl HostWallClock for VirtualClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_nanos(CLOCK_STEP_NS)
+    }
+    fn now(&self) -> Duration {
+        CLOCK_EPOCH + Duration::from_nanos(self.tick())
+    }
+}
+
+impl HostMonotonicClock for VirtualClock {
+    fn resolution(&self) -> u64 {
+        CLOCK_STEP_NS
+    }
+    fn now(&self) -> u64 {
+        self.tick()
+    }
+}
+
+/// An output stream that keeps the first `cap` bytes and drops the rest without telling
+/// the guest: a chatty plugin must not fail (a Rust `println!` panics on a write error).
+#[derive(Clone)]
+pub(crate) struct Capture {
+    buf: Arc<Mutex<Vec<u8>>>,
+    cap: usize,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Self {
+        Self { buf: Arc::new(Mutex::new(Vec::new())), cap }
+    }
+
+    fn push(&self, bytes: &[u8]) {
+        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let room = self.cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&bytes[..bytes.len().min(room)]);
+    }
+
+    /// Everything captured so far, emptied: each call's error shows that call's output.
+    pub(crate) fn take(&self) -> String {
+        let bytes = std::mem::take(&mut *self.buf.lock().unwrap_or_else(|e| e.into_inner()));
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for Capture {
+    fn write(&mut self, bytes: Bytes) -> Result<(), StreamError> {
+        self.push(&bytes);
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), StreamError> {
+        Ok(())
+    }
+    fn check_write(&mut self) -> Result<usize, StreamError> {
+        Ok(64 * 1024)
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Capture {
+    async fn ready(&mut self) {}
+}
+
+impl tokio::io::AsyncWrite for Capture {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.push(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl IsTerminal for Capture {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for Capture {
+    fn p2_stream(&self) -> Box<dyn OutputStream> {
+        Box::new(self.clone())
+    }
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+/// Caps the total linear memory of an instance (all its memories together) and
+/// remembers a refusal, so the resulting trap is reported as out-of-memory.
+pub(crate) struct MemoryCap {
+    cap: usize,
+    used: usize,
+    pub(crate) refused: Option<usize>,
+}
+
+impl MemoryCap {
+    fn new(cap: usize) -> Self {
+        Self { cap, used: 0, refused: None }
+    }
+
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+}
+
+/// Tables hold function references, a few per export; this many is far beyond any real plugin.
+const MAX_TABLE_ELEMENTS: usize = 1 << 20;
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
+        let total = self.used.saturating_add(desired.saturating_sub(current));
+        if total > self.cap {
+            self.refused = Some(total);
+            wasmtime::bail!("memory cap of {} bytes exceeded (wanted {total})", self.cap);
+        }
+        self.used = total;
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+}
+
+/// Lets the limiter be reached from the store: `store.limiter(|s| &mut s.memory)`.
+impl Sandbox {
+    pub(crate) fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.memory
+    }
+}

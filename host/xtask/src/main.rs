@@ -1,0 +1,138 @@
+//! Project tasks, so that a fresh machine needs only `cargo`:
+//!
+//! - `cargo xtask demo`    the main job: build everything, run FrozenLake episodes
+//! - `cargo xtask test`    all tests (builds the plugins the tests load first)
+//! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm`
+//! - `cargo xtask setup`   install the toolchain pieces (the wasm32-wasip2 target)
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const GUEST_TARGET: &str = "wasm32-wasip2";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("setup") => setup(),
+        Some("plugins") => setup().and_then(|_| plugins()),
+        Some("test") => setup().and_then(|_| plugins()).and_then(|_| test(&args[1..])),
+        Some("demo") => setup().and_then(|_| plugins()).and_then(|_| demo()),
+        _ => {
+            eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup>");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, String>;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("host/xtask lives two levels down").to_path_buf()
+}
+
+fn cargo() -> Command {
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    c.current_dir(root());
+    c
+}
+
+fn run(mut cmd: Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
+}
+
+/// Adds the guest target when rustup is in charge and it is missing.
+fn setup() -> Result<()> {
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    match installed {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == GUEST_TARGET) => Ok(()),
+        Ok(_) => {
+            let mut cmd = Command::new("rustup");
+            cmd.args(["target", "add", GUEST_TARGET]);
+            run(cmd)
+        }
+        Err(_) => {
+            eprintln!("xtask: rustup not found; assuming the {GUEST_TARGET} standard library is installed");
+            Ok(())
+        }
+    }
+}
+
+/// Crates under `dir` (one level down), by package name.
+fn crates_in(dir: &Path) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+    for entry in entries.flatten() {
+        let manifest = entry.path().join("Cargo.toml");
+        let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+        let name = text
+            .lines()
+            .skip_while(|l| l.trim() != "[package]")
+            .find_map(|l| l.trim().strip_prefix("name").map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string()))
+            .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
+        names.push(name);
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Builds `plugins/*` into `target/plugins/` and the test suite's hostile plugins into
+/// `target/test-plugins/`, all for wasm32-wasip2 in release mode.
+fn plugins() -> Result<()> {
+    let root = root();
+    let groups = [(root.join("plugins"), root.join("target/plugins")), (root.join("tests/plugins"), root.join("target/test-plugins"))];
+    let mut cmd = cargo();
+    cmd.args(["build", "--release", "--target", GUEST_TARGET]);
+    let mut all = Vec::new();
+    for (src, dst) in &groups {
+        for name in crates_in(src)? {
+            cmd.args(["-p", &name]);
+            all.push((name, dst.clone()));
+        }
+    }
+    run(cmd)?;
+    let built = root.join("target").join(GUEST_TARGET).join("release");
+    for (name, dst) in all {
+        std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
+        // A cdylib is written with underscores, a binary with the package's own name.
+        let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
+            .into_iter()
+            .map(|f| built.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
+        let to = dst.join(format!("{name}.wasm"));
+        std::fs::copy(&from, &to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+        eprintln!("built {}", to.strip_prefix(&root).unwrap_or(&to).display());
+    }
+    Ok(())
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "--workspace"]).args(extra);
+    run(cmd)
+}
+
+/// The main job for now: FrozenLake with a random and an oracle policy.
+fn demo() -> Result<()> {
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "vagen-host"]);
+    run(build)?;
+    let host = root().join("target/release/vagen-host");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    for (policy, episodes) in [("random", "1000"), ("oracle", "200")] {
+        let mut cmd = Command::new(&host);
+        cmd.current_dir(root()).args(["run", "--plugin"]).arg(&plugin);
+        cmd.args(["--policy", policy, "--episodes", episodes, "--out"]).arg(format!("runs/demo/frozenlake-{policy}.jsonl"));
+        run(cmd)?;
+    }
+    Ok(())
+}

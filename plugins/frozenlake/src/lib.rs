@@ -1,0 +1,213 @@
+//! FrozenLake as VAGEN and RAGEN define it (see REFERENCE.md in the design notes):
+//! a square lake of frozen tiles and holes, a start and a goal; the map comes from the
+//! seed alone and always has a path from start to goal.
+
+mod config;
+mod map;
+mod render;
+
+pub use config::{Config, ObservationMode};
+pub use map::{Map, Move, Tile};
+
+use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env};
+
+pub const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
+
+pub struct FrozenLake {
+    config: Config,
+    spec: ActionSpec,
+    map: Map,
+    player: (usize, usize),
+    /// Decides slips; seeded from the episode seed so slippery episodes replay exactly.
+    slip_rng: Rng,
+    actions_taken: u32,
+}
+
+impl Env for FrozenLake {
+    type Config = Config;
+
+    fn new(config: Config) -> Result<Self, EnvError> {
+        config.validate()?;
+        let spec = ActionSpec::new(&ACTIONS, &config.separator, config.max_actions_per_turn as usize);
+        let map = Map::generate(config.size as usize, config.frozen_prob, 0);
+        let player = map.start;
+        Ok(Self { config, spec, map, player, slip_rng: Rng::new(0), actions_taken: 0 })
+    }
+
+    fn manifest() -> Manifest {
+        let c = Config::default();
+        Manifest {
+            modalities: vec![Modality::Text, Modality::Image],
+            action_names: ACTIONS.iter().map(|s| s.to_string()).collect(),
+            action_separator: c.separator,
+            max_actions_per_turn: c.max_actions_per_turn,
+            default_max_turns: 10,
+            has_oracle: true,
+            ..Manifest::default()
+        }
+    }
+
+    fn presets() -> &'static [(&'static str, &'static str)] {
+        config::PRESETS
+    }
+
+    fn reset(&mut self, seed: u64) -> Observation {
+        self.map = Map::generate(self.config.size as usize, self.config.frozen_prob, seed);
+        self.player = self.map.start;
+        self.slip_rng = Rng::new(seed ^ 0x5EED_5119_u64);
+        self.actions_taken = 0;
+        self.observe("")
+    }
+
+    fn step(&mut self, answer: &str) -> Step {
+        let parsed = self.spec.parse(answer);
+        let mut step = Step::default();
+        let mut executed = Vec::new();
+        for &action in &parsed.actions {
+            if self.out_of_actions() {
+                break;
+            }
+            let intended = Move::ALL[action];
+            let actual = if self.config.slippery { self.slip(intended) } else { intended };
+            let next = self.map.neighbour(self.player, actual);
+            self.actions_taken += 1;
+            step.valid_actions += 1;
+            executed.push(ACTIONS[action]);
+            if let Some(next) = next {
+                step.effective_actions += 1;
+                self.player = next;
+            }
+            if self.map.tile(self.player) != Tile::Frozen {
+                break;
+            }
+        }
+        let tile = self.map.tile(self.player);
+        step.success = tile == Tile::Goal;
+        step.done = tile != Tile::Frozen || self.out_of_actions();
+        step.reward = match tile {
+            Tile::Goal => self.config.success_reward,
+            Tile::Hole => self.config.hole_reward,
+            Tile::Frozen => 0.0,
+        } + self.config.step_reward * f64::from(step.valid_actions);
+        let mut feedback = if executed.is_empty() {
+            "No valid action was executed.".to_string()
+        } else {
+            format!("Executed actions: {}.", executed.join(", "))
+        };
+        if let Some(bad) = parsed.invalid.first() {
+            feedback.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", ACTIONS.join(", ")));
+        }
+        match tile {
+            Tile::Goal => feedback.push_str(" You reached the goal."),
+            Tile::Hole => feedback.push_str(" You fell into a hole."),
+            Tile::Frozen if step.done => feedback.push_str(" No actions are left in this episode."),
+            Tile::Frozen => {}
+        }
+        step.observation = self.observe(&feedback);
+        let distance = self.map.shortest_path(self.player).map_or(-1.0, |p| p.len() as f64);
+        step.metrics = vec![
+            ("distance-to-goal".into(), distance),
+            ("invalid-actions".into(), parsed.invalid.len() as f64),
+        ];
+        step
+    }
+
+    fn system_prompt(&self) -> String {
+        let c = &self.config;
+        let slip = if c.slippery {
+            "The ice is slippery: a move goes in the intended direction only one time in three; otherwise you slide to one of the two perpendicular sides.\n"
+        } else {
+            ""
+        };
+        format!(
+            "You are a FrozenLake solver.\n\
+             FrozenLake Quick Guide\n\
+             Goal: reach the goal (G) without falling into a hole.\n\
+             Symbols: _ frozen tile, O hole, G goal, P player, X player fell into a hole, √ player on the goal.\n\
+             Rules:\n\
+             1. Avoid falling into holes (O).\n\
+             2. Frozen tiles (_) are safe to walk on.\n\
+             3. Moving into the edge of the lake leaves you where you are.\n\
+             {slip}\
+             Actions you can take: {}.\n\
+             You can take up to {} action(s) at a time, separated by {:?}.",
+            ACTIONS.join(", "),
+            c.max_actions_per_turn,
+            c.separator,
+        )
+    }
+
+    fn describe_state(&self) -> String {
+        let mut s = format!("The goal is {}.", relative(self.player, self.map.goal));
+        let holes: Vec<String> = self.map.holes().map(|h| relative(self.player, h)).collect();
+        if holes.is_empty() {
+            s.push_str(" There are no holes.");
+        } else {
+            s.push_str(&format!(" Holes: {}.", holes.join("; ")));
+        }
+        s
+    }
+
+    fn oracle(&self) -> Option<String> {
+        let path = self.map.shortest_path(self.player)?;
+        let moves: Vec<usize> = path.iter().take(self.spec.max_per_turn).map(|m| *m as usize).collect();
+        (!moves.is_empty()).then(|| self.spec.join(&moves))
+    }
+}
+
+impl FrozenLake {
+    fn out_of_actions(&self) -> bool {
+        self.config.max_actions_per_episode > 0 && self.actions_taken >= self.config.max_actions_per_episode
+    }
+
+    fn slip(&mut self, intended: Move) -> Move {
+        match self.slip_rng.below(3) {
+            0 => intended,
+            1 => intended.turn_left(),
+            _ => intended.turn_right(),
+        }
+    }
+
+    fn observe(&self, feedback: &str) -> Observation {
+        let mut obs = Observation::text(feedback);
+        if !feedback.is_empty() {
+            obs.text.push('\n');
+        }
+        obs.text.push_str("Current observation:\n");
+        if self.config.observation != ObservationMode::Image {
+            obs.text.push_str(&render::text(&self.map, self.player));
+            obs.text.push('\n');
+        }
+        if self.config.observation != ObservationMode::Text {
+            obs.push_image(render::image(&self.map, self.player, self.config.image_size));
+        }
+        obs
+    }
+}
+
+/// "2 rows below and 1 column to the left of you", in the agent's frame of the map.
+fn relative(from: (usize, usize), to: (usize, usize)) -> String {
+    let (dx, dy) = (to.0 as i64 - from.0 as i64, to.1 as i64 - from.1 as i64);
+    let plural = |n: i64, word: &str| format!("{} {word}{}", n.abs(), if n.abs() == 1 { "" } else { "s" });
+    let vertical = match dy {
+        0 => None,
+        d if d < 0 => Some(format!("{} above", plural(d, "row"))),
+        d => Some(format!("{} below", plural(d, "row"))),
+    };
+    let horizontal = match dx {
+        0 => None,
+        d if d < 0 => Some(format!("{} to the left", plural(d, "column"))),
+        d => Some(format!("{} to the right", plural(d, "column"))),
+    };
+    match (vertical, horizontal) {
+        (None, None) => "where you are".into(),
+        (Some(v), None) => format!("{v} you (same column)"),
+        (None, Some(h)) => format!("{h} of you (same row)"),
+        (Some(v), Some(h)) => format!("{v} and {h} of you"),
+    }
+}
+
+export_env!(FrozenLake);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+use super::*;
+
+fn env(config: Config) -> FrozenLake {
+    FrozenLake::new(config).unwrap()
+}
+
+fn run_oracle(e: &mut FrozenLake, seed: u64) -> Step {
+    e.reset(seed);
+    for _ in 0..20 {
+        let answer = e.oracle().expect("oracle has an answer while running");
+        let s = e.step(&answer);
+        if s.done {
+            return s;
+        }
+    }
+    panic!("oracle did not finish seed {seed}");
+}
+
+#[test]
+fn every_seed_gives_a_solvable_map_with_distinct_start_and_goal() {
+    for seed in 0..2000 {
+        let m = Map::generate(4, 0.8, seed);
+        assert_ne!(m.start, m.goal);
+        assert_eq!(m.tile(m.start), Tile::Frozen);
+        assert!(m.shortest_path(m.start).is_some(), "seed {seed}");
+    }
+    // Nearly all holes: the forced path still connects start and goal.
+    let m = Map::generate(6, 0.01, 3);
+    assert!(m.shortest_path(m.start).is_some());
+}
+
+#[test]
+fn the_seed_alone_decides_the_map() {
+    assert_eq!(Map::generate(4, 0.8, 42), Map::generate(4, 0.8, 42));
+    let distinct: std::collections::HashSet<_> = (0..50).map(|s| format!("{:?}", Map::generate(4, 0.8, s))).collect();
+    assert!(distinct.len() > 40, "only {} distinct maps in 50 seeds", distinct.len());
+}
+
+#[test]
+fn oracle_succeeds_on_non_slippery_lakes() {
+    let mut e = env(Config::default());
+    for seed in 0..200 {
+        let s = run_oracle(&mut e, seed);
+        assert!(s.success, "seed {seed}");
+        assert_eq!(s.reward, 10.0);
+    }
+}
+
+#[test]
+fn walking_into_a_hole_ends_the_episode_without_success() {
+    let mut e = env(Config::default());
+    // Find a seed whose start has a hole next to it, then step into it.
+    for seed in 0..500 {
+        e.reset(seed);
+        let Some(m) = Move::ALL.into_iter().find(|&m| {
+            e.map.neighbour(e.player, m).is_some_and(|q| e.map.tile(q) == Tile::Hole)
+        }) else {
+            continue;
+        };
+        let s = e.step(ACTIONS[m as usize]);
+        assert!(s.done && !s.success);
+        assert_eq!((s.valid_actions, s.effective_actions, s.reward), (1, 1, 0.0));
+        assert!(s.observation.text.contains('X'), "{}", s.observation.text);
+        return;
+    }
+    panic!("no seed with a hole next to the start");
+}
+
+#[test]
+fn edge_moves_are_valid_but_not_effective() {
+    let mut e = env(Config::default());
+    e.reset(1);
+    e.player = (0, 0);
+    e.map.tiles[0] = Tile::Frozen;
+    let s = e.step("Left, Up");
+    assert_eq!((s.valid_actions, s.effective_actions), (2, 0));
+    let s = e.step("Fly, Left");
+    assert_eq!(s.valid_actions, 0, "VAGEN stops at the first invalid action");
+    assert!(s.observation.text.contains("Invalid action \"Fly\""));
+}
+
+#[test]
+fn slippery_episodes_replay_exactly() {
+    let mut a = env(Config { slippery: true, ..Config::default() });
+    let mut b = env(Config { slippery: true, ..Config::default() });
+    for seed in 0..20 {
+        a.reset(seed);
+        b.reset(seed);
+        for _ in 0..5 {
+            let (sa, sb) = (a.step("Right, Down, Left"), b.step("Right, Down, Left"));
+            assert_eq!(sa, sb);
+            if sa.done {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn image_observations_match_their_markers() {
+    let mut e = env(Config { observation: ObservationMode::TextAndImage, ..Config::default() });
+    let obs = e.reset(5);
+    assert_eq!(obs.text.matches("<image>").count(), obs.images.len());
+    assert_eq!(obs.images.len(), 1);
+    let img = &obs.images[0];
+    assert_eq!((img.width, img.height, img.rgb.len()), (256, 256, 256 * 256 * 3));
+}
+
+#[test]
+fn describe_state_speaks_relative_to_the_player() {
+    let mut e = env(Config::default());
+    e.reset(0);
+    e.player = (1, 1);
+    e.map.goal = (2, 3);
+    assert!(e.describe_state().starts_with("The goal is 2 rows below and 1 column to the right of you."));
+    assert_eq!(relative((1, 1), (1, 0)), "1 row above you (same column)");
+}
+
+#[test]
+fn bad_values_are_rejected_with_the_field_name() {
+    for (c, field) in [
+        (Config { size: 1, ..Config::default() }, "size"),
+        (Config { frozen_prob: 0.0, ..Config::default() }, "frozen_prob"),
+        (Config { separator: " ".into(), ..Config::default() }, "separator"),
+        (Config { success_reward: f64::NAN, ..Config::default() }, "success_reward"),
+    ] {
+        let Err(EnvError::BadConfig(m)) = FrozenLake::new(c) else { panic!("accepted bad {field}") };
+        assert!(m.contains(field), "{m}");
+    }
+}

@@ -1,0 +1,100 @@
+//! The SDK's own types; `export.rs` converts them to the generated WIT types.
+
+/// An RGB8 image, row-major, `rgb.len() == width * height * 3`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    pub width: u32,
+    pub height: u32,
+    pub rgb: Vec<u8>,
+}
+
+/// What the agent sees. `text` holds one `<image>` marker per image, in order.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observation {
+    pub text: String,
+    pub images: Vec<Image>,
+}
+
+impl Observation {
+    /// A text-only observation.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self { text: text.into(), images: Vec::new() }
+    }
+
+    /// Appends an image and its `<image>` marker to the text, keeping them aligned.
+    pub fn push_image(&mut self, image: Image) {
+        self.text.push_str("<image>");
+        self.images.push(image);
+    }
+}
+
+/// The outcome of one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Step {
+    pub observation: Observation,
+    pub reward: f64,
+    pub done: bool,
+    pub success: bool,
+    pub valid_actions: u32,
+    pub effective_actions: u32,
+    pub metrics: Vec<(String, f64)>,
+}
+
+/// What observations contain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Modality {
+    Text,
+    Image,
+}
+
+/// Static facts about an environment (see `wit/v0.1.0/env.wit`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    pub name: String,
+    pub version: String,
+    pub description: String,
+    pub modalities: Vec<Modality>,
+    pub action_names: Vec<String>,
+    pub action_separator: String,
+    pub max_actions_per_turn: u32,
+    pub default_max_turns: u32,
+    pub default_config: String,
+    pub has_oracle: bool,
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            version: String::new(),
+            description: String::new(),
+            modalities: vec![Modality::Text],
+            action_names: Vec::new(),
+            action_separator: ",".into(),
+            max_actions_per_turn: 1,
+            default_max_turns: 10,
+            default_config: String::new(),
+            has_oracle: false,
+        }
+    }
+}
+
+/// Why a call failed. Return these; never panic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EnvError {
+    BadConfig(String),
+    InvalidState(String),
+    Failed(String),
+}
+
+impl std::fmt::Display for EnvError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            EnvError::BadConfig(m) => write!(f, "bad config: {m}"),
+            EnvError::InvalidState(m) => write!(f, "invalid state: {m}"),
+            EnvError::Failed(m) => write!(f, "failed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for EnvError {}

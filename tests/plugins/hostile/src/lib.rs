@@ -1,0 +1,106 @@
+//! An environment whose `step` does what its config's `mode` says, so the test suite can
+//! check that the host survives it. With `mode = "healthy"` it is a normal 3-step game.
+
+use serde::{Deserialize, Serialize};
+use vagen_sdk::{Env, EnvError, Image, Manifest, Observation, Step, export_env};
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random
+    pub mode: String,
+}
+
+pub struct Hostile {
+    mode: String,
+    steps: u32,
+    seed: u64,
+}
+
+impl Env for Hostile {
+    type Config = Config;
+
+    fn new(config: Config) -> Result<Self, EnvError> {
+        let known = ["", "healthy", "loop", "alloc", "panic", "open-file", "wrong-image", "nan-reward", "chatty", "random"];
+        if !known.contains(&config.mode.as_str()) {
+            return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
+        }
+        Ok(Self { mode: config.mode, steps: 0, seed: 0 })
+    }
+
+    fn manifest() -> Manifest {
+        Manifest {
+            action_names: vec!["go".into()],
+            has_oracle: true,
+            default_max_turns: 5,
+            ..Manifest::default()
+        }
+    }
+
+    fn reset(&mut self, seed: u64) -> Observation {
+        self.steps = 0;
+        self.seed = seed;
+        Observation::text(format!("seed {seed}"))
+    }
+
+    fn step(&mut self, _answer: &str) -> Step {
+        self.steps += 1;
+        let mut step = Step { valid_actions: 1, ..Step::default() };
+        step.observation = Observation::text(format!("step {}", self.steps));
+        match self.mode.as_str() {
+            "loop" => {
+                let mut x = self.seed;
+                loop {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+            "alloc" => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(std::hint::black_box(vec![1u8; 1 << 20]));
+                }
+            }
+            "panic" => panic!("hostile plugin panics on purpose"),
+            "open-file" => {
+                let outcome = match std::fs::read_to_string("/etc/passwd") {
+                    Ok(text) => format!("opened /etc/passwd ({} bytes)", text.len()),
+                    Err(e) => format!("open failed: {e}"),
+                };
+                let listing = match std::fs::read_dir(".") {
+                    Ok(_) => "listed .".to_string(),
+                    Err(e) => format!("list failed: {e}"),
+                };
+                let env = std::env::vars().count();
+                step.observation = Observation::text(format!("{outcome}; {listing}; {env} env vars"));
+            }
+            "wrong-image" => {
+                step.observation.images.push(Image { width: 4, height: 4, rgb: vec![0; 48] });
+            }
+            "nan-reward" => step.reward = f64::NAN,
+            "chatty" => {
+                for i in 0..100_000 {
+                    println!("line {i} of chatter that nobody asked for");
+                }
+            }
+            "random" => {
+                // Both come from WASI, which the host makes a function of the seed.
+                use std::hash::BuildHasher;
+                let hash = std::collections::hash_map::RandomState::new().hash_one(42u32);
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                let nanos = now.map(|d| d.as_nanos()).unwrap_or(0);
+                step.observation = Observation::text(format!("hash {hash} time {nanos}"));
+            }
+            _ => {}
+        }
+        step.done = self.steps >= 3;
+        step.success = step.done;
+        step.reward = if step.reward.is_nan() { step.reward } else if step.done { 1.0 } else { 0.0 };
+        step
+    }
+
+    fn oracle(&self) -> Option<String> {
+        Some("go".into())
+    }
+}
+
+export_env!(Hostile);

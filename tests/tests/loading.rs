@@ -1,0 +1,96 @@
+//! Files that are not vagen plugins, and configs that are wrong, get one-line errors
+//! that name the problem.
+
+use vagen_runtime::{Error, Limits, Plugin};
+use vagen_tests::{load, plugin_path, runtime};
+
+fn load_err(bytes: &[u8], file: &str) -> Error {
+    let (rt, dir) = runtime(Limits::default());
+    let path = dir.path().join(file);
+    std::fs::write(&path, bytes).unwrap();
+    match rt.load(&path) {
+        Ok(_) => panic!("{file} loaded"),
+        Err(e) => e,
+    }
+}
+
+fn one_line(e: &Error) -> String {
+    let s = e.to_string();
+    assert!(!s.contains('\n'), "multi-line error: {s}");
+    s
+}
+
+#[test]
+fn a_non_wasm_file_is_named_as_such() {
+    let e = load_err(b"#!/bin/sh\necho hello\n", "script.wasm");
+    assert!(matches!(e, Error::NotWasm { .. }), "{e}");
+    assert!(one_line(&e).contains("script.wasm is not a WebAssembly file (text starting with"), "{e}");
+    let e = load_err(b"\x7fELF\x02\x01\x01\0\0\0\0\0", "lib.so");
+    assert!(one_line(&e).contains("an ELF native binary"), "{e}");
+    let e = load_err(b"", "empty.wasm");
+    assert!(one_line(&e).contains("only 0 bytes long"), "{e}");
+}
+
+#[test]
+fn a_core_module_is_not_a_component() {
+    let e = load_err(b"\0asm\x01\0\0\0", "core.wasm");
+    assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
+    assert!(one_line(&e).contains("core WebAssembly module, not a component"), "{e}");
+}
+
+#[test]
+fn a_component_of_another_world_is_not_a_plugin() {
+    let (rt, _dir) = runtime(Limits::default());
+    let e = rt.load(plugin_path("not-an-env")).err().expect("a command component is no env");
+    assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
+    let s = one_line(&e);
+    assert!(s.contains("wasi:cli/run@") && s.contains("not vagen:env/env@0.1.0"), "{s}");
+}
+
+#[test]
+fn garbage_after_a_valid_header_is_a_compile_error() {
+    let mut bytes = std::fs::read(plugin_path("frozenlake")).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    let e = load_err(&bytes, "truncated.wasm");
+    assert!(matches!(e, Error::Compile { .. }), "{e}");
+    one_line(&e);
+}
+
+#[test]
+fn bad_configs_are_rejected_with_the_reason() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    for (config, needle) in [
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "expected a JSON object, got an array"),
+        (r#"{"sise": 5}"#, "unknown field `sise`"),
+        (r#"{"size": 1}"#, "size must be in 2..=32"),
+        (r#"{"preset": "nope"}"#, "unknown preset `nope`"),
+    ] {
+        let e = plugin.create(config).err().unwrap_or_else(|| panic!("{config} accepted"));
+        assert!(matches!(e, Error::BadConfig(_)), "{config}: {e}");
+        assert!(one_line(&e).contains(needle), "{config}: {e}");
+    }
+    plugin.create(r#"{"preset": "ragen", "size": 5}"#).expect("preset plus an override");
+}
+
+#[test]
+fn the_second_load_comes_from_the_compiled_code_cache() {
+    let (rt, _dir) = runtime(Limits::default());
+    let first = rt.load(plugin_path("frozenlake")).unwrap();
+    let second = rt.load(plugin_path("frozenlake")).unwrap();
+    assert!(!first.info().from_cache);
+    assert!(second.info().from_cache);
+    assert_eq!(first.info().sha256, second.info().sha256);
+    assert_eq!(first.manifest(), second.manifest());
+}
+
+#[test]
+fn the_manifest_describes_frozenlake() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let m = plugin.manifest();
+    assert_eq!(m.name, "frozenlake");
+    assert_eq!(m.action_names, ["Left", "Down", "Right", "Up"]);
+    assert!(m.has_oracle);
+    assert!(m.default_config.contains("\"size\":4"), "{}", m.default_config);
+    assert_eq!(plugin.info().wit_version, "0.1.0");
+}
