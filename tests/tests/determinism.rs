@@ -50,4 +50,13 @@ fn wasi_randomness_and_clocks_are_functions_of_the_seed() {
     };
     assert_eq!(run(5), run(5));
     assert_ne!(run(5), run(6));
+    // Re-seeded at every reset: an instance's history does not leak into an episode.
+    let mut env = plugin.create(r#"{"mode": "random"}"#).unwrap();
+    let mut episode = |seed| {
+        env.reset(seed).unwrap();
+        env.step("go").unwrap().observation.text
+    };
+    let (a, _, c) = (episode(5), episode(6), episode(5));
+    assert_eq!(a, c);
+    assert_eq!(a, run(5));
 }

@@ -91,6 +91,10 @@ fn plugins() -> Result<()> {
     let groups = [(root.join("plugins"), root.join("target/plugins")), (root.join("tests/plugins"), root.join("target/test-plugins"))];
     let mut cmd = cargo();
     cmd.args(["build", "--release", "--target", GUEST_TARGET]);
+    // Guests ship as files: small, no debug info. Only this build sees these settings.
+    for setting in ["profile.release.debug=false", "profile.release.strip=true", "profile.release.lto=true", "profile.release.codegen-units=1"] {
+        cmd.args(["--config", setting]);
+    }
     let mut all = Vec::new();
     for (src, dst) in &groups {
         for name in crates_in(src)? {

@@ -80,7 +80,11 @@ macro_rules! export_env {
             const VERSION: &'static str = env!("CARGO_PKG_VERSION");
             const DESCRIPTION: &'static str = env!("CARGO_PKG_DESCRIPTION");
         }
+        // Component exports exist only in WebAssembly builds; a native build of the same
+        // crate (unit tests, the rlib) compiles the env without them.
+        #[cfg(target_family = "wasm")]
         type __VagenExport = $crate::__private::Plugin<$ty>;
+        #[cfg(target_family = "wasm")]
         $crate::__private::export!(__VagenExport with_types_in $crate::__private::bindings);
     };
 }

@@ -84,11 +84,11 @@ impl Env for Hostile {
             }
             "random" => {
                 // Both come from WASI, which the host makes a function of the seed.
-                use std::hash::BuildHasher;
-                let hash = std::collections::hash_map::RandomState::new().hash_one(42u32);
+                let mut bytes = [0u8; 8];
+                getrandom::fill(&mut bytes).expect("wasi:random answers");
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
                 let nanos = now.map(|d| d.as_nanos()).unwrap_or(0);
-                step.observation = Observation::text(format!("hash {hash} time {nanos}"));
+                step.observation = Observation::text(format!("random {bytes:?} time {nanos}"));
             }
             _ => {}
         }
