@@ -8,9 +8,9 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }
 
-/// `target/plugins/NAME.wasm` or `target/test-plugins/NAME.wasm`.
+/// `NAME.wasm` from `target/plugins`, `target/examples` or `target/test-plugins`.
 pub fn plugin_path(name: &str) -> PathBuf {
-    for dir in ["target/plugins", "target/test-plugins"] {
+    for dir in ["target/plugins", "target/examples", "target/test-plugins"] {
         let p = root().join(dir).join(format!("{name}.wasm"));
         if p.is_file() {
             return p;

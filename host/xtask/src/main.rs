@@ -84,11 +84,15 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Builds `plugins/*` into `target/plugins/` and the test suite's hostile plugins into
-/// `target/test-plugins/`, all for wasm32-wasip2 in release mode.
+/// Builds `plugins/*` into `target/plugins/`, `examples/*` into `target/examples/` and the
+/// test suite's fixtures into `target/test-plugins/`, all for wasm32-wasip2 in release mode.
 fn plugins() -> Result<()> {
     let root = root();
-    let groups = [(root.join("plugins"), root.join("target/plugins")), (root.join("tests/plugins"), root.join("target/test-plugins"))];
+    let groups = [
+        (root.join("plugins"), root.join("target/plugins")),
+        (root.join("examples"), root.join("target/examples")),
+        (root.join("tests/plugins"), root.join("target/test-plugins")),
+    ];
     let mut cmd = cargo();
     cmd.args(["build", "--release", "--target", GUEST_TARGET]);
     // Guests ship as files: small, no debug info. Only this build sees these settings.
