@@ -11,7 +11,11 @@ impl Env for Guess {
     }
     fn manifest() -> Manifest {
         let action_names = (1..=10).map(|n| n.to_string()).collect();
-        Manifest { action_names, default_max_turns: 4, ..Manifest::default() }
+        Manifest {
+            action_names,
+            default_max_turns: 4,
+            ..Manifest::default()
+        }
     }
     fn reset(&mut self, seed: u64) -> Observation {
         self.0 = 1 + Rng::new(seed).below(10) as u32;
@@ -27,7 +31,14 @@ impl Env for Guess {
         };
         let success = guess == Some(self.0);
         let reward = if success { 1.0 } else { 0.0 };
-        Step { observation: Observation::text(text), reward, done: success, success, valid_actions: guess.is_some() as u32, ..Step::default() }
+        Step {
+            observation: Observation::text(text),
+            reward,
+            done: success,
+            success,
+            valid_actions: guess.is_some() as u32,
+            ..Step::default()
+        }
     }
 }
 

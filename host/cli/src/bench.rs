@@ -84,13 +84,25 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let loop_time = total.elapsed().saturating_sub(answers);
     let describe = time_calls(env.as_mut(), 2_000, |e| e.describe_state().map(drop))?;
 
-    println!("{} ({} bytes, sha256 {})", plugin.info().path.display(), plugin.info().size_bytes, &plugin.info().sha256[..12]);
+    println!(
+        "{} ({} bytes, sha256 {})",
+        plugin.info().path.display(),
+        plugin.info().size_bytes,
+        &plugin.info().sha256[..12]
+    );
     println!("load, compile      {:>10.2} ms", ms(cold));
     println!("load, from cache   {:>10.2} ms", ms(warm));
-    println!("instantiate+create {:>10.1} µs  (mean of {})", us(instantiate), a.instances);
+    println!(
+        "instantiate+create {:>10.1} µs  (mean of {})",
+        us(instantiate),
+        a.instances
+    );
     println!("reset              {}", stats(&mut resets));
     println!("step               {}", stats(&mut steps));
-    println!("describe-state     {:>10.2} µs  (mean of 2000; a call with no work)", us(describe));
+    println!(
+        "describe-state     {:>10.2} µs  (mean of 2000; a light call: the boundary cost)",
+        us(describe)
+    );
     println!(
         "single instance    {:>10.0} steps/s over {} steps in {} episodes (resets included, policy excluded)",
         steps.len() as f64 / loop_time.as_secs_f64(),
@@ -100,7 +112,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn time_calls(env: &mut dyn Environment, n: u32, f: impl Fn(&mut dyn Environment) -> Result<(), vagen_runtime::Error>) -> Result<Duration> {
+fn time_calls(
+    env: &mut dyn Environment,
+    n: u32,
+    f: impl Fn(&mut dyn Environment) -> Result<(), vagen_runtime::Error>,
+) -> Result<Duration> {
     let t = Instant::now();
     for _ in 0..n {
         f(env)?;
@@ -112,7 +128,14 @@ fn stats(d: &mut [Duration]) -> String {
     d.sort();
     let pct = |p: f64| d[((d.len() - 1) as f64 * p).round() as usize];
     let mean = d.iter().sum::<Duration>() / d.len().max(1) as u32;
-    format!("{:>10.2} µs mean, p50 {:.2}, p99 {:.2}, max {:.2} µs  (n={})", us(mean), us(pct(0.5)), us(pct(0.99)), us(pct(1.0)), d.len())
+    format!(
+        "{:>10.2} µs mean, p50 {:.2}, p99 {:.2}, max {:.2} µs  (n={})",
+        us(mean),
+        us(pct(0.5)),
+        us(pct(0.99)),
+        us(pct(1.0)),
+        d.len()
+    )
 }
 
 fn ms(d: Duration) -> f64 {

@@ -22,18 +22,37 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         return Ok(());
     }
     println!("plugin        {}", info.path.display());
-    println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
+    println!(
+        "kind          {} (vagen:env@{})",
+        info.kind, info.wit_version
+    );
     println!("size          {} bytes", info.size_bytes);
     println!("sha256        {}", info.sha256);
-    println!("imports       {}", if info.imports.is_empty() { "none".into() } else { info.imports.join(", ") });
+    println!(
+        "imports       {}",
+        if info.imports.is_empty() {
+            "none".into()
+        } else {
+            info.imports.join(", ")
+        }
+    );
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);
-    let modalities: Vec<_> = m.modalities.iter().map(|x| format!("{x:?}").to_lowercase()).collect();
+    let modalities: Vec<_> = m
+        .modalities
+        .iter()
+        .map(|x| format!("{x:?}").to_lowercase())
+        .collect();
     println!("modalities    {}", modalities.join(", "));
     if m.action_names.is_empty() {
         println!("actions       free-form");
     } else {
-        println!("actions       {} (separator {:?}, up to {} per turn)", m.action_names.join(", "), m.action_separator, m.max_actions_per_turn);
+        println!(
+            "actions       {} (separator {:?}, up to {} per turn)",
+            m.action_names.join(", "),
+            m.action_separator,
+            m.max_actions_per_turn
+        );
     }
     println!("max turns     {}", m.default_max_turns);
     println!("oracle        {}", if m.has_oracle { "yes" } else { "no" });

@@ -13,7 +13,10 @@ pub(crate) use exports::vagen::env::env as wit_env;
 pub(crate) use vagen::env::types as wit;
 
 pub(crate) fn manifest(m: wit::Manifest) -> Result<Manifest, Error> {
-    let malformed = |detail: String| Error::Malformed { call: "manifest", detail };
+    let malformed = |detail: String| Error::Malformed {
+        call: "manifest",
+        detail,
+    };
     if m.name.trim().is_empty() {
         return Err(malformed("empty name".into()));
     }
@@ -27,7 +30,8 @@ pub(crate) fn manifest(m: wit::Manifest) -> Result<Manifest, Error> {
         return Err(malformed("discrete actions but no action separator".into()));
     }
     if !m.default_config.trim().is_empty() {
-        serde_json_object(&m.default_config).map_err(|e| malformed(format!("default-config: {e}")))?;
+        serde_json_object(&m.default_config)
+            .map_err(|e| malformed(format!("default-config: {e}")))?;
     }
     Ok(Manifest {
         name: m.name,
@@ -58,17 +62,32 @@ fn serde_json_object(text: &str) -> Result<(), String> {
     }
 }
 
-pub(crate) fn observation(o: wit::Observation, limits: &Limits, call: &'static str) -> Result<Observation, Error> {
+pub(crate) fn observation(
+    o: wit::Observation,
+    limits: &Limits,
+    call: &'static str,
+) -> Result<Observation, Error> {
     let malformed = |detail: String| Error::Malformed { call, detail };
     if o.text.len() > limits.max_text_bytes {
-        return Err(malformed(format!("text of {} bytes (limit {})", o.text.len(), limits.max_text_bytes)));
+        return Err(malformed(format!(
+            "text of {} bytes (limit {})",
+            o.text.len(),
+            limits.max_text_bytes
+        )));
     }
     if o.images.len() > limits.max_images {
-        return Err(malformed(format!("{} images (limit {})", o.images.len(), limits.max_images)));
+        return Err(malformed(format!(
+            "{} images (limit {})",
+            o.images.len(),
+            limits.max_images
+        )));
     }
     let markers = o.text.matches(IMAGE_MARKER).count();
     if markers != o.images.len() {
-        return Err(malformed(format!("{markers} {IMAGE_MARKER} markers for {} images", o.images.len())));
+        return Err(malformed(format!(
+            "{markers} {IMAGE_MARKER} markers for {} images",
+            o.images.len()
+        )));
     }
     let mut images = Vec::with_capacity(o.images.len());
     for (i, img) in o.images.into_iter().enumerate() {
@@ -88,18 +107,32 @@ pub(crate) fn observation(o: wit::Observation, limits: &Limits, call: &'static s
                 pixels * 3
             )));
         }
-        images.push(Image { width: img.width, height: img.height, rgb: img.rgb });
+        images.push(Image {
+            width: img.width,
+            height: img.height,
+            rgb: img.rgb,
+        });
     }
-    Ok(Observation { text: o.text, images })
+    Ok(Observation {
+        text: o.text,
+        images,
+    })
 }
 
 pub(crate) fn step_result(s: wit::StepResult, limits: &Limits) -> Result<StepResult, Error> {
-    let malformed = |detail: String| Error::Malformed { call: "step", detail };
+    let malformed = |detail: String| Error::Malformed {
+        call: "step",
+        detail,
+    };
     if !s.reward.is_finite() {
         return Err(malformed(format!("reward {} is not finite", s.reward)));
     }
     if s.metrics.len() > limits.max_metrics {
-        return Err(malformed(format!("{} metrics (limit {})", s.metrics.len(), limits.max_metrics)));
+        return Err(malformed(format!(
+            "{} metrics (limit {})",
+            s.metrics.len(),
+            limits.max_metrics
+        )));
     }
     if let Some(m) = s.metrics.iter().find(|m| !m.value.is_finite()) {
         return Err(malformed(format!("metric {:?} is {}", m.name, m.value)));
@@ -111,7 +144,14 @@ pub(crate) fn step_result(s: wit::StepResult, limits: &Limits) -> Result<StepRes
         success: s.success,
         valid_actions: s.valid_actions,
         effective_actions: s.effective_actions,
-        metrics: s.metrics.into_iter().map(|m| Metric { name: m.name, value: m.value }).collect(),
+        metrics: s
+            .metrics
+            .into_iter()
+            .map(|m| Metric {
+                name: m.name,
+                value: m.value,
+            })
+            .collect(),
     })
 }
 

@@ -37,7 +37,8 @@ impl Runtime {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(limits.fuel_millions_per_call.is_some());
-        let engine = Engine::new(&config).map_err(|e| internal(format!("creating the engine: {e}")))?;
+        let engine =
+            Engine::new(&config).map_err(|e| internal(format!("creating the engine: {e}")))?;
         let mut linker = Linker::new(&engine);
         // Rust std guests import wasi:cli and wasi:io even when unused; the context behind
         // these functions grants nothing (see sandbox.rs).
@@ -45,7 +46,14 @@ impl Runtime {
             .map_err(|e| internal(format!("linking WASI: {e}")))?;
         spawn_ticker(&engine);
         let cache = cache_dir.map(|dir| CodeCache::new(dir, &engine));
-        Ok(Self { inner: Arc::new(Inner { engine, linker, cache, limits }) })
+        Ok(Self {
+            inner: Arc::new(Inner {
+                engine,
+                linker,
+                cache,
+                limits,
+            }),
+        })
     }
 
     pub fn limits(&self) -> &Limits {
@@ -59,7 +67,10 @@ impl Runtime {
 }
 
 fn internal(message: String) -> Error {
-    Error::Failed { call: "runtime", message }
+    Error::Failed {
+        call: "runtime",
+        message,
+    }
 }
 
 /// Advances the epoch until the engine is dropped.

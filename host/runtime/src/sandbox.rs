@@ -59,14 +59,28 @@ impl Sandbox {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let sandbox = Sandbox { wasi, table: ResourceTable::new(), memory: MemoryCap::new(memory_cap) };
-        (sandbox, Determinism { random, clock, stderr })
+        let sandbox = Sandbox {
+            wasi,
+            table: ResourceTable::new(),
+            memory: MemoryCap::new(memory_cap),
+        };
+        (
+            sandbox,
+            Determinism {
+                random,
+                clock,
+                stderr,
+            },
+        )
     }
 }
 
 impl WasiView for Sandbox {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
@@ -87,13 +101,22 @@ impl SeededRandom {
 impl TryRng for SeededRandom {
     type Error = Infallible;
     fn try_next_u32(&mut self) -> Result<u32, Infallible> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u32()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_next_u32()
     }
     fn try_next_u64(&mut self) -> Result<u64, Infallible> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u64()
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_next_u64()
     }
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_fill_bytes(dst)
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_fill_bytes(dst)
     }
 }
 
@@ -143,7 +166,10 @@ pub(crate) struct Capture {
 
 impl Capture {
     fn new(cap: usize) -> Self {
-        Self { buf: Arc::new(Mutex::new(Vec::new())), cap }
+        Self {
+            buf: Arc::new(Mutex::new(Vec::new())),
+            cap,
+        }
     }
 
     fn push(&self, bytes: &[u8]) {
@@ -179,7 +205,11 @@ impl Pollable for Capture {
 }
 
 impl tokio::io::AsyncWrite for Capture {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -216,7 +246,11 @@ pub(crate) struct MemoryCap {
 
 impl MemoryCap {
     fn new(cap: usize) -> Self {
-        Self { cap, used: 0, refused: None }
+        Self {
+            cap,
+            used: 0,
+            refused: None,
+        }
     }
 
     pub(crate) fn cap(&self) -> usize {
@@ -228,7 +262,12 @@ impl MemoryCap {
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> WtResult<bool> {
         let total = self.used.saturating_add(desired.saturating_sub(current));
         if total > self.cap {
             self.refused = Some(total);
@@ -238,7 +277,12 @@ impl ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _max: Option<usize>,
+    ) -> WtResult<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }

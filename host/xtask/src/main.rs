@@ -15,7 +15,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup(),
         Some("plugins") => setup().and_then(|_| plugins()),
-        Some("test") => setup().and_then(|_| plugins()).and_then(|_| test(&args[1..])),
+        Some("test") => setup()
+            .and_then(|_| plugins())
+            .and_then(|_| test(&args[1..])),
         Some("demo") => setup().and_then(|_| plugins()).and_then(|_| demo()),
         _ => {
             eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup>");
@@ -34,7 +36,11 @@ fn main() -> ExitCode {
 type Result<T> = std::result::Result<T, String>;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("host/xtask lives two levels down").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("host/xtask lives two levels down")
+        .to_path_buf()
 }
 
 fn cargo() -> Command {
@@ -45,22 +51,38 @@ fn cargo() -> Command {
 
 fn run(mut cmd: Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
-    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
 }
 
 /// Adds the guest target when rustup is in charge and it is missing.
 fn setup() -> Result<()> {
-    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
     match installed {
-        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == GUEST_TARGET) => Ok(()),
+        Ok(out)
+            if String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .any(|l| l.trim() == GUEST_TARGET) =>
+        {
+            Ok(())
+        }
         Ok(_) => {
             let mut cmd = Command::new("rustup");
             cmd.args(["target", "add", GUEST_TARGET]);
             run(cmd)
         }
         Err(_) => {
-            eprintln!("xtask: rustup not found; assuming the {GUEST_TARGET} standard library is installed");
+            eprintln!(
+                "xtask: rustup not found; assuming the {GUEST_TARGET} standard library is installed"
+            );
             Ok(())
         }
     }
@@ -72,11 +94,20 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
     for entry in entries.flatten() {
         let manifest = entry.path().join("Cargo.toml");
-        let Ok(text) = std::fs::read_to_string(&manifest) else { continue };
+        let Ok(text) = std::fs::read_to_string(&manifest) else {
+            continue;
+        };
         let name = text
             .lines()
             .skip_while(|l| l.trim() != "[package]")
-            .find_map(|l| l.trim().strip_prefix("name").map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string()))
+            .find_map(|l| {
+                l.trim().strip_prefix("name").map(|r| {
+                    r.trim_start_matches([' ', '='])
+                        .trim()
+                        .trim_matches('"')
+                        .to_string()
+                })
+            })
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
         names.push(name);
     }
@@ -96,7 +127,12 @@ fn plugins() -> Result<()> {
     let mut cmd = cargo();
     cmd.args(["build", "--release", "--target", GUEST_TARGET]);
     // Guests ship as files: small, no debug info. Only this build sees these settings.
-    for setting in ["profile.release.debug=false", "profile.release.strip=true", "profile.release.lto=true", "profile.release.codegen-units=1"] {
+    for setting in [
+        "profile.release.debug=false",
+        "profile.release.strip=true",
+        "profile.release.lto=true",
+        "profile.release.codegen-units=1",
+    ] {
         cmd.args(["--config", setting]);
     }
     let mut all = Vec::new();
@@ -111,13 +147,17 @@ fn plugins() -> Result<()> {
     for (name, dst) in all {
         std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
         // A cdylib is written with underscores, a binary with the package's own name.
-        let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
-            .into_iter()
-            .map(|f| built.join(f))
-            .find(|p| p.is_file())
-            .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
+        let from = [
+            format!("{}.wasm", name.replace('-', "_")),
+            format!("{name}.wasm"),
+        ]
+        .into_iter()
+        .map(|f| built.join(f))
+        .find(|p| p.is_file())
+        .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
         let to = dst.join(format!("{name}.wasm"));
-        std::fs::copy(&from, &to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+        std::fs::copy(&from, &to)
+            .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
         eprintln!("built {}", to.strip_prefix(&root).unwrap_or(&to).display());
     }
     Ok(())
@@ -138,8 +178,11 @@ fn demo() -> Result<()> {
     let plugin = root().join("target/plugins/frozenlake.wasm");
     for (policy, episodes) in [("random", "1000"), ("oracle", "200")] {
         let mut cmd = Command::new(&host);
-        cmd.current_dir(root()).args(["run", "--plugin"]).arg(&plugin);
-        cmd.args(["--policy", policy, "--episodes", episodes, "--out"]).arg(format!("runs/demo/frozenlake-{policy}.jsonl"));
+        cmd.current_dir(root())
+            .args(["run", "--plugin"])
+            .arg(&plugin);
+        cmd.args(["--policy", policy, "--episodes", episodes, "--out"])
+            .arg(format!("runs/demo/frozenlake-{policy}.jsonl"));
         run(cmd)?;
     }
     Ok(())

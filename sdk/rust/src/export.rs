@@ -84,7 +84,10 @@ impl<T: Env + Package> wit_env::GuestEnvironment for Instance<T> {
         let config = config::resolve::<T::Config>(&config, T::presets()).map_err(to_wit_error)?;
         let env = T::new(config).map_err(to_wit_error)?;
         Ok(wit_env::Environment::new(Instance {
-            state: RefCell::new(State { env, phase: Phase::BeforeReset }),
+            state: RefCell::new(State {
+                env,
+                phase: Phase::BeforeReset,
+            }),
         }))
     }
 
@@ -117,7 +120,11 @@ impl<T: Env + Package> wit_env::GuestEnvironment for Instance<T> {
             success: step.success,
             valid_actions: step.valid_actions,
             effective_actions: step.effective_actions,
-            metrics: step.metrics.into_iter().map(|(name, value)| wit::Metric { name, value }).collect(),
+            metrics: step
+                .metrics
+                .into_iter()
+                .map(|(name, value)| wit::Metric { name, value })
+                .collect(),
         })
     }
 
@@ -127,7 +134,11 @@ impl<T: Env + Package> wit_env::GuestEnvironment for Instance<T> {
 
     fn oracle(&self) -> Option<String> {
         let s = self.state.borrow();
-        if s.phase == Phase::Running { s.env.oracle() } else { None }
+        if s.phase == Phase::Running {
+            s.env.oracle()
+        } else {
+            None
+        }
     }
 }
 

@@ -24,7 +24,7 @@ pub struct Canvas {
 
 impl Canvas {
     pub fn new(width: u32, height: u32, background: [u8; 3]) -> Self {
-        let rgb = background.iter().copied().cycle().take(width as usize * height as usize * 3).collect();
+        let rgb = background.repeat(width as usize * height as usize);
         Self { width, height, rgb }
     }
 
@@ -45,10 +45,18 @@ impl Canvas {
 
     pub fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, color: [u8; 3]) {
         let (x0, y0) = (x.max(0), y.max(0));
-        let (x1, y1) = ((x + w).min(self.width as i64), (y + h).min(self.height as i64));
-        for yy in y0..y1 {
-            for xx in x0..x1 {
-                self.set(xx, yy, color);
+        let (x1, y1) = (
+            (x + w).min(self.width as i64),
+            (y + h).min(self.height as i64),
+        );
+        if x0 >= x1 || y0 >= y1 {
+            return;
+        }
+        let row_len = self.width as usize * 3;
+        for yy in y0 as usize..y1 as usize {
+            let row = &mut self.rgb[yy * row_len + x0 as usize * 3..yy * row_len + x1 as usize * 3];
+            for px in row.chunks_exact_mut(3) {
+                px.copy_from_slice(&color);
             }
         }
     }
@@ -57,13 +65,18 @@ impl Canvas {
     pub fn fill_circle(&mut self, cx: f64, cy: f64, r: f64, color: [u8; 3]) {
         let (x0, x1) = ((cx - r).floor() as i64, (cx + r).ceil() as i64);
         let (y0, y1) = ((cy - r).floor() as i64, (cy + r).ceil() as i64);
+        // One horizontal span per row instead of a test per pixel.
         for y in y0..=y1 {
-            for x in x0..=x1 {
-                let (dx, dy) = (x as f64 + 0.5 - cx, y as f64 + 0.5 - cy);
-                if dx * dx + dy * dy <= r * r {
-                    self.set(x, y, color);
-                }
+            let dy = y as f64 + 0.5 - cy;
+            let half = (r * r - dy * dy).max(0.0).sqrt();
+            if half == 0.0 {
+                continue;
             }
+            let (sx, ex) = (
+                (cx - half - 0.5).ceil() as i64,
+                (cx + half - 0.5).floor() as i64,
+            );
+            self.fill_rect(sx.max(x0), y, ex.min(x1) - sx.max(x0) + 1, 1, color);
         }
     }
 
@@ -76,7 +89,11 @@ impl Canvas {
     }
 
     pub fn into_image(self) -> Image {
-        Image { width: self.width, height: self.height, rgb: self.rgb }
+        Image {
+            width: self.width,
+            height: self.height,
+            rgb: self.rgb,
+        }
     }
 }
 
@@ -86,7 +103,10 @@ mod tests {
 
     #[test]
     fn grid_and_canvas() {
-        assert_eq!(grid_text(2, 2, |x, y| if x == y { 'P' } else { '_' }), "P_\n_P");
+        assert_eq!(
+            grid_text(2, 2, |x, y| if x == y { 'P' } else { '_' }),
+            "P_\n_P"
+        );
         let mut c = Canvas::new(4, 3, [1, 2, 3]);
         c.fill_rect(-5, -5, 6, 6, [9, 9, 9]);
         c.fill_circle(100.0, 100.0, 5.0, [0, 0, 0]);

@@ -18,7 +18,10 @@ pub struct Observation {
 impl Observation {
     /// A text-only observation.
     pub fn text(text: impl Into<String>) -> Self {
-        Self { text: text.into(), images: Vec::new() }
+        Self {
+            text: text.into(),
+            images: Vec::new(),
+        }
     }
 
     /// Appends an image and its `<image>` marker to the text, keeping them aligned.

@@ -21,11 +21,29 @@ impl Env for Hostile {
     type Config = Config;
 
     fn new(config: Config) -> Result<Self, EnvError> {
-        let known = ["", "healthy", "loop", "alloc", "panic", "open-file", "wrong-image", "nan-reward", "chatty", "random"];
+        let known = [
+            "",
+            "healthy",
+            "loop",
+            "alloc",
+            "panic",
+            "open-file",
+            "wrong-image",
+            "nan-reward",
+            "chatty",
+            "random",
+        ];
         if !known.contains(&config.mode.as_str()) {
-            return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
+            return Err(EnvError::BadConfig(format!(
+                "unknown mode {:?}",
+                config.mode
+            )));
         }
-        Ok(Self { mode: config.mode, steps: 0, seed: 0 })
+        Ok(Self {
+            mode: config.mode,
+            steps: 0,
+            seed: 0,
+        })
     }
 
     fn manifest() -> Manifest {
@@ -45,7 +63,10 @@ impl Env for Hostile {
 
     fn step(&mut self, _answer: &str) -> Step {
         self.steps += 1;
-        let mut step = Step { valid_actions: 1, ..Step::default() };
+        let mut step = Step {
+            valid_actions: 1,
+            ..Step::default()
+        };
         step.observation = Observation::text(format!("step {}", self.steps));
         match self.mode.as_str() {
             "loop" => {
@@ -71,10 +92,15 @@ impl Env for Hostile {
                     Err(e) => format!("list failed: {e}"),
                 };
                 let env = std::env::vars().count();
-                step.observation = Observation::text(format!("{outcome}; {listing}; {env} env vars"));
+                step.observation =
+                    Observation::text(format!("{outcome}; {listing}; {env} env vars"));
             }
             "wrong-image" => {
-                step.observation.images.push(Image { width: 4, height: 4, rgb: vec![0; 48] });
+                step.observation.images.push(Image {
+                    width: 4,
+                    height: 4,
+                    rgb: vec![0; 48],
+                });
             }
             "nan-reward" => step.reward = f64::NAN,
             "chatty" => {
@@ -94,7 +120,13 @@ impl Env for Hostile {
         }
         step.done = self.steps >= 3;
         step.success = step.done;
-        step.reward = if step.reward.is_nan() { step.reward } else if step.done { 1.0 } else { 0.0 };
+        step.reward = if step.reward.is_nan() {
+            step.reward
+        } else if step.done {
+            1.0
+        } else {
+            0.0
+        };
         step
     }
 
