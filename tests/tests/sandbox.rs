@@ -182,3 +182,19 @@ fn step_before_reset_and_after_done_are_errors_not_crashes() {
     env.reset(1)
         .expect("a finished episode can be followed by another");
 }
+
+#[test]
+fn sleeping_takes_virtual_time_not_host_time() {
+    // A real one-hour sleep would hold the host thread where no deadline reaches it.
+    let (plugin, _cache) = load("hostile", limits());
+    let mut env = plugin.create(r#"{"mode": "sleep"}"#).unwrap();
+    env.reset(0).unwrap();
+    let started = Instant::now();
+    let text = env.step("go").unwrap().observation.text;
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "slept on the host for {:?}",
+        started.elapsed()
+    );
+    assert_eq!(text, "slept 3600 s", "the guest's clock moved by the sleep");
+}

@@ -8,7 +8,7 @@ use std::time::Duration;
 pub struct Limits {
     /// Wall-clock budget of one call into a plugin (`reset`, `step`, `oracle`, ...), in
     /// milliseconds. Enforced by epoch interruption: the call ends as a timeout error
-    /// within one tick (10 ms) of the budget.
+    /// at most two ticks (20 ms) after the budget, never before it.
     pub call_timeout_ms: u64,
     /// Budget for bringing up an instance (instantiation plus `create`), in milliseconds.
     /// Interpreted guests (Python, JavaScript) initialise far more slowly than compiled ones.

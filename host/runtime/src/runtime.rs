@@ -10,7 +10,7 @@ use wasmtime::component::Linker;
 use wasmtime::{Config, Engine};
 
 /// How often the engine's epoch advances; deadlines are whole ticks, so a call overruns
-/// its budget by at most one tick.
+/// its budget by at most two ticks (see `arm`).
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(10);
 
 /// Loads plugins. Cheap to clone; all clones share the engine and cache.
@@ -43,6 +43,7 @@ impl Runtime {
         // Rust std guests import wasi:cli and wasi:io even when unused; the context behind
         // these functions grants nothing (see sandbox.rs).
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
+            .and_then(|()| crate::sandbox::add_virtual_timers(&mut linker))
             .map_err(|e| internal(format!("linking WASI: {e}")))?;
         spawn_ticker(&engine);
         let cache = cache_dir.map(|dir| CodeCache::new(dir, &engine));

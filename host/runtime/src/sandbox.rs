@@ -10,16 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use wasmtime::component::ResourceTable;
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime::{ResourceLimiter, Result as WtResult};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError};
+use wasmtime_wasi::p2::{DynPollable, OutputStream, Pollable, StreamError, subscribe};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 /// Per-instance store data.
 pub(crate) struct Sandbox {
     wasi: WasiCtx,
     table: ResourceTable,
+    clock: VirtualClock,
     pub(crate) memory: MemoryCap,
 }
 
@@ -62,6 +64,7 @@ impl Sandbox {
         let sandbox = Sandbox {
             wasi,
             table: ResourceTable::new(),
+            clock: clock.clone(),
             memory: MemoryCap::new(memory_cap),
         };
         (
@@ -136,6 +139,56 @@ impl VirtualClock {
     fn tick(&self) -> u64 {
         self.0.fetch_add(CLOCK_STEP_NS, Ordering::Relaxed) + CLOCK_STEP_NS
     }
+
+    /// Moves time forward to `when` (monotonic nanoseconds) if it lies ahead.
+    fn advance_to(&self, when: u64) {
+        self.0.fetch_max(when, Ordering::Relaxed);
+    }
+
+    fn advance_by(&self, nanos: u64) {
+        let now = self.0.load(Ordering::Relaxed);
+        self.advance_to(now.saturating_add(nanos));
+    }
+}
+
+/// Replaces WASI's timers: a real sleep would block the host thread where no epoch
+/// deadline can reach it (a guest's one-hour `sleep` held a test for an hour). Here every
+/// timer is ready at once and virtual time jumps to its deadline, so sleeping guests stay
+/// deterministic and a sleep loop is still ended by the call's deadline.
+pub(crate) fn add_virtual_timers(linker: &mut Linker<Sandbox>) -> WtResult<()> {
+    linker.allow_shadowing(true);
+    let mut clocks = linker.instance(MONOTONIC_CLOCK)?;
+    clocks.func_wrap(
+        "subscribe-duration",
+        |mut store: StoreContextMut<'_, Sandbox>, (nanos,): (u64,)| {
+            store.data().clock.advance_by(nanos);
+            Ok((ready_pollable(&mut store.data_mut().table)?,))
+        },
+    )?;
+    clocks.func_wrap(
+        "subscribe-instant",
+        |mut store: StoreContextMut<'_, Sandbox>, (when,): (u64,)| {
+            store.data().clock.advance_to(when);
+            Ok((ready_pollable(&mut store.data_mut().table)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// The WASI clocks version wasmtime-wasi 48 implements; guests importing any 0.2.x match it.
+const MONOTONIC_CLOCK: &str = "wasi:clocks/monotonic-clock@0.2.12";
+
+struct Ready;
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for Ready {
+    async fn ready(&mut self) {}
+}
+
+fn ready_pollable(table: &mut ResourceTable) -> WtResult<Resource<DynPollable>> {
+    let ready = table.push(Ready)?;
+    subscribe(table, ready)
 }
 
 impl HostWallClock for VirtualClock {

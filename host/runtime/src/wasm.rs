@@ -225,7 +225,9 @@ fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
 
 /// Sets the wall-clock deadline (and fuel) for the next call into the store.
 fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
-    let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()).max(1) as u64;
+    // The epoch may advance right after this call, so one extra tick keeps the deadline
+    // from firing early; it then fires within two ticks after the budget.
+    let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
     store.set_epoch_deadline(ticks);
     store.epoch_deadline_trap();
     if let Some(fuel) = fuel {

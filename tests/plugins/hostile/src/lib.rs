@@ -7,7 +7,7 @@ use vagen_sdk::{Env, EnvError, Image, Manifest, Observation, Step, export_env};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random
+    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep
     pub mode: String,
 }
 
@@ -32,6 +32,7 @@ impl Env for Hostile {
             "nan-reward",
             "chatty",
             "random",
+            "sleep",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!(
@@ -103,6 +104,12 @@ impl Env for Hostile {
                 });
             }
             "nan-reward" => step.reward = f64::NAN,
+            "sleep" => {
+                let start = std::time::Instant::now();
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                step.observation =
+                    Observation::text(format!("slept {} s", start.elapsed().as_secs()));
+            }
             "chatty" => {
                 for i in 0..100_000 {
                     println!("line {i} of chatter that nobody asked for");
