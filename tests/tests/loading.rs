@@ -60,6 +60,21 @@ fn a_component_of_another_world_is_not_a_plugin() {
 }
 
 #[test]
+fn another_wit_version_is_named_with_both_versions() {
+    let (rt, _dir) = runtime(Limits::default());
+    let e = rt
+        .load(plugin_path("future-wit"))
+        .err()
+        .expect("vagen:env@9.0.0 is not ours");
+    assert!(matches!(e, Error::WrongWitVersion { .. }), "{e}");
+    let s = one_line(&e);
+    assert!(
+        s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0"),
+        "{s}"
+    );
+}
+
+#[test]
 fn garbage_after_a_valid_header_is_a_compile_error() {
     let mut bytes = std::fs::read(plugin_path("frozenlake")).unwrap();
     bytes.truncate(bytes.len() / 2);

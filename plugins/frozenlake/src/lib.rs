@@ -111,6 +111,12 @@ impl Env for FrozenLake {
         } else {
             format!("Executed actions: {}.", executed.join(", "))
         };
+        let blocked = step.valid_actions - step.effective_actions;
+        if blocked > 0 {
+            feedback.push_str(&format!(
+                " {blocked} of them hit the edge of the lake and had no effect."
+            ));
+        }
         if let Some(bad) = parsed.invalid.first() {
             feedback.push_str(&format!(
                 " Invalid action {bad:?}: valid actions are {}.",

@@ -85,6 +85,11 @@ fn edge_moves_are_valid_but_not_effective() {
     e.map.tiles[0] = Tile::Frozen;
     let s = e.step("Left, Up");
     assert_eq!((s.valid_actions, s.effective_actions), (2, 0));
+    assert!(
+        s.observation.text.contains("2 of them hit the edge"),
+        "{}",
+        s.observation.text
+    );
     let s = e.step("Fly, Left");
     assert_eq!(
         s.valid_actions, 0,
