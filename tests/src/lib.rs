@@ -2,13 +2,11 @@
 //! private cache folder.
 
 use std::path::{Path, PathBuf};
-use vagen_runtime::{Limits, Runtime, WasmPlugin};
+use std::sync::Arc;
+use vagen_runtime::{Limits, Plugin, Runtime};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("tests/ is inside the workspace")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }
 
 /// `NAME.wasm` from `target/plugins`, `target/examples` or `target/test-plugins`.
@@ -29,10 +27,8 @@ pub fn runtime(limits: Limits) -> (Runtime, tempfile::TempDir) {
     (rt, dir)
 }
 
-pub fn load(name: &str, limits: Limits) -> (WasmPlugin, tempfile::TempDir) {
+pub fn load(name: &str, limits: Limits) -> (Arc<dyn Plugin>, tempfile::TempDir) {
     let (rt, dir) = runtime(limits);
-    let plugin = rt
-        .load(plugin_path(name))
-        .unwrap_or_else(|e| panic!("loading {name}: {e}"));
+    let plugin = rt.load(plugin_path(name)).unwrap_or_else(|e| panic!("loading {name}: {e}"));
     (plugin, dir)
 }

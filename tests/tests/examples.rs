@@ -1,6 +1,6 @@
 //! The examples in `examples/` do what their docs say.
 
-use vagen_runtime::{Limits, Plugin};
+use vagen_runtime::Limits;
 use vagen_tests::load;
 
 #[test]

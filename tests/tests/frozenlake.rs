@@ -1,14 +1,10 @@
 //! FrozenLake as a `.wasm` plugin: the oracle always wins on non-slippery ice, a random
 //! policy does clearly worse.
 
-use vagen_runtime::{Environment, Limits, Plugin};
+use vagen_runtime::{Environment, Limits};
 use vagen_tests::load;
 
-fn play(
-    env: &mut dyn Environment,
-    seed: u64,
-    mut answer: impl FnMut(&mut dyn Environment) -> String,
-) -> bool {
+fn play(env: &mut dyn Environment, seed: u64, mut answer: impl FnMut(&mut dyn Environment) -> String) -> bool {
     env.reset(seed).unwrap();
     for _ in 0..env.manifest().default_max_turns {
         let a = answer(env);
@@ -24,9 +20,7 @@ fn play(
 fn oracle_solves_200_seeds_and_random_does_clearly_worse() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     let mut env = plugin.create("").unwrap();
-    let oracle_wins = (0..200)
-        .filter(|&s| play(env.as_mut(), s, |e| e.oracle().unwrap().unwrap()))
-        .count();
+    let oracle_wins = (0..200).filter(|&s| play(env.as_mut(), s, |e| e.oracle().unwrap().unwrap())).count();
     assert_eq!(oracle_wins, 200);
 
     let names = ["Left", "Down", "Right", "Up"];
@@ -50,8 +44,5 @@ fn describe_state_and_system_prompt_come_through() {
     env.reset(3).unwrap();
     assert!(env.describe_state().unwrap().starts_with("The goal is "));
     let prompt = env.system_prompt().unwrap();
-    assert!(
-        prompt.contains("slippery") && prompt.contains("separated by \"||\""),
-        "{prompt}"
-    );
+    assert!(prompt.contains("slippery") && prompt.contains("separated by \"||\""), "{prompt}");
 }

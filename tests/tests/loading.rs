@@ -1,7 +1,7 @@
 //! Files that are not vagen plugins, and configs that are wrong, get one-line errors
 //! that name the problem.
 
-use vagen_runtime::{Error, Limits, Plugin};
+use vagen_runtime::{Error, Limits};
 use vagen_tests::{load, plugin_path, runtime};
 
 fn load_err(bytes: &[u8], file: &str) -> Error {
@@ -24,10 +24,7 @@ fn one_line(e: &Error) -> String {
 fn a_non_wasm_file_is_named_as_such() {
     let e = load_err(b"#!/bin/sh\necho hello\n", "script.wasm");
     assert!(matches!(e, Error::NotWasm { .. }), "{e}");
-    assert!(
-        one_line(&e).contains("script.wasm is not a WebAssembly file (text starting with"),
-        "{e}"
-    );
+    assert!(one_line(&e).contains("script.wasm is not a WebAssembly file (text starting with"), "{e}");
     let e = load_err(b"\x7fELF\x02\x01\x01\0\0\0\0\0", "lib.so");
     assert!(one_line(&e).contains("an ELF native binary"), "{e}");
     let e = load_err(b"", "empty.wasm");
@@ -38,40 +35,25 @@ fn a_non_wasm_file_is_named_as_such() {
 fn a_core_module_is_not_a_component() {
     let e = load_err(b"\0asm\x01\0\0\0", "core.wasm");
     assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
-    assert!(
-        one_line(&e).contains("core WebAssembly module, not a component"),
-        "{e}"
-    );
+    assert!(one_line(&e).contains("core WebAssembly module, not a component"), "{e}");
 }
 
 #[test]
 fn a_component_of_another_world_is_not_a_plugin() {
     let (rt, _dir) = runtime(Limits::default());
-    let e = rt
-        .load(plugin_path("not-an-env"))
-        .err()
-        .expect("a command component is no env");
+    let e = rt.load(plugin_path("not-an-env")).err().expect("a command component is no env");
     assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
     let s = one_line(&e);
-    assert!(
-        s.contains("wasi:cli/run@") && s.contains("not vagen:env/env@0.1.0"),
-        "{s}"
-    );
+    assert!(s.contains("wasi:cli/run@") && s.contains("not vagen:env/env@0.1.0"), "{s}");
 }
 
 #[test]
 fn another_wit_version_is_named_with_both_versions() {
     let (rt, _dir) = runtime(Limits::default());
-    let e = rt
-        .load(plugin_path("future-wit"))
-        .err()
-        .expect("vagen:env@9.0.0 is not ours");
+    let e = rt.load(plugin_path("future-wit")).err().expect("vagen:env@9.0.0 is not ours");
     assert!(matches!(e, Error::WrongWitVersion { .. }), "{e}");
     let s = one_line(&e);
-    assert!(
-        s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0"),
-        "{s}"
-    );
+    assert!(s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0"), "{s}");
 }
 
 #[test]
@@ -93,16 +75,11 @@ fn bad_configs_are_rejected_with_the_reason() {
         (r#"{"size": 1}"#, "size must be in 2..=32"),
         (r#"{"preset": "nope"}"#, "unknown preset `nope`"),
     ] {
-        let e = plugin
-            .create(config)
-            .err()
-            .unwrap_or_else(|| panic!("{config} accepted"));
+        let e = plugin.create(config).err().unwrap_or_else(|| panic!("{config} accepted"));
         assert!(matches!(e, Error::BadConfig(_)), "{config}: {e}");
         assert!(one_line(&e).contains(needle), "{config}: {e}");
     }
-    plugin
-        .create(r#"{"preset": "ragen", "size": 5}"#)
-        .expect("preset plus an override");
+    plugin.create(r#"{"preset": "ragen", "size": 5}"#).expect("preset plus an override");
 }
 
 #[test]
@@ -123,10 +100,6 @@ fn the_manifest_describes_frozenlake() {
     assert_eq!(m.name, "frozenlake");
     assert_eq!(m.action_names, ["Left", "Down", "Right", "Up"]);
     assert!(m.has_oracle);
-    assert!(
-        m.default_config.contains("\"size\":4"),
-        "{}",
-        m.default_config
-    );
+    assert!(m.default_config.contains("\"size\":4"), "{}", m.default_config);
     assert_eq!(plugin.info().wit_version, "0.1.0");
 }

@@ -11,11 +11,7 @@ impl Env for Guess {
     }
     fn manifest() -> Manifest {
         let action_names = (1..=10).map(|n| n.to_string()).collect();
-        Manifest {
-            action_names,
-            default_max_turns: 4,
-            ..Manifest::default()
-        }
+        Manifest { action_names, default_max_turns: 4, ..Manifest::default() }
     }
     fn reset(&mut self, seed: u64) -> Observation {
         self.0 = 1 + Rng::new(seed).below(10) as u32;

@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use vagen_runtime::{Environment, Plugin, Runtime};
+use vagen_runtime::{Environment, Runtime};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -92,17 +92,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     );
     println!("load, compile      {:>10.2} ms", ms(cold));
     println!("load, from cache   {:>10.2} ms", ms(warm));
-    println!(
-        "instantiate+create {:>10.1} µs  (mean of {})",
-        us(instantiate),
-        a.instances
-    );
+    println!("instantiate+create {:>10.1} µs  (mean of {})", us(instantiate), a.instances);
     println!("reset              {}", stats(&mut resets));
     println!("step               {}", stats(&mut steps));
-    println!(
-        "describe-state     {:>10.2} µs  (mean of 2000; a light call: the boundary cost)",
-        us(describe)
-    );
+    println!("describe-state     {:>10.2} µs  (mean of 2000; a light call: the boundary cost)", us(describe));
     println!(
         "single instance    {:>10.0} steps/s over {} steps in {} episodes (resets included, policy excluded)",
         steps.len() as f64 / loop_time.as_secs_f64(),

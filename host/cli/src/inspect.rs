@@ -2,7 +2,6 @@ use crate::limits_arg::{limits_from, load};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
-use vagen_runtime::Plugin;
 
 #[derive(Args)]
 pub struct InspectArgs {
@@ -22,27 +21,13 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         return Ok(());
     }
     println!("plugin        {}", info.path.display());
-    println!(
-        "kind          {} (vagen:env@{})",
-        info.kind, info.wit_version
-    );
+    println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
     println!("size          {} bytes", info.size_bytes);
     println!("sha256        {}", info.sha256);
-    println!(
-        "imports       {}",
-        if info.imports.is_empty() {
-            "none".into()
-        } else {
-            info.imports.join(", ")
-        }
-    );
+    println!("imports       {}", if info.imports.is_empty() { "none".into() } else { info.imports.join(", ") });
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);
-    let modalities: Vec<_> = m
-        .modalities
-        .iter()
-        .map(|x| format!("{x:?}").to_lowercase())
-        .collect();
+    let modalities: Vec<_> = m.modalities.iter().map(|x| format!("{x:?}").to_lowercase()).collect();
     println!("modalities    {}", modalities.join(", "));
     if m.action_names.is_empty() {
         println!("actions       free-form");

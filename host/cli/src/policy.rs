@@ -28,10 +28,7 @@ impl Policy {
     pub fn new(kind: PolicyKind, m: &Manifest) -> Result<Self> {
         match kind {
             PolicyKind::Random if m.action_names.is_empty() => {
-                bail!(
-                    "the random policy needs discrete action names, and {} takes free-form answers",
-                    m.name
-                )
+                bail!("the random policy needs discrete action names, and {} takes free-form answers", m.name)
             }
             PolicyKind::Oracle if !m.has_oracle => bail!("{} has no oracle", m.name),
             _ => {}
@@ -49,20 +46,13 @@ impl Policy {
     }
 
     /// The next answer; `None` when a person ends input.
-    pub fn answer(
-        &self,
-        env: &mut dyn Environment,
-        rng: &mut ChaCha8Rng,
-    ) -> Result<Option<String>> {
+    pub fn answer(&self, env: &mut dyn Environment, rng: &mut ChaCha8Rng) -> Result<Option<String>> {
         match self.kind {
             PolicyKind::Random => {
                 // Modulo bias is irrelevant for a handful of actions.
                 let k = 1 + (rng.next_u64() % self.max_per_turn as u64) as usize;
-                let picks: Vec<&str> = (0..k)
-                    .map(|_| {
-                        self.names[(rng.next_u64() % self.names.len() as u64) as usize].as_str()
-                    })
-                    .collect();
+                let picks: Vec<&str> =
+                    (0..k).map(|_| self.names[(rng.next_u64() % self.names.len() as u64) as usize].as_str()).collect();
                 Ok(Some(picks.join(&self.joiner)))
             }
             PolicyKind::Oracle => match env.oracle()? {

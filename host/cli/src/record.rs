@@ -37,10 +37,7 @@ pub struct ImageSink {
 impl ImageSink {
     pub fn new(out: Option<&Path>, fallback: Option<PathBuf>) -> Self {
         let dir = out.map(|o| o.with_extension("images")).or(fallback);
-        let base = out
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
-            .unwrap_or_default();
+        let base = out.and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
         Self { dir, base }
     }
 
@@ -59,8 +56,7 @@ impl ImageSink {
                 let path = dir.join(format!("ep{episode:05}-t{turn:03}-{k}.png"));
                 let buf = image::RgbImage::from_raw(img.width, img.height, img.rgb.clone())
                     .context("image size does not match its bytes")?;
-                buf.save(&path)
-                    .with_context(|| format!("writing {}", path.display()))?;
+                buf.save(&path).with_context(|| format!("writing {}", path.display()))?;
                 let shown = path.strip_prefix(&self.base).unwrap_or(&path);
                 Ok(shown.display().to_string())
             })
@@ -70,16 +66,13 @@ impl ImageSink {
 
 pub fn write_jsonl(path: &Path, rows: impl Iterator<Item = TurnRecord>) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    let file =
-        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut w = std::io::BufWriter::new(file);
     for row in rows {
         serde_json::to_writer(&mut w, &row)?;
         w.write_all(b"\n")?;
     }
-    w.flush()
-        .with_context(|| format!("writing {}", path.display()))
+    w.flush().with_context(|| format!("writing {}", path.display()))
 }

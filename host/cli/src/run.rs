@@ -10,7 +10,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::path::PathBuf;
 use std::time::Instant;
-use vagen_runtime::{EnvPool, Environment, Plugin};
+use vagen_runtime::{EnvPool, Environment};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -61,13 +61,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     let policy = Policy::new(a.policy, &manifest)?;
     let max_turns = a.max_turns.unwrap_or(manifest.default_max_turns);
     let human = policy.kind() == PolicyKind::Human;
-    let workers = if human {
-        1
-    } else {
-        a.parallel
-            .unwrap_or_else(rayon::current_num_threads)
-            .clamp(1, a.episodes.max(1))
-    };
+    let workers =
+        if human { 1 } else { a.parallel.unwrap_or_else(rayon::current_num_threads).clamp(1, a.episodes.max(1)) };
     let envs = (0..workers)
         .map(|_| plugin.create(&a.env_config))
         .collect::<Result<Vec<_>, _>>()
@@ -79,28 +74,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         println!("{}\n", pool.get_mut(0).system_prompt()?);
     }
 
-    let bar = if human || a.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(a.episodes as u64)
-    };
-    bar.set_style(ProgressStyle::with_template(
-        "{bar:40} {pos}/{len} episodes {per_sec} [{elapsed}<{eta}]",
-    )?);
+    let bar = if human || a.json { ProgressBar::hidden() } else { ProgressBar::new(a.episodes as u64) };
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {per_sec} [{elapsed}<{eta}]")?);
     let started = Instant::now();
     let per_worker = pool.for_each(|w, env| {
         (w..a.episodes)
             .step_by(workers)
             .map(|i| {
-                let ep = episode(
-                    env,
-                    &policy,
-                    &sink,
-                    i,
-                    a.seed.wrapping_add(i as u64),
-                    max_turns,
-                    human,
-                );
+                let ep = episode(env, &policy, &sink, i, a.seed.wrapping_add(i as u64), max_turns, human);
                 bar.inc(1);
                 ep
             })
@@ -112,11 +93,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut episodes: Vec<Episode> = per_worker.into_iter().flatten().collect();
     episodes.sort_by_key(|e| e.index);
     let summary = Summary::of(&episodes, wall);
-    for e in episodes
-        .iter()
-        .filter_map(|e| e.error.as_ref().map(|m| (e.index, m)))
-        .take(5)
-    {
+    for e in episodes.iter().filter_map(|e| e.error.as_ref().map(|m| (e.index, m))).take(5) {
         eprintln!("episode {} failed: {}", e.0, e.1);
     }
     if let Some(out) = &a.out {
@@ -139,15 +116,7 @@ fn episode(
     max_turns: u32,
     human: bool,
 ) -> Episode {
-    let mut ep = Episode {
-        index,
-        success: false,
-        reward: 0.0,
-        turns: 0,
-        steps: 0,
-        error: None,
-        rows: Vec::new(),
-    };
+    let mut ep = Episode { index, success: false, reward: 0.0, turns: 0, steps: 0, error: None, rows: Vec::new() };
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE);
     let result = (|| -> Result<()> {
         let obs = env.reset(seed)?;
@@ -166,19 +135,9 @@ fn episode(
             ep.reward += step.reward;
             let images = sink.save(index, turn, &step.observation.images)?;
             if human {
-                show(
-                    &format!("reward {:+}\n{}", step.reward, step.observation.text),
-                    &images,
-                );
+                show(&format!("reward {:+}\n{}", step.reward, step.observation.text), &images);
             }
-            let mut r = row(
-                index,
-                seed,
-                turn,
-                Some(answer),
-                step.observation.text,
-                images,
-            );
+            let mut r = row(index, seed, turn, Some(answer), step.observation.text, images);
             (r.reward, r.done, r.success) = (step.reward, step.done, step.success);
             (r.valid_actions, r.effective_actions, r.metrics) =
                 (step.valid_actions, step.effective_actions, step.metrics);
@@ -255,20 +214,13 @@ impl Summary {
             mean_reward: eps.iter().map(|e| e.reward).sum::<f64>() / n,
             mean_turns: eps.iter().map(|e| e.turns as f64).sum::<f64>() / n,
             env_steps,
-            env_steps_per_sec: if wall > 0.0 {
-                env_steps as f64 / wall
-            } else {
-                0.0
-            },
+            env_steps_per_sec: if wall > 0.0 { env_steps as f64 / wall } else { 0.0 },
             wall_seconds: wall,
         }
     }
 
     fn print(&self, name: &str, out: Option<&PathBuf>) {
-        println!(
-            "{name}: {} episodes ({} failed)",
-            self.episodes, self.failed_episodes
-        );
+        println!("{name}: {} episodes ({} failed)", self.episodes, self.failed_episodes);
         println!("  success rate    {:.3}", self.success_rate);
         println!("  mean reward     {:.3}", self.mean_reward);
         println!("  mean turns      {:.2}", self.mean_turns);

@@ -4,20 +4,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
 }
 
 fn plugin(dir: &str, name: &str) -> PathBuf {
     let p = root().join("target").join(dir).join(format!("{name}.wasm"));
-    assert!(
-        p.is_file(),
-        "{} is not built: run `cargo xtask plugins` first",
-        p.display()
-    );
+    assert!(p.is_file(), "{} is not built: run `cargo xtask plugins` first", p.display());
     p
 }
 
@@ -68,16 +60,9 @@ fn run_reports_a_json_summary_and_writes_turns_and_images() {
     assert_eq!(s["mean_reward"], 10.0);
     assert!(s["env_steps_per_sec"].as_f64().unwrap() > 0.0);
 
-    let rows: Vec<serde_json::Value> = std::fs::read_to_string(&out)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(
-        rows.iter().filter(|r| r["turn"] == 0).count(),
-        20,
-        "one reset row per episode"
-    );
+    let rows: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.iter().filter(|r| r["turn"] == 0).count(), 20, "one reset row per episode");
     assert_eq!(rows[0]["seed"], 100);
     for r in &rows {
         let images = r["images"].as_array().unwrap();
@@ -86,11 +71,7 @@ fn run_reports_a_json_summary_and_writes_turns_and_images() {
         let img = image_size(&png);
         assert_eq!(img, (64, 64), "{}", png.display());
     }
-    assert!(
-        rows.iter()
-            .filter(|r| r["done"] == true)
-            .all(|r| r["success"] == true)
-    );
+    assert!(rows.iter().filter(|r| r["done"] == true).all(|r| r["success"] == true));
 }
 
 /// Width and height from a PNG's IHDR chunk.
@@ -104,13 +85,7 @@ fn image_size(png: &Path) -> (u32, u32) {
 #[test]
 fn no_subcommand_means_run_and_random_is_worse_than_oracle() {
     let fl = plugin("plugins", "frozenlake");
-    let o = host(&[
-        "--plugin",
-        fl.to_str().unwrap(),
-        "--episodes",
-        "200",
-        "--json",
-    ]);
+    let o = host(&["--plugin", fl.to_str().unwrap(), "--episodes", "200", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = last_json(&o);
     assert_eq!(s["episodes"], 200);
@@ -168,38 +143,11 @@ fn errors_are_one_line_and_name_the_problem() {
     let text_file = dir.path().join("notes.wasm");
     std::fs::write(&text_file, "hello world").unwrap();
     for (args, needle) in [
-        (
-            vec!["run", "--plugin", text_file.to_str().unwrap()],
-            "is not a WebAssembly file",
-        ),
-        (
-            vec!["run", "--plugin", other.to_str().unwrap()],
-            "is not a vagen plugin",
-        ),
-        (
-            vec![
-                "run",
-                "--plugin",
-                fl.to_str().unwrap(),
-                "--env-config",
-                "{oops",
-            ],
-            "bad config: not valid JSON",
-        ),
-        (
-            vec!["run", "--plugin", "/no/such/file.wasm"],
-            "cannot read /no/such/file.wasm",
-        ),
-        (
-            vec![
-                "run",
-                "--plugin",
-                fl.to_str().unwrap(),
-                "--limit",
-                "memroy_mib=5",
-            ],
-            "no such limit",
-        ),
+        (vec!["run", "--plugin", text_file.to_str().unwrap()], "is not a WebAssembly file"),
+        (vec!["run", "--plugin", other.to_str().unwrap()], "is not a vagen plugin"),
+        (vec!["run", "--plugin", fl.to_str().unwrap(), "--env-config", "{oops"], "bad config: not valid JSON"),
+        (vec!["run", "--plugin", "/no/such/file.wasm"], "cannot read /no/such/file.wasm"),
+        (vec!["run", "--plugin", fl.to_str().unwrap(), "--limit", "memroy_mib=5"], "no such limit"),
     ] {
         let o = host(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");
@@ -226,9 +174,6 @@ fn a_crashing_env_fails_its_episodes_and_the_run_goes_on() {
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s = last_json(&o);
-    assert_eq!(
-        (s["episodes"].as_u64(), s["failed_episodes"].as_u64()),
-        (Some(3), Some(3))
-    );
+    assert_eq!((s["episodes"].as_u64(), s["failed_episodes"].as_u64()), (Some(3), Some(3)));
     assert!(String::from_utf8_lossy(&o.stderr).contains("panics on purpose"));
 }

@@ -49,9 +49,7 @@ impl CodeCache {
         let result = (|| -> std::io::Result<()> {
             let bytes = component.serialize().map_err(std::io::Error::other)?;
             std::fs::create_dir_all(&self.dir)?;
-            let tmp = self
-                .dir
-                .join(format!(".{sha256}.{}.tmp", std::process::id()));
+            let tmp = self.dir.join(format!(".{sha256}.{}.tmp", std::process::id()));
             std::fs::write(&tmp, bytes)?;
             std::fs::rename(&tmp, self.entry(sha256))
         })();

@@ -6,10 +6,7 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     #[error("{path} is not a WebAssembly file ({what})")]
     NotWasm { path: PathBuf, what: String },
@@ -18,11 +15,12 @@ pub enum Error {
     NotAPlugin { path: PathBuf, reason: String },
 
     #[error("{path} speaks vagen:env@{found}, but this host supports vagen:env@{supported}")]
-    WrongWitVersion {
-        path: PathBuf,
-        found: String,
-        supported: String,
-    },
+    WrongWitVersion { path: PathBuf, found: String, supported: String },
+
+    #[error(
+        "{path} is a native plugin for ABI version {found}, but this host supports version {supported}: rebuild it against this vagen-sdk"
+    )]
+    WrongAbiVersion { path: PathBuf, found: u32, supported: u32 },
 
     #[error(
         "{path} needs an import this host does not provide (plugins get no filesystem, network or other host APIs): {detail}"
@@ -45,21 +43,13 @@ pub enum Error {
     Timeout { call: &'static str, limit: Duration },
 
     #[error("{call} ran out of memory: it asked for {requested_mib} MiB, the cap is {cap_mib} MiB")]
-    OutOfMemory {
-        call: &'static str,
-        requested_mib: u64,
-        cap_mib: u64,
-    },
+    OutOfMemory { call: &'static str, requested_mib: u64, cap_mib: u64 },
 
     #[error("{call} ran out of fuel (budget {fuel} units)")]
     OutOfFuel { call: &'static str, fuel: u64 },
 
     #[error("{call} trapped: {message}{}", stderr_suffix(.stderr))]
-    Trap {
-        call: &'static str,
-        message: String,
-        stderr: String,
-    },
+    Trap { call: &'static str, message: String, stderr: String },
 
     #[error("{call} returned malformed data: {detail}")]
     Malformed { call: &'static str, detail: String },
@@ -67,11 +57,7 @@ pub enum Error {
 
 fn stderr_suffix(stderr: &str) -> String {
     let tail = stderr.trim();
-    if tail.is_empty() {
-        String::new()
-    } else {
-        format!(" (plugin stderr: {tail})")
-    }
+    if tail.is_empty() { String::new() } else { format!(" (plugin stderr: {tail})") }
 }
 
 impl Error {
@@ -95,6 +81,7 @@ impl Error {
             Error::NotWasm { .. } => "not-wasm",
             Error::NotAPlugin { .. } => "not-a-plugin",
             Error::WrongWitVersion { .. } => "wrong-wit-version",
+            Error::WrongAbiVersion { .. } => "wrong-abi-version",
             Error::UnsupportedImport { .. } => "unsupported-import",
             Error::Compile { .. } => "compile",
             Error::BadConfig(_) => "bad-config",

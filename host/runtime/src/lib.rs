@@ -2,14 +2,17 @@
 //!
 //! The rest of the host sees one [`Environment`] trait. A [`Runtime`] owns the shared
 //! wasmtime engine, the compiled-code cache and the sandbox [`Limits`];
-//! [`Runtime::load`] turns a `.wasm` component into a [`WasmPlugin`], which creates any
-//! number of instances. [`EnvPool`] steps many instances in parallel.
+//! [`Runtime::load`] turns a `.wasm` component ([`WasmPlugin`]) or a native `.so`
+//! ([`NativePlugin`]) into a [`Plugin`], which creates any number of instances.
+//! [`EnvPool`] steps many instances in parallel.
 
 mod bindings;
 mod cache;
+mod checks;
 mod environment;
 mod error;
 mod limits;
+mod native;
 mod pool;
 mod runtime;
 mod sandbox;
@@ -19,6 +22,7 @@ mod wasm;
 pub use environment::{Environment, Plugin};
 pub use error::Error;
 pub use limits::Limits;
+pub use native::{NativeEnv, NativePlugin};
 pub use pool::EnvPool;
 pub use runtime::Runtime;
 pub use types::{Image, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};

@@ -60,7 +60,6 @@ impl Limits {
     }
 
     pub fn fuel_per_call(&self) -> Option<u64> {
-        self.fuel_millions_per_call
-            .map(|m| m.saturating_mul(1_000_000))
+        self.fuel_millions_per_call.map(|m| m.saturating_mul(1_000_000))
     }
 }

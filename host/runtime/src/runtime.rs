@@ -2,7 +2,7 @@
 
 use crate::cache::{CodeCache, default_cache_dir};
 use crate::sandbox::Sandbox;
-use crate::{Error, Limits, WasmPlugin};
+use crate::{Error, Limits, NativePlugin, Plugin, WasmPlugin};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,8 +37,7 @@ impl Runtime {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(limits.fuel_millions_per_call.is_some());
-        let engine =
-            Engine::new(&config).map_err(|e| internal(format!("creating the engine: {e}")))?;
+        let engine = Engine::new(&config).map_err(|e| internal(format!("creating the engine: {e}")))?;
         let mut linker = Linker::new(&engine);
         // Rust std guests import wasi:cli and wasi:io even when unused; the context behind
         // these functions grants nothing (see sandbox.rs).
@@ -47,31 +46,39 @@ impl Runtime {
             .map_err(|e| internal(format!("linking WASI: {e}")))?;
         spawn_ticker(&engine);
         let cache = cache_dir.map(|dir| CodeCache::new(dir, &engine));
-        Ok(Self {
-            inner: Arc::new(Inner {
-                engine,
-                linker,
-                cache,
-                limits,
-            }),
-        })
+        Ok(Self { inner: Arc::new(Inner { engine, linker, cache, limits }) })
     }
 
     pub fn limits(&self) -> &Limits {
         &self.inner.limits
     }
 
+    /// Loads a plugin: a native shared library (ELF) as a [`NativePlugin`], anything else
+    /// as a `.wasm` component implementing the `vagen:env` environment world.
+    pub fn load(&self, path: impl AsRef<Path>) -> Result<Arc<dyn Plugin>, Error> {
+        let path = path.as_ref();
+        if is_elf(path)? {
+            Ok(Arc::new(NativePlugin::load(path, self.inner.limits.clone())?))
+        } else {
+            Ok(Arc::new(self.load_wasm(path)?))
+        }
+    }
+
     /// Loads a `.wasm` component that implements the `vagen:env` environment world.
-    pub fn load(&self, path: impl AsRef<Path>) -> Result<WasmPlugin, Error> {
+    pub fn load_wasm(&self, path: impl AsRef<Path>) -> Result<WasmPlugin, Error> {
         WasmPlugin::load(self.clone(), path.as_ref())
     }
 }
 
+fn is_elf(path: &Path) -> Result<bool, Error> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut file = std::fs::File::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
+    Ok(file.read_exact(&mut magic).is_ok() && &magic == b"\x7fELF")
+}
+
 fn internal(message: String) -> Error {
-    Error::Failed {
-        call: "runtime",
-        message,
-    }
+    Error::Failed { call: "runtime", message }
 }
 
 /// Advances the epoch until the engine is dropped.

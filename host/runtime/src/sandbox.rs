@@ -61,29 +61,15 @@ impl Sandbox {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let sandbox = Sandbox {
-            wasi,
-            table: ResourceTable::new(),
-            clock: clock.clone(),
-            memory: MemoryCap::new(memory_cap),
-        };
-        (
-            sandbox,
-            Determinism {
-                random,
-                clock,
-                stderr,
-            },
-        )
+        let sandbox =
+            Sandbox { wasi, table: ResourceTable::new(), clock: clock.clone(), memory: MemoryCap::new(memory_cap) };
+        (sandbox, Determinism { random, clock, stderr })
     }
 }
 
 impl WasiView for Sandbox {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -104,22 +90,13 @@ impl SeededRandom {
 impl TryRng for SeededRandom {
     type Error = Infallible;
     fn try_next_u32(&mut self) -> Result<u32, Infallible> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_next_u32()
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u32()
     }
     fn try_next_u64(&mut self) -> Result<u64, Infallible> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_next_u64()
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_next_u64()
     }
     fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Infallible> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_fill_bytes(dst)
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).try_fill_bytes(dst)
     }
 }
 
@@ -158,20 +135,14 @@ impl VirtualClock {
 pub(crate) fn add_virtual_timers(linker: &mut Linker<Sandbox>) -> WtResult<()> {
     linker.allow_shadowing(true);
     let mut clocks = linker.instance(MONOTONIC_CLOCK)?;
-    clocks.func_wrap(
-        "subscribe-duration",
-        |mut store: StoreContextMut<'_, Sandbox>, (nanos,): (u64,)| {
-            store.data().clock.advance_by(nanos);
-            Ok((ready_pollable(&mut store.data_mut().table)?,))
-        },
-    )?;
-    clocks.func_wrap(
-        "subscribe-instant",
-        |mut store: StoreContextMut<'_, Sandbox>, (when,): (u64,)| {
-            store.data().clock.advance_to(when);
-            Ok((ready_pollable(&mut store.data_mut().table)?,))
-        },
-    )?;
+    clocks.func_wrap("subscribe-duration", |mut store: StoreContextMut<'_, Sandbox>, (nanos,): (u64,)| {
+        store.data().clock.advance_by(nanos);
+        Ok((ready_pollable(&mut store.data_mut().table)?,))
+    })?;
+    clocks.func_wrap("subscribe-instant", |mut store: StoreContextMut<'_, Sandbox>, (when,): (u64,)| {
+        store.data().clock.advance_to(when);
+        Ok((ready_pollable(&mut store.data_mut().table)?,))
+    })?;
     linker.allow_shadowing(false);
     Ok(())
 }
@@ -219,10 +190,7 @@ pub(crate) struct Capture {
 
 impl Capture {
     fn new(cap: usize) -> Self {
-        Self {
-            buf: Arc::new(Mutex::new(Vec::new())),
-            cap,
-        }
+        Self { buf: Arc::new(Mutex::new(Vec::new())), cap }
     }
 
     fn push(&self, bytes: &[u8]) {
@@ -258,11 +226,7 @@ impl Pollable for Capture {
 }
 
 impl tokio::io::AsyncWrite for Capture {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         self.push(buf);
         Poll::Ready(Ok(buf.len()))
     }
@@ -299,11 +263,7 @@ pub(crate) struct MemoryCap {
 
 impl MemoryCap {
     fn new(cap: usize) -> Self {
-        Self {
-            cap,
-            used: 0,
-            refused: None,
-        }
+        Self { cap, used: 0, refused: None }
     }
 
     pub(crate) fn cap(&self) -> usize {
@@ -315,12 +275,7 @@ impl MemoryCap {
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> WtResult<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
         let total = self.used.saturating_add(desired.saturating_sub(current));
         if total > self.cap {
             self.refused = Some(total);
@@ -330,12 +285,7 @@ impl ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _max: Option<usize>,
-    ) -> WtResult<bool> {
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
         Ok(desired <= MAX_TABLE_ELEMENTS)
     }
 }

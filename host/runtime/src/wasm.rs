@@ -4,11 +4,10 @@
 
 use crate::bindings::{self, EnvironmentPre, wit_env};
 use crate::cache::sha256_hex;
+use crate::checks;
 use crate::runtime::{EPOCH_TICK, Runtime};
 use crate::sandbox::{Determinism, Sandbox};
-use crate::{
-    Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION,
-};
+use crate::{Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,26 +31,18 @@ struct Shared {
 
 impl WasmPlugin {
     pub(crate) fn load(runtime: Runtime, path: &Path) -> Result<Self, Error> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io {
-            path: path.into(),
-            source,
-        })?;
+        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
         check_header(path, &bytes)?;
         let sha256 = sha256_hex(&bytes);
         let started = Instant::now();
         let inner = &runtime.inner;
-        let cached = inner
-            .cache
-            .as_ref()
-            .and_then(|c| c.get(&inner.engine, &sha256));
+        let cached = inner.cache.as_ref().and_then(|c| c.get(&inner.engine, &sha256));
         let from_cache = cached.is_some();
         let component = match cached {
             Some(c) => c,
             None => {
-                let c = Component::new(&inner.engine, &bytes).map_err(|e| Error::Compile {
-                    path: path.into(),
-                    detail: format!("{e:#}"),
-                })?;
+                let c = Component::new(&inner.engine, &bytes)
+                    .map_err(|e| Error::Compile { path: path.into(), detail: format!("{e:#}") })?;
                 if let Some(cache) = &inner.cache {
                     cache.put(&sha256, &c);
                 }
@@ -60,19 +51,11 @@ impl WasmPlugin {
         };
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let wit_version = check_exports(path, &component, &inner.engine)?;
-        let imports = component
-            .component_type()
-            .imports(&inner.engine)
-            .map(|(name, _)| name.to_string())
-            .collect();
-        let instance_pre =
-            inner
-                .linker
-                .instantiate_pre(&component)
-                .map_err(|e| Error::UnsupportedImport {
-                    path: path.into(),
-                    detail: format!("{e:#}"),
-                })?;
+        let imports = component.component_type().imports(&inner.engine).map(|(name, _)| name.to_string()).collect();
+        let instance_pre = inner
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| Error::UnsupportedImport { path: path.into(), detail: format!("{e:#}") })?;
         let pre = EnvironmentPre::new(instance_pre).map_err(|e| Error::NotAPlugin {
             path: path.into(),
             reason: format!("its exports do not match vagen:env@{WIT_VERSION}: {e:#}"),
@@ -88,23 +71,12 @@ impl WasmPlugin {
             from_cache,
         };
         let manifest = read_manifest(&runtime, &pre)?;
-        Ok(Self {
-            shared: Arc::new(Shared {
-                runtime,
-                pre,
-                manifest,
-                info,
-            }),
-        })
+        Ok(Self { shared: Arc::new(Shared { runtime, pre, manifest, info }) })
     }
 
     /// A new instance with its own sandbox; `config` is JSON (`""` for the defaults).
     pub fn instantiate(&self, config: &str) -> Result<WasmEnv, Error> {
-        let mut env = WasmEnv {
-            shared: self.shared.clone(),
-            config: config.to_string(),
-            live: None,
-        };
+        let mut env = WasmEnv { shared: self.shared.clone(), config: config.to_string(), live: None };
         env.live()?;
         Ok(env)
     }
@@ -126,12 +98,7 @@ impl Plugin for WasmPlugin {
 
 /// Says what a file is when it is not a component, before wasmtime gets to see it.
 fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let not_wasm = |what: &str| {
-        Err(Error::NotWasm {
-            path: path.into(),
-            what: what.into(),
-        })
-    };
+    let not_wasm = |what: &str| Err(Error::NotWasm { path: path.into(), what: what.into() });
     if bytes.len() < 8 {
         return not_wasm(&format!("only {} bytes long", bytes.len()));
     }
@@ -139,14 +106,8 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
         return match &bytes[..4] {
             b"\x7fELF" => not_wasm("an ELF native binary"),
             b"PK\x03\x04" => not_wasm("a zip archive"),
-            _ if bytes[..4]
-                .iter()
-                .all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) =>
-            {
-                not_wasm(&format!(
-                    "text starting with {:?}",
-                    String::from_utf8_lossy(&bytes[..bytes.len().min(16)])
-                ))
+            _ if bytes[..4].iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) => {
+                not_wasm(&format!("text starting with {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(16)])))
             }
             other => not_wasm(&format!("it starts with bytes {other:02x?}, not \\0asm")),
         };
@@ -164,22 +125,10 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 }
 
 /// Finds the `vagen:env/env@X` export and checks X.
-fn check_exports(
-    path: &Path,
-    component: &Component,
-    engine: &wasmtime::Engine,
-) -> Result<String, Error> {
-    let exports: Vec<String> = component
-        .component_type()
-        .exports(engine)
-        .map(|(n, _)| n.to_string())
-        .collect();
+fn check_exports(path: &Path, component: &Component, engine: &wasmtime::Engine) -> Result<String, Error> {
+    let exports: Vec<String> = component.component_type().exports(engine).map(|(n, _)| n.to_string()).collect();
     let Some(found) = exports.iter().find_map(|n| n.strip_prefix(EXPORT_PREFIX)) else {
-        let listed = if exports.is_empty() {
-            "nothing".to_string()
-        } else {
-            exports.join(", ")
-        };
+        let listed = if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") };
         return Err(Error::NotAPlugin {
             path: path.into(),
             reason: format!("it exports {listed}, not {EXPORT_PREFIX}{WIT_VERSION}"),
@@ -202,17 +151,10 @@ fn read_manifest(runtime: &Runtime, pre: &EnvironmentPre<Sandbox>) -> Result<Man
     let raw = pre
         .instantiate(&mut store)
         .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
-        .map_err(|e| {
-            classify(
-                e,
-                "manifest",
-                &store,
-                &det,
-                limits.create_timeout(),
-                limits.fuel_per_call(),
-            )
-        })?;
-    bindings::manifest(raw)
+        .map_err(|e| classify(e, "manifest", &store, &det, limits.create_timeout(), limits.fuel_per_call()))?;
+    let manifest = bindings::manifest(raw);
+    checks::manifest(&manifest)?;
+    Ok(manifest)
 }
 
 fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
@@ -254,19 +196,9 @@ fn classify(
         };
     }
     match e.downcast_ref::<Trap>() {
-        Some(Trap::Interrupt) => Error::Timeout {
-            call,
-            limit: timeout,
-        },
-        Some(Trap::OutOfFuel) => Error::OutOfFuel {
-            call,
-            fuel: fuel.unwrap_or(0),
-        },
-        _ => Error::Trap {
-            call,
-            message: root_message(&e),
-            stderr: det.stderr.take(),
-        },
+        Some(Trap::Interrupt) => Error::Timeout { call, limit: timeout },
+        Some(Trap::OutOfFuel) => Error::OutOfFuel { call, fuel: fuel.unwrap_or(0) },
+        _ => Error::Trap { call, message: root_message(&e), stderr: det.stderr.take() },
     }
 }
 
@@ -310,24 +242,12 @@ impl WasmEnv {
         let (timeout, fuel) = (limits.create_timeout(), limits.fuel_per_call());
         let (mut store, det) = new_store(&self.shared.runtime);
         arm(&mut store, timeout, fuel);
-        let created = self
-            .shared
-            .pre
-            .instantiate(&mut store)
-            .and_then(|bindings| {
-                let created = bindings
-                    .vagen_env_env()
-                    .environment()
-                    .call_create(&mut store, &self.config)?;
-                Ok((bindings, created))
-            });
+        let created = self.shared.pre.instantiate(&mut store).and_then(|bindings| {
+            let created = bindings.vagen_env_env().environment().call_create(&mut store, &self.config)?;
+            Ok((bindings, created))
+        });
         match created {
-            Ok((bindings, Ok(handle))) => Ok(Live {
-                store,
-                det,
-                bindings,
-                handle,
-            }),
+            Ok((bindings, Ok(handle))) => Ok(Live { store, det, bindings, handle }),
             Ok((_, Err(e))) => Err(bindings::guest_error(e, "create")),
             Err(e) => Err(classify(e, "create", &store, &det, timeout, fuel)),
         }
@@ -337,11 +257,7 @@ impl WasmEnv {
     fn call<R>(
         &mut self,
         name: &'static str,
-        f: impl FnOnce(
-            &mut Store<Sandbox>,
-            &wit_env::GuestEnvironment,
-            ResourceAny,
-        ) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Store<Sandbox>, &wit_env::GuestEnvironment, ResourceAny) -> wasmtime::Result<R>,
     ) -> Result<R, Error> {
         let limits = &self.shared.runtime.inner.limits;
         let (timeout, fuel) = (limits.call_timeout(), limits.fuel_per_call());
@@ -375,15 +291,7 @@ impl Environment for WasmEnv {
 
     fn system_prompt(&mut self) -> Result<String, Error> {
         let text = self.call("system-prompt", |s, e, h| e.call_system_prompt(s, h))?;
-        let limit = self.shared.runtime.inner.limits.max_text_bytes;
-        let r = if text.len() > limit {
-            Err(Error::Malformed {
-                call: "system-prompt",
-                detail: format!("{} bytes (limit {limit})", text.len()),
-            })
-        } else {
-            Ok(text)
-        };
+        let r = checks::text(&text, &self.shared.runtime.inner.limits, "system-prompt").map(|()| text);
         self.discard_on_fault(r)
     }
 
@@ -391,31 +299,36 @@ impl Environment for WasmEnv {
         self.live()?.det.reseed(seed);
         let r = self.call("reset", |s, e, h| e.call_reset(s, h, seed))?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r
-            .map_err(|e| bindings::guest_error(e, "reset"))
-            .and_then(|o| bindings::observation(o, limits, "reset"));
+        let r = r.map_err(|e| bindings::guest_error(e, "reset")).and_then(|o| {
+            let o = bindings::observation(o);
+            checks::observation(&o, limits, "reset").map(|()| o)
+        });
         self.discard_on_fault(r)
     }
 
     fn step(&mut self, answer: &str) -> Result<StepResult, Error> {
         if self.live.is_none() {
-            return Err(Error::InvalidState(
-                "the instance was re-created after a fault; call reset".into(),
-            ));
+            return Err(Error::InvalidState("the instance was re-created after a fault; call reset".into()));
         }
         let r = self.call("step", |s, e, h| e.call_step(s, h, answer))?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r
-            .map_err(|e| bindings::guest_error(e, "step"))
-            .and_then(|s| bindings::step_result(s, limits));
+        let r = r.map_err(|e| bindings::guest_error(e, "step")).and_then(|s| {
+            let s = bindings::step_result(s);
+            checks::step(&s, limits).map(|()| s)
+        });
         self.discard_on_fault(r)
     }
 
     fn describe_state(&mut self) -> Result<String, Error> {
-        self.call("describe-state", |s, e, h| e.call_describe_state(s, h))
+        let text = self.call("describe-state", |s, e, h| e.call_describe_state(s, h))?;
+        let r = checks::text(&text, &self.shared.runtime.inner.limits, "describe-state").map(|()| text);
+        self.discard_on_fault(r)
     }
 
     fn oracle(&mut self) -> Result<Option<String>, Error> {
-        self.call("oracle", |s, e, h| e.call_oracle(s, h))
+        let answer = self.call("oracle", |s, e, h| e.call_oracle(s, h))?;
+        let r =
+            checks::text(answer.as_deref().unwrap_or(""), &self.shared.runtime.inner.limits, "oracle").map(|()| answer);
+        self.discard_on_fault(r)
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! - `cargo xtask demo`    the main job: build everything, run FrozenLake episodes
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
-//! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm`
+//! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
 //! - `cargo xtask setup`   install the toolchain pieces (the wasm32-wasip2 target)
 
 use std::path::{Path, PathBuf};
@@ -15,9 +15,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup(),
         Some("plugins") => setup().and_then(|_| plugins()),
-        Some("test") => setup()
-            .and_then(|_| plugins())
-            .and_then(|_| test(&args[1..])),
+        Some("test") => setup().and_then(|_| plugins()).and_then(|_| test(&args[1..])),
         Some("demo") => setup().and_then(|_| plugins()).and_then(|_| demo()),
         _ => {
             eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup>");
@@ -36,11 +34,7 @@ fn main() -> ExitCode {
 type Result<T> = std::result::Result<T, String>;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("host/xtask lives two levels down")
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("host/xtask lives two levels down").to_path_buf()
 }
 
 fn cargo() -> Command {
@@ -51,38 +45,22 @@ fn cargo() -> Command {
 
 fn run(mut cmd: Command) -> Result<()> {
     eprintln!("+ {cmd:?}");
-    let status = cmd
-        .status()
-        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("{cmd:?} failed with {status}"))
-    }
+    let status = cmd.status().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
 }
 
 /// Adds the guest target when rustup is in charge and it is missing.
 fn setup() -> Result<()> {
-    let installed = Command::new("rustup")
-        .args(["target", "list", "--installed"])
-        .output();
+    let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
     match installed {
-        Ok(out)
-            if String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .any(|l| l.trim() == GUEST_TARGET) =>
-        {
-            Ok(())
-        }
+        Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == GUEST_TARGET) => Ok(()),
         Ok(_) => {
             let mut cmd = Command::new("rustup");
             cmd.args(["target", "add", GUEST_TARGET]);
             run(cmd)
         }
         Err(_) => {
-            eprintln!(
-                "xtask: rustup not found; assuming the {GUEST_TARGET} standard library is installed"
-            );
+            eprintln!("xtask: rustup not found; assuming the {GUEST_TARGET} standard library is installed");
             Ok(())
         }
     }
@@ -101,12 +79,9 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
             .lines()
             .skip_while(|l| l.trim() != "[package]")
             .find_map(|l| {
-                l.trim().strip_prefix("name").map(|r| {
-                    r.trim_start_matches([' ', '='])
-                        .trim()
-                        .trim_matches('"')
-                        .to_string()
-                })
+                l.trim()
+                    .strip_prefix("name")
+                    .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
             })
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
         names.push(name);
@@ -143,23 +118,35 @@ fn plugins() -> Result<()> {
         }
     }
     run(cmd)?;
+    // The same crates as native shared libraries (`.so`): `--plugin x.so` loads them.
+    let mut native = cargo();
+    native.args(["build", "--release"]);
+    for (name, _) in &all {
+        native.args(["-p", name]);
+    }
+    run(native)?;
     let built = root.join("target").join(GUEST_TARGET).join("release");
+    let native_dir = root.join("target").join("release");
     for (name, dst) in all {
         std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
         // A cdylib is written with underscores, a binary with the package's own name.
-        let from = [
-            format!("{}.wasm", name.replace('-', "_")),
-            format!("{name}.wasm"),
-        ]
-        .into_iter()
-        .map(|f| built.join(f))
-        .find(|p| p.is_file())
-        .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
-        let to = dst.join(format!("{name}.wasm"));
-        std::fs::copy(&from, &to)
-            .map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
-        eprintln!("built {}", to.strip_prefix(&root).unwrap_or(&to).display());
+        let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
+            .into_iter()
+            .map(|f| built.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
+        copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
+        let so = native_dir.join(format!("lib{}.so", name.replace('-', "_")));
+        if so.is_file() {
+            copy(&so, &dst.join(format!("{name}.so")), &root)?;
+        }
     }
+    Ok(())
+}
+
+fn copy(from: &Path, to: &Path, root: &Path) -> Result<()> {
+    std::fs::copy(from, to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+    eprintln!("built {}", to.strip_prefix(root).unwrap_or(to).display());
     Ok(())
 }
 
@@ -178,9 +165,7 @@ fn demo() -> Result<()> {
     let plugin = root().join("target/plugins/frozenlake.wasm");
     for (policy, episodes) in [("random", "1000"), ("oracle", "200")] {
         let mut cmd = Command::new(&host);
-        cmd.current_dir(root())
-            .args(["run", "--plugin"])
-            .arg(&plugin);
+        cmd.current_dir(root()).args(["run", "--plugin"]).arg(&plugin);
         cmd.args(["--policy", policy, "--episodes", episodes, "--out"])
             .arg(format!("runs/demo/frozenlake-{policy}.jsonl"));
         run(cmd)?;

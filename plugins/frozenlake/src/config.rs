@@ -74,10 +74,7 @@ impl Config {
             return bad(format!("size must be in 2..=32, got {}", self.size));
         }
         if !(self.frozen_prob > 0.0 && self.frozen_prob <= 1.0) {
-            return bad(format!(
-                "frozen_prob must be in (0, 1], got {}",
-                self.frozen_prob
-            ));
+            return bad(format!("frozen_prob must be in (0, 1], got {}", self.frozen_prob));
         }
         if self.max_actions_per_turn == 0 {
             return bad("max_actions_per_turn must be at least 1".into());
@@ -86,10 +83,7 @@ impl Config {
             return bad("separator must contain a visible character".into());
         }
         if !(16..=1024).contains(&self.image_size) {
-            return bad(format!(
-                "image_size must be in 16..=1024, got {}",
-                self.image_size
-            ));
+            return bad(format!("image_size must be in 16..=1024, got {}", self.image_size));
         }
         for (name, r) in [
             ("success_reward", self.success_reward),

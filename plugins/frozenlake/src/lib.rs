@@ -9,9 +9,7 @@ mod render;
 pub use config::{Config, ObservationMode};
 pub use map::{Map, Move, Tile};
 
-use vagen_sdk::{
-    ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env,
-};
+use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env};
 
 pub const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
 
@@ -30,21 +28,10 @@ impl Env for FrozenLake {
 
     fn new(config: Config) -> Result<Self, EnvError> {
         config.validate()?;
-        let spec = ActionSpec::new(
-            &ACTIONS,
-            &config.separator,
-            config.max_actions_per_turn as usize,
-        );
+        let spec = ActionSpec::new(&ACTIONS, &config.separator, config.max_actions_per_turn as usize);
         let map = Map::generate(config.size as usize, config.frozen_prob, 0);
         let player = map.start;
-        Ok(Self {
-            config,
-            spec,
-            map,
-            player,
-            slip_rng: Rng::new(0),
-            actions_taken: 0,
-        })
+        Ok(Self { config, spec, map, player, slip_rng: Rng::new(0), actions_taken: 0 })
     }
 
     fn manifest() -> Manifest {
@@ -81,11 +68,7 @@ impl Env for FrozenLake {
                 break;
             }
             let intended = Move::ALL[action];
-            let actual = if self.config.slippery {
-                self.slip(intended)
-            } else {
-                intended
-            };
+            let actual = if self.config.slippery { self.slip(intended) } else { intended };
             let next = self.map.neighbour(self.player, actual);
             self.actions_taken += 1;
             step.valid_actions += 1;
@@ -113,15 +96,10 @@ impl Env for FrozenLake {
         };
         let blocked = step.valid_actions - step.effective_actions;
         if blocked > 0 {
-            feedback.push_str(&format!(
-                " {blocked} of them hit the edge of the lake and had no effect."
-            ));
+            feedback.push_str(&format!(" {blocked} of them hit the edge of the lake and had no effect."));
         }
         if let Some(bad) = parsed.invalid.first() {
-            feedback.push_str(&format!(
-                " Invalid action {bad:?}: valid actions are {}.",
-                ACTIONS.join(", ")
-            ));
+            feedback.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", ACTIONS.join(", ")));
         }
         match tile {
             Tile::Goal => feedback.push_str(" You reached the goal."),
@@ -130,14 +108,9 @@ impl Env for FrozenLake {
             Tile::Frozen => {}
         }
         step.observation = self.observe(&feedback);
-        let distance = self
-            .map
-            .shortest_path(self.player)
-            .map_or(-1.0, |p| p.len() as f64);
-        step.metrics = vec![
-            ("distance-to-goal".into(), distance),
-            ("invalid-actions".into(), parsed.invalid.len() as f64),
-        ];
+        let distance = self.map.shortest_path(self.player).map_or(-1.0, |p| p.len() as f64);
+        step.metrics =
+            vec![("distance-to-goal".into(), distance), ("invalid-actions".into(), parsed.invalid.len() as f64)];
         step
     }
 
@@ -179,19 +152,14 @@ impl Env for FrozenLake {
 
     fn oracle(&self) -> Option<String> {
         let path = self.map.shortest_path(self.player)?;
-        let moves: Vec<usize> = path
-            .iter()
-            .take(self.spec.max_per_turn)
-            .map(|m| *m as usize)
-            .collect();
+        let moves: Vec<usize> = path.iter().take(self.spec.max_per_turn).map(|m| *m as usize).collect();
         (!moves.is_empty()).then(|| self.spec.join(&moves))
     }
 }
 
 impl FrozenLake {
     fn out_of_actions(&self) -> bool {
-        self.config.max_actions_per_episode > 0
-            && self.actions_taken >= self.config.max_actions_per_episode
+        self.config.max_actions_per_episode > 0 && self.actions_taken >= self.config.max_actions_per_episode
     }
 
     fn slip(&mut self, intended: Move) -> Move {
@@ -213,11 +181,7 @@ impl FrozenLake {
             obs.text.push('\n');
         }
         if self.config.observation != ObservationMode::Text {
-            obs.push_image(render::image(
-                &self.map,
-                self.player,
-                self.config.image_size,
-            ));
+            obs.push_image(render::image(&self.map, self.player, self.config.image_size));
         }
         obs
     }
@@ -226,8 +190,7 @@ impl FrozenLake {
 /// "2 rows below and 1 column to the left of you", in the agent's frame of the map.
 fn relative(from: (usize, usize), to: (usize, usize)) -> String {
     let (dx, dy) = (to.0 as i64 - from.0 as i64, to.1 as i64 - from.1 as i64);
-    let plural =
-        |n: i64, word: &str| format!("{} {word}{}", n.abs(), if n.abs() == 1 { "" } else { "s" });
+    let plural = |n: i64, word: &str| format!("{} {word}{}", n.abs(), if n.abs() == 1 { "" } else { "s" });
     let vertical = match dy {
         0 => None,
         d if d < 0 => Some(format!("{} above", plural(d, "row"))),

@@ -57,12 +57,7 @@ impl Map {
     /// redrawn from the same stream until a path exists, so the seed alone decides.
     pub fn generate(size: usize, frozen_prob: f64, seed: u64) -> Map {
         let mut rng = Rng::new(seed);
-        let mut map = Map {
-            size,
-            tiles: Vec::new(),
-            start: (0, 0),
-            goal: (0, 0),
-        };
+        let mut map = Map { size, tiles: Vec::new(), start: (0, 0), goal: (0, 0) };
         for _ in 0..MAX_DRAWS {
             map.draw(&mut rng, frozen_prob);
             if map.shortest_path(map.start).is_some() {
@@ -77,15 +72,7 @@ impl Map {
         let n = self.size * self.size;
         let start = rng.below(n);
         let goal = (start + 1 + rng.below(n - 1)) % n;
-        self.tiles = (0..n)
-            .map(|_| {
-                if rng.chance(frozen_prob) {
-                    Tile::Frozen
-                } else {
-                    Tile::Hole
-                }
-            })
-            .collect();
+        self.tiles = (0..n).map(|_| if rng.chance(frozen_prob) { Tile::Frozen } else { Tile::Hole }).collect();
         self.tiles[start] = Tile::Frozen;
         self.tiles[goal] = Tile::Goal;
         self.start = (start % self.size, start / self.size);
@@ -112,9 +99,7 @@ impl Map {
     }
 
     pub fn holes(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
-        (0..self.tiles.len())
-            .filter(|&i| self.tiles[i] == Tile::Hole)
-            .map(|i| (i % self.size, i / self.size))
+        (0..self.tiles.len()).filter(|&i| self.tiles[i] == Tile::Hole).map(|i| (i % self.size, i / self.size))
     }
 
     /// Where a move leads, or `None` at the edge of the lake.

@@ -32,14 +32,8 @@ fn every_seed_gives_a_solvable_map_with_distinct_start_and_goal() {
 #[test]
 fn the_seed_alone_decides_the_map() {
     assert_eq!(Map::generate(4, 0.8, 42), Map::generate(4, 0.8, 42));
-    let distinct: std::collections::HashSet<_> = (0..50)
-        .map(|s| format!("{:?}", Map::generate(4, 0.8, s)))
-        .collect();
-    assert!(
-        distinct.len() > 40,
-        "only {} distinct maps in 50 seeds",
-        distinct.len()
-    );
+    let distinct: std::collections::HashSet<_> = (0..50).map(|s| format!("{:?}", Map::generate(4, 0.8, s))).collect();
+    assert!(distinct.len() > 40, "only {} distinct maps in 50 seeds", distinct.len());
 }
 
 #[test]
@@ -58,19 +52,14 @@ fn walking_into_a_hole_ends_the_episode_without_success() {
     // Find a seed whose start has a hole next to it, then step into it.
     for seed in 0..500 {
         e.reset(seed);
-        let Some(m) = Move::ALL.into_iter().find(|&m| {
-            e.map
-                .neighbour(e.player, m)
-                .is_some_and(|q| e.map.tile(q) == Tile::Hole)
-        }) else {
+        let Some(m) =
+            Move::ALL.into_iter().find(|&m| e.map.neighbour(e.player, m).is_some_and(|q| e.map.tile(q) == Tile::Hole))
+        else {
             continue;
         };
         let s = e.step(ACTIONS[m as usize]);
         assert!(s.done && !s.success);
-        assert_eq!(
-            (s.valid_actions, s.effective_actions, s.reward),
-            (1, 1, 0.0)
-        );
+        assert_eq!((s.valid_actions, s.effective_actions, s.reward), (1, 1, 0.0));
         assert!(s.observation.text.contains('X'), "{}", s.observation.text);
         return;
     }
@@ -85,29 +74,16 @@ fn edge_moves_are_valid_but_not_effective() {
     e.map.tiles[0] = Tile::Frozen;
     let s = e.step("Left, Up");
     assert_eq!((s.valid_actions, s.effective_actions), (2, 0));
-    assert!(
-        s.observation.text.contains("2 of them hit the edge"),
-        "{}",
-        s.observation.text
-    );
+    assert!(s.observation.text.contains("2 of them hit the edge"), "{}", s.observation.text);
     let s = e.step("Fly, Left");
-    assert_eq!(
-        s.valid_actions, 0,
-        "VAGEN stops at the first invalid action"
-    );
+    assert_eq!(s.valid_actions, 0, "VAGEN stops at the first invalid action");
     assert!(s.observation.text.contains("Invalid action \"Fly\""));
 }
 
 #[test]
 fn slippery_episodes_replay_exactly() {
-    let mut a = env(Config {
-        slippery: true,
-        ..Config::default()
-    });
-    let mut b = env(Config {
-        slippery: true,
-        ..Config::default()
-    });
+    let mut a = env(Config { slippery: true, ..Config::default() });
+    let mut b = env(Config { slippery: true, ..Config::default() });
     for seed in 0..20 {
         a.reset(seed);
         b.reset(seed);
@@ -123,18 +99,12 @@ fn slippery_episodes_replay_exactly() {
 
 #[test]
 fn image_observations_match_their_markers() {
-    let mut e = env(Config {
-        observation: ObservationMode::TextAndImage,
-        ..Config::default()
-    });
+    let mut e = env(Config { observation: ObservationMode::TextAndImage, ..Config::default() });
     let obs = e.reset(5);
     assert_eq!(obs.text.matches("<image>").count(), obs.images.len());
     assert_eq!(obs.images.len(), 1);
     let img = &obs.images[0];
-    assert_eq!(
-        (img.width, img.height, img.rgb.len()),
-        (256, 256, 256 * 256 * 3)
-    );
+    assert_eq!((img.width, img.height, img.rgb.len()), (256, 256, 256 * 256 * 3));
 }
 
 #[test]
@@ -143,48 +113,19 @@ fn describe_state_speaks_relative_to_the_player() {
     e.reset(0);
     e.player = (1, 1);
     e.map.goal = (2, 3);
-    assert!(
-        e.describe_state()
-            .starts_with("The goal is 2 rows below and 1 column to the right of you.")
-    );
+    assert!(e.describe_state().starts_with("The goal is 2 rows below and 1 column to the right of you."));
     assert_eq!(relative((1, 1), (1, 0)), "1 row above you (same column)");
 }
 
 #[test]
 fn bad_values_are_rejected_with_the_field_name() {
     for (c, field) in [
-        (
-            Config {
-                size: 1,
-                ..Config::default()
-            },
-            "size",
-        ),
-        (
-            Config {
-                frozen_prob: 0.0,
-                ..Config::default()
-            },
-            "frozen_prob",
-        ),
-        (
-            Config {
-                separator: " ".into(),
-                ..Config::default()
-            },
-            "separator",
-        ),
-        (
-            Config {
-                success_reward: f64::NAN,
-                ..Config::default()
-            },
-            "success_reward",
-        ),
+        (Config { size: 1, ..Config::default() }, "size"),
+        (Config { frozen_prob: 0.0, ..Config::default() }, "frozen_prob"),
+        (Config { separator: " ".into(), ..Config::default() }, "separator"),
+        (Config { success_reward: f64::NAN, ..Config::default() }, "success_reward"),
     ] {
-        let Err(EnvError::BadConfig(m)) = FrozenLake::new(c) else {
-            panic!("accepted bad {field}")
-        };
+        let Err(EnvError::BadConfig(m)) = FrozenLake::new(c) else { panic!("accepted bad {field}") };
         assert!(m.contains(field), "{m}");
     }
 }

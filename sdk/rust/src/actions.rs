@@ -33,10 +33,7 @@ impl ActionSpec {
         let pieces: Vec<&str> = if self.separator.is_empty() {
             vec![answer.trim()]
         } else {
-            answer
-                .split(self.separator.as_str())
-                .map(str::trim)
-                .collect()
+            answer.split(self.separator.as_str()).map(str::trim).collect()
         };
         let mut pieces = pieces.into_iter().filter(|p| !p.is_empty());
         for piece in pieces.by_ref().take(self.max_per_turn) {
@@ -55,27 +52,13 @@ impl ActionSpec {
     }
 
     fn lookup(&self, piece: &str) -> Option<usize> {
-        self.names.iter().position(|n| {
-            if self.ignore_case {
-                n.eq_ignore_ascii_case(piece)
-            } else {
-                n == piece
-            }
-        })
+        self.names.iter().position(|n| if self.ignore_case { n.eq_ignore_ascii_case(piece) } else { n == piece })
     }
 
     /// Joins action indices back into an answer string.
     pub fn join(&self, actions: &[usize]) -> String {
-        let sep = if self.separator == "," {
-            ", ".to_string()
-        } else {
-            format!(" {} ", self.separator)
-        };
-        actions
-            .iter()
-            .map(|&i| self.names[i].as_str())
-            .collect::<Vec<_>>()
-            .join(&sep)
+        let sep = if self.separator == "," { ", ".to_string() } else { format!(" {} ", self.separator) };
+        actions.iter().map(|&i| self.names[i].as_str()).collect::<Vec<_>>().join(&sep)
     }
 }
 
@@ -117,10 +100,7 @@ mod tests {
         let p = spec().parse("Up, Up, Up, Up, Up");
         assert_eq!((p.actions.len(), p.ignored), (3, 2));
         let p = spec().parse("Up, jump, Left");
-        assert_eq!(
-            (p.actions, p.invalid, p.ignored),
-            (vec![3], vec!["jump".to_string()], 1)
-        );
+        assert_eq!((p.actions, p.invalid, p.ignored), (vec![3], vec!["jump".to_string()], 1));
         let mut skip = spec();
         skip.stop_at_invalid = false;
         assert_eq!(skip.parse("Up, jump, Left").actions, vec![3, 0]);

@@ -34,10 +34,7 @@ pub(crate) fn resolve<C: Serialize + DeserializeOwned + Default>(
         };
         let Some((_, overlay)) = presets.iter().find(|(n, _)| *n == name) else {
             let known: Vec<_> = presets.iter().map(|(n, _)| *n).collect();
-            return Err(bad(format!(
-                "unknown preset `{name}` (known: {})",
-                known.join(", ")
-            )));
+            return Err(bad(format!("unknown preset `{name}` (known: {})", known.join(", "))));
         };
         let overlay: Map<String, Value> = serde_json::from_str(overlay)
             .map_err(|e| EnvError::Failed(format!("preset `{name}` is not a JSON object: {e}")))?;
@@ -79,13 +76,7 @@ mod tests {
     #[test]
     fn preset_then_fields() {
         let c: C = resolve(r#"{"preset": "big", "slippery": false}"#, PRESETS).unwrap();
-        assert_eq!(
-            c,
-            C {
-                size: 8,
-                slippery: false
-            }
-        );
+        assert_eq!(c, C { size: 8, slippery: false });
         let c: C = resolve("", PRESETS).unwrap();
         assert_eq!(c, C::default());
     }
@@ -93,10 +84,7 @@ mod tests {
     #[test]
     fn errors_name_the_problem() {
         let e = resolve::<C>(r#"{"sise": 3}"#, PRESETS).unwrap_err();
-        assert!(
-            matches!(&e, EnvError::BadConfig(m) if m.contains("sise")),
-            "{e}"
-        );
+        assert!(matches!(&e, EnvError::BadConfig(m) if m.contains("sise")), "{e}");
         let e = resolve::<C>(r#"{"preset": "huge"}"#, PRESETS).unwrap_err();
         assert!(matches!(&e, EnvError::BadConfig(m) if m.contains("huge") && m.contains("big")));
         let e = resolve::<C>("[1]", PRESETS).unwrap_err();

@@ -6,16 +6,20 @@
 
 mod actions;
 mod config;
+#[cfg(target_family = "wasm")]
 mod export;
+#[cfg(not(target_family = "wasm"))]
+#[doc(hidden)]
+pub mod native;
 mod render;
 mod rng;
-mod types;
+mod session;
 
 pub use actions::{ActionSpec, ParsedActions};
 pub use config::NoConfig;
 pub use render::{Canvas, grid_text};
 pub use rng::Rng;
-pub use types::{EnvError, Image, Manifest, Modality, Observation, Step};
+pub use vagen_abi::{EnvError, Image, Manifest, Modality, Observation, Step};
 
 use serde::{Serialize, de::DeserializeOwned};
 
@@ -67,7 +71,9 @@ pub trait Env: Sized + 'static {
     }
 }
 
-/// Exports an [`Env`] implementation as the plugin's `vagen:env/env` interface.
+/// Exports an [`Env`] implementation: built for WebAssembly, as the component's
+/// `vagen:env/env` interface; built natively (a `cdylib`), as the versioned C ABI of
+/// native plugins (see the `vagen-abi` crate).
 ///
 /// ```ignore
 /// vagen_sdk::export_env!(MyEnv);
@@ -80,20 +86,64 @@ macro_rules! export_env {
             const VERSION: &'static str = env!("CARGO_PKG_VERSION");
             const DESCRIPTION: &'static str = env!("CARGO_PKG_DESCRIPTION");
         }
-        // Component exports exist only in WebAssembly builds; a native build of the same
-        // crate (unit tests, the rlib) compiles the env without them.
         #[cfg(target_family = "wasm")]
         type __VagenExport = $crate::__private::Plugin<$ty>;
         #[cfg(target_family = "wasm")]
         $crate::__private::export!(__VagenExport with_types_in $crate::__private::bindings);
+
+        #[cfg(not(target_family = "wasm"))]
+        const _: () = {
+            use $crate::__private::native as n;
+            #[unsafe(no_mangle)]
+            pub extern "C" fn vagen_native_abi_version() -> u32 {
+                n::ABI_VERSION
+            }
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn vagen_native_manifest(out: *mut n::Buffer) -> i32 {
+                unsafe { n::manifest::<$ty>(out) }
+            }
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn vagen_native_create(
+                config: *const u8,
+                len: usize,
+                env: *mut *mut ::std::ffi::c_void,
+                out: *mut n::Buffer,
+            ) -> i32 {
+                unsafe { n::create::<$ty>(config, len, env, out) }
+            }
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn vagen_native_call(
+                env: *mut ::std::ffi::c_void,
+                op: u32,
+                arg: *const u8,
+                len: usize,
+                out: *mut n::Buffer,
+            ) -> i32 {
+                unsafe { n::call::<$ty>(env, op, arg, len, out) }
+            }
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn vagen_native_destroy(env: *mut ::std::ffi::c_void) {
+                unsafe { n::destroy::<$ty>(env) }
+            }
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C" fn vagen_native_free(buf: n::Buffer) {
+                unsafe { n::free(buf) }
+            }
+        };
     };
 }
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::export::{Package, Plugin};
+    #[cfg(target_family = "wasm")]
+    pub use crate::export::Plugin;
+    #[cfg(not(target_family = "wasm"))]
+    pub use crate::native;
+    pub use crate::session::Package;
+    #[cfg(target_family = "wasm")]
     pub use bindings::export;
 
+    #[cfg(target_family = "wasm")]
     #[allow(missing_docs, clippy::all)]
     pub mod bindings {
         wit_bindgen::generate!({

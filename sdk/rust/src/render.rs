@@ -45,10 +45,7 @@ impl Canvas {
 
     pub fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, color: [u8; 3]) {
         let (x0, y0) = (x.max(0), y.max(0));
-        let (x1, y1) = (
-            (x + w).min(self.width as i64),
-            (y + h).min(self.height as i64),
-        );
+        let (x1, y1) = ((x + w).min(self.width as i64), (y + h).min(self.height as i64));
         if x0 >= x1 || y0 >= y1 {
             return;
         }
@@ -72,10 +69,7 @@ impl Canvas {
             if half == 0.0 {
                 continue;
             }
-            let (sx, ex) = (
-                (cx - half - 0.5).ceil() as i64,
-                (cx + half - 0.5).floor() as i64,
-            );
+            let (sx, ex) = ((cx - half - 0.5).ceil() as i64, (cx + half - 0.5).floor() as i64);
             self.fill_rect(sx.max(x0), y, ex.min(x1) - sx.max(x0) + 1, 1, color);
         }
     }
@@ -89,11 +83,7 @@ impl Canvas {
     }
 
     pub fn into_image(self) -> Image {
-        Image {
-            width: self.width,
-            height: self.height,
-            rgb: self.rgb,
-        }
+        Image { width: self.width, height: self.height, rgb: self.rgb }
     }
 }
 
@@ -103,10 +93,7 @@ mod tests {
 
     #[test]
     fn grid_and_canvas() {
-        assert_eq!(
-            grid_text(2, 2, |x, y| if x == y { 'P' } else { '_' }),
-            "P_\n_P"
-        );
+        assert_eq!(grid_text(2, 2, |x, y| if x == y { 'P' } else { '_' }), "P_\n_P");
         let mut c = Canvas::new(4, 3, [1, 2, 3]);
         c.fill_rect(-5, -5, 6, 6, [9, 9, 9]);
         c.fill_circle(100.0, 100.0, 5.0, [0, 0, 0]);

@@ -35,25 +35,13 @@ impl Env for Hostile {
             "sleep",
         ];
         if !known.contains(&config.mode.as_str()) {
-            return Err(EnvError::BadConfig(format!(
-                "unknown mode {:?}",
-                config.mode
-            )));
+            return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
         }
-        Ok(Self {
-            mode: config.mode,
-            steps: 0,
-            seed: 0,
-        })
+        Ok(Self { mode: config.mode, steps: 0, seed: 0 })
     }
 
     fn manifest() -> Manifest {
-        Manifest {
-            action_names: vec!["go".into()],
-            has_oracle: true,
-            default_max_turns: 5,
-            ..Manifest::default()
-        }
+        Manifest { action_names: vec!["go".into()], has_oracle: true, default_max_turns: 5, ..Manifest::default() }
     }
 
     fn reset(&mut self, seed: u64) -> Observation {
@@ -64,10 +52,7 @@ impl Env for Hostile {
 
     fn step(&mut self, _answer: &str) -> Step {
         self.steps += 1;
-        let mut step = Step {
-            valid_actions: 1,
-            ..Step::default()
-        };
+        let mut step = Step { valid_actions: 1, ..Step::default() };
         step.observation = Observation::text(format!("step {}", self.steps));
         match self.mode.as_str() {
             "loop" => {
@@ -93,22 +78,16 @@ impl Env for Hostile {
                     Err(e) => format!("list failed: {e}"),
                 };
                 let env = std::env::vars().count();
-                step.observation =
-                    Observation::text(format!("{outcome}; {listing}; {env} env vars"));
+                step.observation = Observation::text(format!("{outcome}; {listing}; {env} env vars"));
             }
             "wrong-image" => {
-                step.observation.images.push(Image {
-                    width: 4,
-                    height: 4,
-                    rgb: vec![0; 48],
-                });
+                step.observation.images.push(Image { width: 4, height: 4, rgb: vec![0; 48] });
             }
             "nan-reward" => step.reward = f64::NAN,
             "sleep" => {
                 let start = std::time::Instant::now();
                 std::thread::sleep(std::time::Duration::from_secs(3600));
-                step.observation =
-                    Observation::text(format!("slept {} s", start.elapsed().as_secs()));
+                step.observation = Observation::text(format!("slept {} s", start.elapsed().as_secs()));
             }
             "chatty" => {
                 for i in 0..100_000 {

@@ -1,7 +1,10 @@
-//! The SDK's own types; `export.rs` converts them to the generated WIT types.
+//! What an environment produces, as plain data. The Rust SDK exposes these types to env
+//! authors; native plugins send them to the host encoded with postcard.
+
+use serde::{Deserialize, Serialize};
 
 /// An RGB8 image, row-major, `rgb.len() == width * height * 3`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
     pub width: u32,
     pub height: u32,
@@ -9,7 +12,7 @@ pub struct Image {
 }
 
 /// What the agent sees. `text` holds one `<image>` marker per image, in order.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
     pub text: String,
     pub images: Vec<Image>,
@@ -18,10 +21,7 @@ pub struct Observation {
 impl Observation {
     /// A text-only observation.
     pub fn text(text: impl Into<String>) -> Self {
-        Self {
-            text: text.into(),
-            images: Vec::new(),
-        }
+        Self { text: text.into(), images: Vec::new() }
     }
 
     /// Appends an image and its `<image>` marker to the text, keeping them aligned.
@@ -32,7 +32,7 @@ impl Observation {
 }
 
 /// The outcome of one step.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {
     pub observation: Observation,
     pub reward: f64,
@@ -44,14 +44,14 @@ pub struct Step {
 }
 
 /// What observations contain.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Modality {
     Text,
     Image,
 }
 
 /// Static facts about an environment (see `wit/v0.1.0/env.wit`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub name: String,
     pub version: String,
@@ -83,7 +83,7 @@ impl Default for Manifest {
 }
 
 /// Why a call failed. Return these; never panic.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnvError {
     BadConfig(String),
     InvalidState(String),

@@ -1,0 +1,94 @@
+//! What the host accepts from a plugin, whatever it is made of. A breach is a
+//! `malformed` error: the plugin broke the contract.
+
+use crate::types::IMAGE_MARKER;
+use crate::{Error, Limits, Manifest, Observation, StepResult};
+
+pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
+    let fail = |detail: String| Err(Error::Malformed { call: "manifest", detail });
+    if m.name.trim().is_empty() {
+        return fail("empty name".into());
+    }
+    if m.max_actions_per_turn == 0 {
+        return fail("max-actions-per-turn is 0".into());
+    }
+    if m.default_max_turns == 0 {
+        return fail("default-max-turns is 0".into());
+    }
+    if !m.action_names.is_empty() && m.action_separator.trim().is_empty() {
+        return fail("discrete actions but no action separator".into());
+    }
+    if let Some(a) = m.action_names.iter().find(|a| a.trim().is_empty()) {
+        return fail(format!("blank action name {a:?}"));
+    }
+    let mut names: Vec<&String> = m.action_names.iter().collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return fail(format!("action {:?} listed twice", w[0]));
+    }
+    if !m.default_config.trim().is_empty() {
+        match serde_json::from_str::<serde_json::Value>(&m.default_config) {
+            Ok(serde_json::Value::Object(_)) => {}
+            Ok(_) => return fail("default-config is not a JSON object".into()),
+            Err(e) => return fail(format!("default-config: {e}")),
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn observation(o: &Observation, limits: &Limits, call: &'static str) -> Result<(), Error> {
+    let fail = |detail: String| Err(Error::Malformed { call, detail });
+    if o.text.len() > limits.max_text_bytes {
+        return fail(format!("text of {} bytes (limit {})", o.text.len(), limits.max_text_bytes));
+    }
+    if o.images.len() > limits.max_images {
+        return fail(format!("{} images (limit {})", o.images.len(), limits.max_images));
+    }
+    let markers = o.text.matches(IMAGE_MARKER).count();
+    if markers != o.images.len() {
+        return fail(format!("{markers} {IMAGE_MARKER} markers for {} images", o.images.len()));
+    }
+    for (i, img) in o.images.iter().enumerate() {
+        let pixels = u64::from(img.width) * u64::from(img.height);
+        if pixels == 0 || pixels > limits.max_image_pixels {
+            return fail(format!(
+                "image {i} is {}x{} (limit {} pixels)",
+                img.width, img.height, limits.max_image_pixels
+            ));
+        }
+        if img.rgb.len() as u64 != pixels * 3 {
+            return fail(format!(
+                "image {i} is {}x{} but carries {} bytes, not {}",
+                img.width,
+                img.height,
+                img.rgb.len(),
+                pixels * 3
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn step(s: &StepResult, limits: &Limits) -> Result<(), Error> {
+    let fail = |detail: String| Err(Error::Malformed { call: "step", detail });
+    if !s.reward.is_finite() {
+        return fail(format!("reward {} is not finite", s.reward));
+    }
+    if s.metrics.len() > limits.max_metrics {
+        return fail(format!("{} metrics (limit {})", s.metrics.len(), limits.max_metrics));
+    }
+    if let Some(m) = s.metrics.iter().find(|m| !m.value.is_finite()) {
+        return fail(format!("metric {:?} is {}", m.name, m.value));
+    }
+    observation(&s.observation, limits, "step")
+}
+
+pub(crate) fn text(t: &str, limits: &Limits, call: &'static str) -> Result<(), Error> {
+    if t.len() > limits.max_text_bytes {
+        return Err(Error::Malformed {
+            call,
+            detail: format!("{} bytes of text (limit {})", t.len(), limits.max_text_bytes),
+        });
+    }
+    Ok(())
+}

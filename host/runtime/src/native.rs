@@ -1,0 +1,274 @@
+//! Native plugins: a `.so` built from the same SDK crate, loaded with libloading behind the
+//! same `Environment` trait. Native code is trusted: it runs in the host process with no
+//! sandbox, deadline or memory cap. Panics are caught inside the plugin and reported as
+//! traps; a crash (segfault, abort) takes the process down.
+
+use crate::cache::sha256_hex;
+use crate::checks;
+use crate::{
+    Environment, Error, Image, Limits, Manifest, Metric, Modality, Observation, Plugin, PluginInfo, StepResult,
+};
+use libloading::Library;
+use std::ffi::c_void;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+use vagen_abi::{self as abi, Buffer, NATIVE_ABI_VERSION, Op, status, symbols};
+
+#[derive(Clone)]
+pub struct NativePlugin {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    fns: Fns,
+    manifest: Manifest,
+    info: PluginInfo,
+    limits: Limits,
+    // Last: the function pointers above point into it.
+    _lib: Library,
+}
+
+#[derive(Clone, Copy)]
+struct Fns {
+    create: abi::CreateFn,
+    call: abi::CallFn,
+    destroy: abi::DestroyFn,
+    free: abi::FreeFn,
+}
+
+impl NativePlugin {
+    pub(crate) fn load(path: &Path, limits: Limits) -> Result<Self, Error> {
+        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let started = Instant::now();
+        let not_plugin = |reason: String| Error::NotAPlugin { path: path.into(), reason };
+        // SAFETY: loading runs the library's initialisers: native plugins are trusted code.
+        let lib = unsafe { Library::new(path) }.map_err(|e| not_plugin(format!("cannot load it: {e}")))?;
+        let symbol = |name: &[u8]| {
+            let shown = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
+            move |e: libloading::Error| {
+                not_plugin(format!("it has no `{shown}` ({e}); build it with vagen-sdk's export_env!"))
+            }
+        };
+        // SAFETY: each symbol is declared with the type vagen-abi gives it.
+        let (version, manifest_fn, fns) = unsafe {
+            let version = *lib.get::<abi::AbiVersionFn>(symbols::ABI_VERSION).map_err(symbol(symbols::ABI_VERSION))?;
+            let manifest = *lib.get::<abi::ManifestFn>(symbols::MANIFEST).map_err(symbol(symbols::MANIFEST))?;
+            let fns = Fns {
+                create: *lib.get(symbols::CREATE).map_err(symbol(symbols::CREATE))?,
+                call: *lib.get(symbols::CALL).map_err(symbol(symbols::CALL))?,
+                destroy: *lib.get(symbols::DESTROY).map_err(symbol(symbols::DESTROY))?,
+                free: *lib.get(symbols::FREE).map_err(symbol(symbols::FREE))?,
+            };
+            (version, manifest, fns)
+        };
+        // SAFETY: a plain function of no arguments.
+        let found = unsafe { version() };
+        if found != NATIVE_ABI_VERSION {
+            return Err(Error::WrongAbiVersion { path: path.into(), found, supported: NATIVE_ABI_VERSION });
+        }
+        let mut out = Buffer::empty();
+        // SAFETY: `out` is a valid Buffer to write.
+        let code = unsafe { manifest_fn(&mut out) };
+        let manifest: abi::Manifest = take(&fns, out, code, "manifest")?;
+        let manifest = convert_manifest(manifest);
+        checks::manifest(&manifest)?;
+        let info = PluginInfo {
+            path: path.into(),
+            sha256: sha256_hex(&bytes),
+            size_bytes: bytes.len() as u64,
+            kind: "native",
+            wit_version: format!("native-abi-{NATIVE_ABI_VERSION}"),
+            imports: Vec::new(),
+            load_ms: started.elapsed().as_secs_f64() * 1e3,
+            from_cache: false,
+        };
+        Ok(Self { shared: Arc::new(Shared { fns, manifest, info, limits, _lib: lib }) })
+    }
+
+    pub fn instantiate(&self, config: &str) -> Result<NativeEnv, Error> {
+        let handle = create(&self.shared, config)?;
+        Ok(NativeEnv { shared: self.shared.clone(), config: config.to_string(), handle: Some(handle) })
+    }
+}
+
+impl Plugin for NativePlugin {
+    fn manifest(&self) -> &Manifest {
+        &self.shared.manifest
+    }
+
+    fn info(&self) -> &PluginInfo {
+        &self.shared.info
+    }
+
+    fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error> {
+        Ok(Box::new(self.instantiate(config)?))
+    }
+}
+
+fn create(shared: &Shared, config: &str) -> Result<Handle, Error> {
+    let mut env: *mut c_void = std::ptr::null_mut();
+    let mut out = Buffer::empty();
+    // SAFETY: pointers to live locals and to `config`'s bytes.
+    let code = unsafe { (shared.fns.create)(config.as_ptr(), config.len(), &mut env, &mut out) };
+    take::<()>(&shared.fns, out, code, "create")?;
+    if env.is_null() {
+        return Err(Error::Malformed { call: "create", detail: "no instance returned".into() });
+    }
+    Ok(Handle(env))
+}
+
+/// Decodes a result buffer by status, then hands it back to the plugin to free.
+fn take<T: serde::de::DeserializeOwned>(fns: &Fns, out: Buffer, code: i32, call: &'static str) -> Result<T, Error> {
+    // SAFETY: the plugin wrote `out` in this call and keeps it alive until freed.
+    let bytes = unsafe { out.as_slice() }.to_vec();
+    // SAFETY: returned exactly once to the allocator that made it.
+    unsafe { (fns.free)(out) };
+    match code {
+        status::OK => abi::decode(&bytes).map_err(|detail| Error::Malformed { call, detail }),
+        status::ENV_ERROR => {
+            let e: abi::EnvError = abi::decode(&bytes).map_err(|detail| Error::Malformed { call, detail })?;
+            Err(match e {
+                abi::EnvError::BadConfig(m) => Error::BadConfig(m),
+                abi::EnvError::InvalidState(m) => Error::InvalidState(m),
+                abi::EnvError::Failed(message) => Error::Failed { call, message },
+            })
+        }
+        status::PANIC => {
+            Err(Error::Trap { call, message: String::from_utf8_lossy(&bytes).into_owned(), stderr: String::new() })
+        }
+        other => Err(Error::Malformed { call, detail: format!("unknown status {other}") }),
+    }
+}
+
+/// An instance pointer owned by the plugin.
+struct Handle(*mut c_void);
+
+/// One native instance. After a panic it is destroyed and re-created on the next call,
+/// as a faulted `.wasm` instance is.
+pub struct NativeEnv {
+    shared: Arc<Shared>,
+    config: String,
+    handle: Option<Handle>,
+}
+
+// SAFETY: an instance is only ever used by one thread at a time (`&mut self`), and the SDK's
+// instances own their state; moving one between threads is what the pool does.
+unsafe impl Send for NativeEnv {}
+
+impl Drop for NativeEnv {
+    fn drop(&mut self) {
+        if let Some(Handle(p)) = self.handle.take() {
+            // SAFETY: created by this plugin, dropped once.
+            unsafe { (self.shared.fns.destroy)(p) };
+        }
+    }
+}
+
+impl NativeEnv {
+    fn call<T: serde::de::DeserializeOwned>(&mut self, op: Op, arg: &[u8], name: &'static str) -> Result<T, Error> {
+        if self.handle.is_none() {
+            self.handle = Some(create(&self.shared, &self.config)?);
+        }
+        let env = self.handle.as_ref().expect("just created").0;
+        let mut out = Buffer::empty();
+        // SAFETY: a live instance of this plugin, a valid argument slice and out buffer.
+        let code = unsafe { (self.shared.fns.call)(env, op as u32, arg.as_ptr(), arg.len(), &mut out) };
+        let r = take(&self.shared.fns, out, code, name);
+        if matches!(r, Err(ref e) if e.is_fault()) {
+            self.discard();
+        }
+        r
+    }
+
+    fn discard(&mut self) {
+        if let Some(Handle(p)) = self.handle.take() {
+            // SAFETY: as in Drop.
+            unsafe { (self.shared.fns.destroy)(p) };
+        }
+    }
+
+    fn checked<T>(&mut self, r: Result<T, Error>) -> Result<T, Error> {
+        if matches!(r, Err(ref e) if e.is_fault()) {
+            self.discard();
+        }
+        r
+    }
+}
+
+impl Environment for NativeEnv {
+    fn manifest(&self) -> &Manifest {
+        &self.shared.manifest
+    }
+
+    fn system_prompt(&mut self) -> Result<String, Error> {
+        let t: String = self.call(Op::SystemPrompt, &[], "system-prompt")?;
+        let r = checks::text(&t, &self.shared.limits, "system-prompt").map(|()| t);
+        self.checked(r)
+    }
+
+    fn reset(&mut self, seed: u64) -> Result<Observation, Error> {
+        let o = convert_observation(self.call(Op::Reset, &seed.to_le_bytes(), "reset")?);
+        let r = checks::observation(&o, &self.shared.limits, "reset").map(|()| o);
+        self.checked(r)
+    }
+
+    fn step(&mut self, answer: &str) -> Result<StepResult, Error> {
+        if self.handle.is_none() {
+            return Err(Error::InvalidState("the instance was re-created after a fault; call reset".into()));
+        }
+        let s: abi::Step = self.call(Op::Step, answer.as_bytes(), "step")?;
+        let s = StepResult {
+            observation: convert_observation(s.observation),
+            reward: s.reward,
+            done: s.done,
+            success: s.success,
+            valid_actions: s.valid_actions,
+            effective_actions: s.effective_actions,
+            metrics: s.metrics.into_iter().map(|(name, value)| Metric { name, value }).collect(),
+        };
+        let r = checks::step(&s, &self.shared.limits).map(|()| s);
+        self.checked(r)
+    }
+
+    fn describe_state(&mut self) -> Result<String, Error> {
+        let t: String = self.call(Op::DescribeState, &[], "describe-state")?;
+        let r = checks::text(&t, &self.shared.limits, "describe-state").map(|()| t);
+        self.checked(r)
+    }
+
+    fn oracle(&mut self) -> Result<Option<String>, Error> {
+        let a: Option<String> = self.call(Op::Oracle, &[], "oracle")?;
+        let r = checks::text(a.as_deref().unwrap_or(""), &self.shared.limits, "oracle").map(|()| a);
+        self.checked(r)
+    }
+}
+
+fn convert_manifest(m: abi::Manifest) -> Manifest {
+    Manifest {
+        name: m.name,
+        version: m.version,
+        description: m.description,
+        modalities: m
+            .modalities
+            .into_iter()
+            .map(|m| match m {
+                abi::Modality::Text => Modality::Text,
+                abi::Modality::Image => Modality::Image,
+            })
+            .collect(),
+        action_names: m.action_names,
+        action_separator: m.action_separator,
+        max_actions_per_turn: m.max_actions_per_turn,
+        default_max_turns: m.default_max_turns,
+        default_config: m.default_config,
+        has_oracle: m.has_oracle,
+    }
+}
+
+fn convert_observation(o: abi::Observation) -> Observation {
+    Observation {
+        text: o.text,
+        images: o.images.into_iter().map(|i| Image { width: i.width, height: i.height, rgb: i.rgb }).collect(),
+    }
+}

@@ -1,0 +1,77 @@
+//! One env instance and the episode protocol around it, shared by the WebAssembly and the
+//! native exports: no step before reset or after done, oracle only while running.
+
+use crate::{Env, EnvError, Manifest, Observation, Step, config};
+
+/// Package facts `export_env!` takes from the plugin's Cargo.toml.
+pub trait Package {
+    const NAME: &'static str;
+    const VERSION: &'static str;
+    const DESCRIPTION: &'static str;
+}
+
+/// The manifest with package facts and the default config filled in.
+pub fn manifest_of<T: Env + Package>() -> Manifest {
+    let mut m = T::manifest();
+    for (field, value) in [(&mut m.name, T::NAME), (&mut m.version, T::VERSION), (&mut m.description, T::DESCRIPTION)] {
+        if field.is_empty() {
+            *field = value.to_string();
+        }
+    }
+    if m.default_config.is_empty() {
+        m.default_config = config::default_json::<T::Config>();
+    }
+    m
+}
+
+pub struct Session<T> {
+    env: T,
+    phase: Phase,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    BeforeReset,
+    Running,
+    Done,
+}
+
+impl<T: Env> Session<T> {
+    pub fn create(config: &str) -> Result<Self, EnvError> {
+        let config = config::resolve::<T::Config>(config, T::presets())?;
+        Ok(Self { env: T::new(config)?, phase: Phase::BeforeReset })
+    }
+
+    pub fn system_prompt(&self) -> String {
+        self.env.system_prompt()
+    }
+
+    pub fn reset(&mut self, seed: u64) -> Observation {
+        let obs = self.env.reset(seed);
+        self.phase = Phase::Running;
+        obs
+    }
+
+    pub fn step(&mut self, answer: &str) -> Result<Step, EnvError> {
+        match self.phase {
+            Phase::BeforeReset => return Err(EnvError::InvalidState("step called before reset".into())),
+            Phase::Done => {
+                return Err(EnvError::InvalidState("step called after the episode ended; call reset".into()));
+            }
+            Phase::Running => {}
+        }
+        let step = self.env.step(answer);
+        if step.done {
+            self.phase = Phase::Done;
+        }
+        Ok(step)
+    }
+
+    pub fn describe_state(&self) -> String {
+        self.env.describe_state()
+    }
+
+    pub fn oracle(&self) -> Option<String> {
+        if self.phase == Phase::Running { self.env.oracle() } else { None }
+    }
+}
