@@ -9,7 +9,7 @@ mod render;
 pub use config::{Config, ObservationMode};
 pub use map::{Map, Move, Tile};
 
-use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env};
+use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env, relative_position};
 
 pub const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
 
@@ -140,8 +140,8 @@ impl Env for FrozenLake {
     }
 
     fn describe_state(&self) -> String {
-        let mut s = format!("The goal is {}.", relative(self.player, self.map.goal));
-        let holes: Vec<String> = self.map.holes().map(|h| relative(self.player, h)).collect();
+        let mut s = format!("The goal is {}.", relative_position(self.player, self.map.goal));
+        let holes: Vec<String> = self.map.holes().map(|h| relative_position(self.player, h)).collect();
         if holes.is_empty() {
             s.push_str(" There are no holes.");
         } else {
@@ -184,28 +184,6 @@ impl FrozenLake {
             obs.push_image(render::image(&self.map, self.player, self.config.image_size));
         }
         obs
-    }
-}
-
-/// "2 rows below and 1 column to the left of you", in the agent's frame of the map.
-fn relative(from: (usize, usize), to: (usize, usize)) -> String {
-    let (dx, dy) = (to.0 as i64 - from.0 as i64, to.1 as i64 - from.1 as i64);
-    let plural = |n: i64, word: &str| format!("{} {word}{}", n.abs(), if n.abs() == 1 { "" } else { "s" });
-    let vertical = match dy {
-        0 => None,
-        d if d < 0 => Some(format!("{} above", plural(d, "row"))),
-        d => Some(format!("{} below", plural(d, "row"))),
-    };
-    let horizontal = match dx {
-        0 => None,
-        d if d < 0 => Some(format!("{} to the left", plural(d, "column"))),
-        d => Some(format!("{} to the right", plural(d, "column"))),
-    };
-    match (vertical, horizontal) {
-        (None, None) => "where you are".into(),
-        (Some(v), None) => format!("{v} you (same column)"),
-        (None, Some(h)) => format!("{h} of you (same row)"),
-        (Some(v), Some(h)) => format!("{v} and {h} of you"),
     }
 }
 

@@ -14,12 +14,14 @@ pub mod native;
 mod render;
 mod rng;
 mod session;
+mod words;
 
 pub use actions::{ActionSpec, ParsedActions};
 pub use config::NoConfig;
 pub use render::{Canvas, grid_text};
 pub use rng::Rng;
 pub use vagen_abi::{EnvError, Image, Manifest, Modality, Observation, Step};
+pub use words::relative_position;
 
 use serde::{Serialize, de::DeserializeOwned};
 
