@@ -9,15 +9,30 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
 }
 
-/// `NAME.wasm` from `target/plugins`, `target/examples` or `target/test-plugins`.
+/// `NAME.wasm` (or `NAME.so`, when `name` ends in `.so`) from `target/plugins`,
+/// `target/examples` or `target/test-plugins`.
 pub fn plugin_path(name: &str) -> PathBuf {
+    let file = if name.ends_with(".so") { name.to_string() } else { format!("{name}.wasm") };
     for dir in ["target/plugins", "target/examples", "target/test-plugins"] {
-        let p = root().join(dir).join(format!("{name}.wasm"));
+        let p = root().join(dir).join(&file);
         if p.is_file() {
             return p;
         }
     }
-    panic!("{name}.wasm is not built: run `cargo xtask plugins` (or `cargo xtask test`) first");
+    panic!("{file} is not built: run `cargo xtask plugins` (or `cargo xtask test`) first");
+}
+
+/// Every reference plugin in `target/plugins`, as (name, wasm path, native path).
+pub fn reference_plugins() -> Vec<(String, PathBuf, PathBuf)> {
+    let dir = root().join("plugins");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("plugins/ exists")
+        .flatten()
+        .filter(|e| e.path().join("Cargo.toml").is_file())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names.into_iter().map(|n| (n.clone(), plugin_path(&n), plugin_path(&format!("{n}.so")))).collect()
 }
 
 /// A runtime whose compiled-code cache lives in a folder that dies with the test.

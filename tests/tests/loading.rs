@@ -25,8 +25,10 @@ fn a_non_wasm_file_is_named_as_such() {
     let e = load_err(b"#!/bin/sh\necho hello\n", "script.wasm");
     assert!(matches!(e, Error::NotWasm { .. }), "{e}");
     assert!(one_line(&e).contains("script.wasm is not a WebAssembly file (text starting with"), "{e}");
+    // An ELF file goes to the native loader, which says it cannot load it.
     let e = load_err(b"\x7fELF\x02\x01\x01\0\0\0\0\0", "lib.so");
-    assert!(one_line(&e).contains("an ELF native binary"), "{e}");
+    assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
+    assert!(one_line(&e).contains("lib.so is not a vagen plugin: cannot load it"), "{e}");
     let e = load_err(b"", "empty.wasm");
     assert!(one_line(&e).contains("only 0 bytes long"), "{e}");
 }

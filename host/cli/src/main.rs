@@ -1,6 +1,7 @@
 //! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them.
 
 mod bench;
+mod check;
 mod inspect;
 mod limits_arg;
 mod policy;
@@ -28,7 +29,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Run episodes with a random, oracle or human policy.
     Run(run::RunArgs),
-    /// Measure load, instantiate, reset and step costs of a plugin (prints figures).
+    /// Check that a plugin honours the contract (determinism, protocol, oracle).
+    Check(check::CheckArgs),
+    /// Measure load, instantiate, reset and step costs of plugins (prints figures).
     Bench(bench::BenchArgs),
 }
 
@@ -48,6 +51,7 @@ fn dispatch(cli: Cli) -> Result<()> {
     match (cli.command, cli.run) {
         (Some(Command::Inspect(a)), _) => inspect::inspect(a),
         (Some(Command::Run(a)), _) | (None, Some(a)) => run::run(a),
+        (Some(Command::Check(a)), _) => check::check(a),
         (Some(Command::Bench(a)), _) => bench::bench(a),
         (None, None) => {
             use clap::CommandFactory;

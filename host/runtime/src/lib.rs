@@ -9,6 +9,7 @@
 mod bindings;
 mod cache;
 mod checks;
+pub mod conformance;
 mod environment;
 mod error;
 mod limits;

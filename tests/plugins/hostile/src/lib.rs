@@ -7,7 +7,7 @@ use vagen_sdk::{Env, EnvError, Image, Manifest, Observation, Step, export_env};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep
+    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic
     pub mode: String,
 }
 
@@ -33,6 +33,7 @@ impl Env for Hostile {
             "chatty",
             "random",
             "sleep",
+            "nondeterministic",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
@@ -47,6 +48,12 @@ impl Env for Hostile {
     fn reset(&mut self, seed: u64) -> Observation {
         self.steps = 0;
         self.seed = seed;
+        if self.mode == "nondeterministic" {
+            // State that outlives episodes: the same seed shows something new each time.
+            static RESETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = RESETS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Observation::text(format!("seed {seed}, reset number {n}"));
+        }
         Observation::text(format!("seed {seed}"))
     }
 

@@ -1,0 +1,57 @@
+//! `vagen-host check` passes on every reference plugin and names the problem in broken ones.
+
+use vagen_runtime::Limits;
+use vagen_runtime::conformance::{CheckOptions, check};
+use vagen_tests::{load, reference_plugins};
+
+#[test]
+fn every_reference_plugin_passes_as_wasm_and_as_native() {
+    let plugins = reference_plugins();
+    assert!(plugins.len() >= 4, "{plugins:?}");
+    for (name, wasm, native) in plugins {
+        for path in [wasm, native] {
+            let (rt, _dir) = vagen_tests::runtime(Limits::default());
+            let plugin = rt.load(&path).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let report = check(plugin.as_ref(), &CheckOptions::default());
+            let failures: Vec<_> = report.failures().collect();
+            assert!(failures.is_empty(), "{}: {failures:?}", path.display());
+            assert!(report.findings.iter().any(|f| f.check == "oracle"), "{name} declares an oracle");
+        }
+    }
+}
+
+fn failures_of(config: &str, name: &str) -> Vec<(String, String)> {
+    let (plugin, _dir) = load(name, Limits::default());
+    let opts = CheckOptions { config: config.into(), ..CheckOptions::default() };
+    check(plugin.as_ref(), &opts).failures().map(|f| (f.check.to_string(), f.detail.clone())).collect()
+}
+
+#[test]
+fn a_nondeterministic_reset_is_caught() {
+    let f = failures_of(r#"{"mode": "nondeterministic"}"#, "hostile");
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].0, "determinism");
+    assert!(f[0].1.contains("state leaks between episodes"), "{}", f[0].1);
+    // Natively the counter is shared by all instances: even two fresh ones disagree.
+    let f = failures_of(r#"{"mode": "nondeterministic"}"#, "hostile.so");
+    assert!(f.iter().any(|(c, d)| c == "determinism" && d.contains("two fresh instances differ at turn 0")), "{f:?}");
+}
+
+#[test]
+fn a_wrong_image_count_is_caught() {
+    let f = failures_of(r#"{"mode": "wrong-image"}"#, "hostile");
+    assert!(!f.is_empty());
+    assert!(f.iter().all(|(_, d)| d.contains("0 <image> markers for 1 images")), "{f:?}");
+}
+
+#[test]
+fn a_weak_oracle_fails_unless_the_bar_is_lowered() {
+    let (plugin, _dir) = load("frozenlake", Limits::default());
+    let slippery = CheckOptions { config: r#"{"preset": "ragen"}"#.into(), ..CheckOptions::default() };
+    let report = check(plugin.as_ref(), &slippery);
+    let f: Vec<_> = report.failures().collect();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(f[0].check == "oracle" && f[0].detail.contains("at least 100% required"), "{:?}", f[0]);
+    let lenient = CheckOptions { oracle_min_success: 0.1, ..slippery };
+    assert!(check(plugin.as_ref(), &lenient).passed());
+}
