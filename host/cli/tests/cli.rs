@@ -177,3 +177,42 @@ fn a_crashing_env_fails_its_episodes_and_the_run_goes_on() {
     assert_eq!((s["episodes"].as_u64(), s["failed_episodes"].as_u64()), (Some(3), Some(3)));
     assert!(String::from_utf8_lossy(&o.stderr).contains("panics on purpose"));
 }
+
+#[test]
+fn check_exits_zero_on_a_good_plugin_and_one_naming_the_problem_on_a_bad_one() {
+    let fl = plugin("plugins", "frozenlake");
+    let o = host(&["check", "--plugin", fl.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stdout(&o));
+    assert!(stdout(&o).contains("all 6 checks passed"), "{}", stdout(&o));
+    let hostile = plugin("test-plugins", "hostile");
+    let o = host(&["check", "--plugin", hostile.to_str().unwrap(), "--env-config", r#"{"mode": "nondeterministic"}"#]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert_eq!(fails.len(), 1, "{out}");
+    assert!(fails[0].contains("determinism") && fails[0].contains("state leaks between episodes"), "{out}");
+}
+
+#[test]
+fn bench_compares_wasm_and_native_side_by_side() {
+    let (wasm, so) = (plugin("plugins", "sokoban"), root().join("target/plugins/sokoban.so"));
+    let o = host(&[
+        "bench",
+        "--plugin",
+        wasm.to_str().unwrap(),
+        "--plugin",
+        so.to_str().unwrap(),
+        "--steps",
+        "300",
+        "--instances",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    let header = out.lines().next().unwrap();
+    assert!(header.contains("sokoban.wasm (wasm)") && header.contains("sokoban.so (native)"), "{out}");
+    let steps_row = out.lines().find(|l| l.starts_with("steps/s, one instance")).expect("a throughput row");
+    let figures: Vec<f64> = steps_row.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert_eq!(figures.len(), 2, "{steps_row}");
+    assert!(figures.iter().all(|&f| f > 0.0), "{steps_row}");
+}
