@@ -156,18 +156,17 @@ fn test(extra: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// The main job for now: FrozenLake with a random and an oracle policy.
+/// The main job for now: FrozenLake with a random and an oracle policy, Sokoban's oracle.
 fn demo() -> Result<()> {
     let mut build = cargo();
     build.args(["build", "--release", "-p", "vagen-host"]);
     run(build)?;
     let host = root().join("target/release/vagen-host");
-    let plugin = root().join("target/plugins/frozenlake.wasm");
-    for (policy, episodes) in [("random", "1000"), ("oracle", "200")] {
+    let runs = [("frozenlake", "random", "1000"), ("frozenlake", "oracle", "200"), ("sokoban", "oracle", "200")];
+    for (env, policy, episodes) in runs {
         let mut cmd = Command::new(&host);
-        cmd.current_dir(root()).args(["run", "--plugin"]).arg(&plugin);
-        cmd.args(["--policy", policy, "--episodes", episodes, "--out"])
-            .arg(format!("runs/demo/frozenlake-{policy}.jsonl"));
+        cmd.current_dir(root()).args(["run", "--plugin"]).arg(root().join(format!("target/plugins/{env}.wasm")));
+        cmd.args(["--policy", policy, "--episodes", episodes, "--out"]).arg(format!("runs/demo/{env}-{policy}.jsonl"));
         run(cmd)?;
     }
     Ok(())
