@@ -82,4 +82,9 @@ fn native_load_errors_name_the_problem() {
     assert!(matches!(e, Error::NotAPlugin { .. }), "{s}");
     assert!(s.contains("vagen_native_abi_version") && s.contains("export_env!"), "{s}");
     assert!(!s.contains('\n'));
+
+    let e = rt.load(plugin_path("old-abi.so")).err().expect("ABI version 0 is not ours");
+    let s = e.to_string();
+    assert!(matches!(e, Error::WrongAbiVersion { found: 0, supported: 1, .. }), "{s}");
+    assert!(s.contains("ABI version 0") && s.contains("supports version 1"), "{s}");
 }

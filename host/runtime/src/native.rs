@@ -50,9 +50,16 @@ impl NativePlugin {
                 not_plugin(format!("it has no `{shown}` ({e}); build it with vagen-sdk's export_env!"))
             }
         };
-        // SAFETY: each symbol is declared with the type vagen-abi gives it.
-        let (version, manifest_fn, fns) = unsafe {
-            let version = *lib.get::<abi::AbiVersionFn>(symbols::ABI_VERSION).map_err(symbol(symbols::ABI_VERSION))?;
+        // SAFETY: each symbol is declared with the type vagen-abi gives it. The version comes
+        // first, so a library built for another ABI is named as such, not as "missing X".
+        let version =
+            unsafe { *lib.get::<abi::AbiVersionFn>(symbols::ABI_VERSION).map_err(symbol(symbols::ABI_VERSION))? };
+        // SAFETY: a plain function of no arguments.
+        let found = unsafe { version() };
+        if found != NATIVE_ABI_VERSION {
+            return Err(Error::WrongAbiVersion { path: path.into(), found, supported: NATIVE_ABI_VERSION });
+        }
+        let (manifest_fn, fns) = unsafe {
             let manifest = *lib.get::<abi::ManifestFn>(symbols::MANIFEST).map_err(symbol(symbols::MANIFEST))?;
             let fns = Fns {
                 create: *lib.get(symbols::CREATE).map_err(symbol(symbols::CREATE))?,
@@ -60,13 +67,8 @@ impl NativePlugin {
                 destroy: *lib.get(symbols::DESTROY).map_err(symbol(symbols::DESTROY))?,
                 free: *lib.get(symbols::FREE).map_err(symbol(symbols::FREE))?,
             };
-            (version, manifest, fns)
+            (manifest, fns)
         };
-        // SAFETY: a plain function of no arguments.
-        let found = unsafe { version() };
-        if found != NATIVE_ABI_VERSION {
-            return Err(Error::WrongAbiVersion { path: path.into(), found, supported: NATIVE_ABI_VERSION });
-        }
         let mut out = Buffer::empty();
         // SAFETY: `out` is a valid Buffer to write.
         let code = unsafe { manifest_fn(&mut out) };

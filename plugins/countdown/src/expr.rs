@@ -243,3 +243,28 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a model writes, evaluation returns (no panic), and quickly.
+        #[test]
+        fn any_text_evaluates_or_errs(text in "[0-9()+\\-*/×÷ ]{0,300}|\\PC{0,100}") {
+            let started = std::time::Instant::now();
+            let _ = evaluate(&text);
+            // Generous: the property is "no hang", not speed.
+            prop_assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        }
+
+        /// Well-formed sums of small numbers evaluate to their plain sum.
+        #[test]
+        fn sums_are_exact(ns in proptest::collection::vec(1u32..1000, 1..20)) {
+            let text = ns.iter().map(u32::to_string).collect::<Vec<_>>().join(" + ");
+            let sum: i128 = ns.iter().map(|&n| n as i128).sum();
+            prop_assert_eq!(evaluate(&text).unwrap().value, Ratio::int(sum));
+        }
+    }
+}
