@@ -18,7 +18,7 @@ pub fn solve(start: &Level) -> Option<Vec<Dir>> {
         return None;
     }
     let key = |l: &Level| (l.player, l.boxes.clone());
-    let mut came: HashMap<(usize, Vec<usize>), Option<((usize, Vec<usize>), Dir)>> = HashMap::new();
+    let mut came = Came::new();
     came.insert(key(start), None);
     let mut queue = VecDeque::from([start.clone()]);
     while let Some(level) = queue.pop_front() {
@@ -46,9 +46,11 @@ pub fn solve(start: &Level) -> Option<Vec<Dir>> {
     None
 }
 
-type Came = HashMap<(usize, Vec<usize>), Option<((usize, Vec<usize>), Dir)>>;
+/// (player, boxes) → the state it was reached from and the move that did it.
+type Key = (usize, Vec<usize>);
+type Came = HashMap<Key, Option<(Key, Dir)>>;
 
-fn path_to(came: &Came, mut k: (usize, Vec<usize>)) -> Vec<Dir> {
+fn path_to(came: &Came, mut k: Key) -> Vec<Dir> {
     let mut moves = Vec::new();
     while let Some(Some((prev, d))) = came.get(&k) {
         moves.push(*d);
