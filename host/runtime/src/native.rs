@@ -5,9 +5,7 @@
 
 use crate::cache::sha256_hex;
 use crate::checks;
-use crate::{
-    Environment, Error, Image, Limits, Manifest, Metric, Modality, Observation, Plugin, PluginInfo, StepResult,
-};
+use crate::{Environment, Error, Limits, Manifest, Metric, Observation, Plugin, PluginInfo, StepResult};
 use libloading::Library;
 use std::ffi::c_void;
 use std::path::Path;
@@ -72,8 +70,7 @@ impl NativePlugin {
         let mut out = Buffer::empty();
         // SAFETY: `out` is a valid Buffer to write.
         let code = unsafe { manifest_fn(&mut out) };
-        let manifest: abi::Manifest = take(&fns, out, code, "manifest")?;
-        let manifest = convert_manifest(manifest);
+        let manifest: Manifest = take(&fns, out, code, "manifest")?;
         checks::manifest(&manifest)?;
         let info = PluginInfo {
             path: path.into(),
@@ -210,7 +207,7 @@ impl Environment for NativeEnv {
     }
 
     fn reset(&mut self, seed: u64) -> Result<Observation, Error> {
-        let o = convert_observation(self.call(Op::Reset, &seed.to_le_bytes(), "reset")?);
+        let o: Observation = self.call(Op::Reset, &seed.to_le_bytes(), "reset")?;
         let r = checks::observation(&o, &self.shared.limits, "reset").map(|()| o);
         self.checked(r)
     }
@@ -221,7 +218,7 @@ impl Environment for NativeEnv {
         }
         let s: abi::Step = self.call(Op::Step, answer.as_bytes(), "step")?;
         let s = StepResult {
-            observation: convert_observation(s.observation),
+            observation: s.observation,
             reward: s.reward,
             done: s.done,
             success: s.success,
@@ -243,34 +240,5 @@ impl Environment for NativeEnv {
         let a: Option<String> = self.call(Op::Oracle, &[], "oracle")?;
         let r = checks::text(a.as_deref().unwrap_or(""), &self.shared.limits, "oracle").map(|()| a);
         self.checked(r)
-    }
-}
-
-fn convert_manifest(m: abi::Manifest) -> Manifest {
-    Manifest {
-        name: m.name,
-        version: m.version,
-        description: m.description,
-        modalities: m
-            .modalities
-            .into_iter()
-            .map(|m| match m {
-                abi::Modality::Text => Modality::Text,
-                abi::Modality::Image => Modality::Image,
-            })
-            .collect(),
-        action_names: m.action_names,
-        action_separator: m.action_separator,
-        max_actions_per_turn: m.max_actions_per_turn,
-        default_max_turns: m.default_max_turns,
-        default_config: m.default_config,
-        has_oracle: m.has_oracle,
-    }
-}
-
-fn convert_observation(o: abi::Observation) -> Observation {
-    Observation {
-        text: o.text,
-        images: o.images.into_iter().map(|i| Image { width: i.width, height: i.height, rgb: i.rgb }).collect(),
     }
 }

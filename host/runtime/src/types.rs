@@ -1,48 +1,13 @@
-//! The host's own types. Generated WIT types are converted into these at the boundary
-//! (`bindings.rs`), checked against the [`Limits`](crate::Limits) on the way in.
+//! The host's types. Observations and manifests are `vagen-abi`'s, the same types env
+//! authors use; generated WIT types are converted into them at the boundary (`bindings.rs`)
+//! and checked against the [`Limits`](crate::Limits) on the way in (`checks.rs`).
 
 use serde::Serialize;
 use std::path::PathBuf;
-
-/// An RGB8 image, row-major, `rgb.len() == width * height * 3`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Image {
-    pub width: u32,
-    pub height: u32,
-    #[serde(skip)]
-    pub rgb: Vec<u8>,
-}
-
-/// What the agent sees; `text` holds one `<image>` marker per image, in order.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct Observation {
-    pub text: String,
-    pub images: Vec<Image>,
-}
+pub use vagen_abi::{Image, Manifest, Modality, Observation};
 
 /// The marker an observation's text carries for each image.
 pub const IMAGE_MARKER: &str = "<image>";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Modality {
-    Text,
-    Image,
-}
-
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Manifest {
-    pub name: String,
-    pub version: String,
-    pub description: String,
-    pub modalities: Vec<Modality>,
-    pub action_names: Vec<String>,
-    pub action_separator: String,
-    pub max_actions_per_turn: u32,
-    pub default_max_turns: u32,
-    pub default_config: String,
-    pub has_oracle: bool,
-}
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metric {

@@ -1,7 +1,7 @@
 //! FrozenLake's options. Defaults are VAGEN's; `{"preset": "ragen"}` gives RAGEN's.
 
 use serde::{Deserialize, Serialize};
-use vagen_sdk::EnvError;
+use vagen_sdk::{EnvError, ObservationMode};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -29,14 +29,6 @@ pub struct Config {
     pub observation: ObservationMode,
     /// Side of the square image in pixels (16..=1024).
     pub image_size: u32,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum ObservationMode {
-    Text,
-    Image,
-    TextAndImage,
 }
 
 impl Default for Config {

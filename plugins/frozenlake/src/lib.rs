@@ -6,10 +6,14 @@ mod config;
 mod map;
 mod render;
 
-pub use config::{Config, ObservationMode};
+pub use config::Config;
 pub use map::{Map, Move, Tile};
+pub use vagen_sdk::ObservationMode;
 
-use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env, relative_position};
+use vagen_sdk::{
+    ActionSpec, Env, EnvError, Manifest, Modality, Observation, Rng, Step, export_env, grid_observation,
+    relative_position, turn_feedback,
+};
 
 pub const ACTIONS: [&str; 4] = ["Left", "Down", "Right", "Up"];
 
@@ -89,18 +93,13 @@ impl Env for FrozenLake {
             Tile::Hole => self.config.hole_reward,
             Tile::Frozen => 0.0,
         } + self.config.step_reward * f64::from(step.valid_actions);
-        let mut feedback = if executed.is_empty() {
-            "No valid action was executed.".to_string()
-        } else {
-            format!("Executed actions: {}.", executed.join(", "))
-        };
-        let blocked = step.valid_actions - step.effective_actions;
-        if blocked > 0 {
-            feedback.push_str(&format!(" {blocked} of them hit the edge of the lake and had no effect."));
-        }
-        if let Some(bad) = parsed.invalid.first() {
-            feedback.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", ACTIONS.join(", ")));
-        }
+        let mut feedback = turn_feedback(
+            &executed,
+            step.valid_actions - step.effective_actions,
+            "hit the edge of the lake and had no effect",
+            parsed.invalid.first().map(String::as_str),
+            &ACTIONS,
+        );
         match tile {
             Tile::Goal => feedback.push_str(" You reached the goal."),
             Tile::Hole => feedback.push_str(" You fell into a hole."),
@@ -171,19 +170,13 @@ impl FrozenLake {
     }
 
     fn observe(&self, feedback: &str) -> Observation {
-        let mut obs = Observation::text(feedback);
-        if !feedback.is_empty() {
-            obs.text.push('\n');
-        }
-        obs.text.push_str("Current observation:\n");
-        if self.config.observation != ObservationMode::Image {
-            obs.text.push_str(&render::text(&self.map, self.player));
-            obs.text.push('\n');
-        }
-        if self.config.observation != ObservationMode::Text {
-            obs.push_image(render::image(&self.map, self.player, self.config.image_size));
-        }
-        obs
+        let c = &self.config;
+        grid_observation(
+            feedback,
+            c.observation,
+            || render::text(&self.map, self.player),
+            || render::image(&self.map, self.player, c.image_size),
+        )
     }
 }
 

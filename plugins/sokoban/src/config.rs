@@ -1,7 +1,7 @@
 //! Sokoban's options. Defaults follow VAGEN (6×6, one box); presets give RAGEN's variants.
 
 use serde::{Deserialize, Serialize};
-use vagen_sdk::EnvError;
+use vagen_sdk::{EnvError, ObservationMode};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -35,14 +35,6 @@ pub struct Config {
     pub tile_pixels: u32,
     /// The characters of the text grid.
     pub symbols: Symbols,
-}
-
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "kebab-case")]
-pub enum ObservationMode {
-    Text,
-    Image,
-    TextAndImage,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -8,12 +8,16 @@ mod level;
 mod render;
 mod solve;
 
-pub use config::{Config, ObservationMode, Symbols};
+pub use config::{Config, Symbols};
 pub use generate::{Params, generate};
 pub use level::{Cell, Dir, Level, Outcome};
 pub use solve::solve;
+pub use vagen_sdk::ObservationMode;
 
-use vagen_sdk::{ActionSpec, Env, EnvError, Manifest, Modality, Observation, Step, export_env, relative_position};
+use vagen_sdk::{
+    ActionSpec, Env, EnvError, Manifest, Modality, Observation, Step, export_env, grid_observation, relative_position,
+    turn_feedback,
+};
 
 pub const ACTIONS: [&str; 4] = ["Up", "Down", "Left", "Right"];
 
@@ -43,19 +47,13 @@ impl Sokoban {
     }
 
     fn observe(&self, feedback: &str) -> Observation {
-        let mut obs = Observation::text(feedback);
-        if !feedback.is_empty() {
-            obs.text.push('\n');
-        }
-        obs.text.push_str("Current observation:\n");
-        if self.config.observation != ObservationMode::Image {
-            obs.text.push_str(&render::text(&self.level, &self.config.symbols));
-            obs.text.push('\n');
-        }
-        if self.config.observation != ObservationMode::Text {
-            obs.push_image(render::image(&self.level, self.config.tile_pixels));
-        }
-        obs
+        let c = &self.config;
+        grid_observation(
+            feedback,
+            c.observation,
+            || render::text(&self.level, &c.symbols),
+            || render::image(&self.level, c.tile_pixels),
+        )
     }
 }
 
@@ -125,18 +123,13 @@ impl Env for Sokoban {
             step.reward += c.solved_reward;
         }
         step.done = step.success || self.out_of_actions();
-        let mut feedback = if executed.is_empty() {
-            "No valid action was executed.".to_string()
-        } else {
-            format!("Executed actions: {}.", executed.join(", "))
-        };
-        let blocked = step.valid_actions - step.effective_actions;
-        if blocked > 0 {
-            feedback.push_str(&format!(" {blocked} of them were blocked by a wall or an immovable box."));
-        }
-        if let Some(bad) = parsed.invalid.first() {
-            feedback.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", ACTIONS.join(", ")));
-        }
+        let mut feedback = turn_feedback(
+            &executed,
+            step.valid_actions - step.effective_actions,
+            "were blocked by a wall or an immovable box",
+            parsed.invalid.first().map(String::as_str),
+            &ACTIONS,
+        );
         if step.success {
             feedback.push_str(" Every box is on a target: solved.");
         } else if step.done {

@@ -45,6 +45,7 @@ pub struct Step {
 
 /// What observations contain.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Modality {
     Text,
     Image,

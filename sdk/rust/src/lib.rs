@@ -18,10 +18,10 @@ mod words;
 
 pub use actions::{ActionSpec, ParsedActions};
 pub use config::NoConfig;
-pub use render::{Canvas, grid_text};
+pub use render::{Canvas, ObservationMode, grid_observation, grid_text};
 pub use rng::Rng;
 pub use vagen_abi::{EnvError, Image, Manifest, Modality, Observation, Step};
-pub use words::relative_position;
+pub use words::{relative_position, turn_feedback};
 
 use serde::{Serialize, de::DeserializeOwned};
 

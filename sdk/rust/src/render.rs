@@ -103,3 +103,35 @@ mod tests {
         assert_eq!(&img.rgb[img.rgb.len() - 3..], &[1, 2, 3]);
     }
 }
+
+/// What a grid game's observation shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ObservationMode {
+    Text,
+    Image,
+    TextAndImage,
+}
+
+/// "feedback\nCurrent observation:\n<grid>\n<image>", with the grid and the image included
+/// as `mode` says (each drawn only when shown).
+pub fn grid_observation(
+    feedback: &str,
+    mode: ObservationMode,
+    text: impl FnOnce() -> String,
+    image: impl FnOnce() -> Image,
+) -> crate::Observation {
+    let mut obs = crate::Observation::text(feedback);
+    if !feedback.is_empty() {
+        obs.text.push('\n');
+    }
+    obs.text.push_str("Current observation:\n");
+    if mode != ObservationMode::Image {
+        obs.text.push_str(&text());
+        obs.text.push('\n');
+    }
+    if mode != ObservationMode::Text {
+        obs.push_image(image());
+    }
+    obs
+}

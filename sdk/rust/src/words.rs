@@ -35,3 +35,40 @@ mod tests {
         assert_eq!(relative_position((2, 2), (2, 2)), "where you are");
     }
 }
+
+/// What happened in a turn, in the words the grid games use:
+/// "Executed actions: Up, Left. 1 of them hit a wall. Invalid action "jump": valid actions are …".
+pub fn turn_feedback(
+    executed: &[&str],
+    blocked: u32,
+    blocked_by: &str,
+    invalid: Option<&str>,
+    valid: &[&str],
+) -> String {
+    let mut s = if executed.is_empty() {
+        "No valid action was executed.".to_string()
+    } else {
+        format!("Executed actions: {}.", executed.join(", "))
+    };
+    if blocked > 0 {
+        s.push_str(&format!(" {blocked} of them {blocked_by}."));
+    }
+    if let Some(bad) = invalid {
+        s.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", valid.join(", ")));
+    }
+    s
+}
+
+#[cfg(test)]
+mod feedback_tests {
+    use super::*;
+
+    #[test]
+    fn says_what_happened() {
+        assert_eq!(
+            turn_feedback(&["Up", "Left"], 1, "hit a wall", Some("jump"), &["Up", "Left"]),
+            "Executed actions: Up, Left. 1 of them hit a wall. Invalid action \"jump\": valid actions are Up, Left."
+        );
+        assert_eq!(turn_feedback(&[], 0, "", None, &[]), "No valid action was executed.");
+    }
+}
