@@ -1,0 +1,178 @@
+//! Estimators behind stable names, one entry point.
+
+use crate::gae::{self, BiLevel};
+use crate::group::normalised_scores;
+use crate::stats::mean;
+use crate::{AlgoError, Trajectory};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Estimator {
+    /// Masked token GAE (RAGEN's default).
+    Gae,
+    /// Turn-level GAE over turn ends, then token GAE inside each turn (VAGEN-Full).
+    BiLevelGae,
+    /// The turn-level advantage broadcast over the turn; the critic learns at turn ends.
+    TurnGae,
+    /// Trajectory score normalised within its group (same seed); no critic.
+    Grpo,
+    /// Trajectory score normalised over the batch; no critic.
+    Brpo,
+    /// The raw trajectory score; no critic.
+    Reinforce,
+}
+
+impl Estimator {
+    pub fn uses_critic(self) -> bool {
+        matches!(self, Estimator::Gae | Estimator::BiLevelGae | Estimator::TurnGae)
+    }
+}
+
+/// Hyperparameters of the estimators; each says which estimators read it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdvantageConfig {
+    pub estimator: Estimator,
+    /// Token-level discount (gae; the token level of bi-level-gae).
+    pub gamma: f64,
+    /// Token-level GAE λ (gae; the token level of bi-level-gae unless `lambda_token` is set).
+    pub lambda: f64,
+    /// Turn-level discount (bi-level-gae, turn-gae; VAGEN 0.95).
+    pub gamma_turn: f64,
+    /// Turn-level λ (bi-level-gae, turn-gae); unset: `lambda`, as VAGEN shares it.
+    pub lambda_turn: Option<f64>,
+    /// Token-level λ inside turns (bi-level-gae); unset: `lambda`.
+    pub lambda_token: Option<f64>,
+    /// Whiten advantages over all masked tokens of the batch; unset: on for the critic-based
+    /// estimators, off for grpo / brpo / reinforce (already normalised, or raw by design).
+    pub whiten: Option<bool>,
+    /// Added to the standard deviation in grpo / brpo.
+    pub epsilon: f64,
+}
+
+impl Default for AdvantageConfig {
+    fn default() -> Self {
+        Self {
+            estimator: Estimator::Gae,
+            gamma: 1.0,
+            lambda: 1.0,
+            gamma_turn: 0.95,
+            lambda_turn: None,
+            lambda_token: None,
+            whiten: None,
+            epsilon: 1e-6,
+        }
+    }
+}
+
+impl AdvantageConfig {
+    fn validate(&self) -> Result<(), AlgoError> {
+        let unit = |name, value: f64| {
+            if (0.0..=1.0).contains(&value) {
+                Ok(())
+            } else {
+                Err(AlgoError::BadParameter { name, value, range: "[0, 1]" })
+            }
+        };
+        unit("gamma", self.gamma)?;
+        unit("lambda", self.lambda)?;
+        unit("gamma_turn", self.gamma_turn)?;
+        unit("lambda_turn", self.lambda_turn.unwrap_or(self.lambda))?;
+        unit("lambda_token", self.lambda_token.unwrap_or(self.lambda))?;
+        if !(self.epsilon > 0.0 && self.epsilon.is_finite()) {
+            return Err(AlgoError::BadParameter { name: "epsilon", value: self.epsilon, range: "(0, ∞)" });
+        }
+        Ok(())
+    }
+}
+
+/// One trajectory's result; every vector is as long as the trajectory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Advantages {
+    /// 0 outside the advantage mask.
+    pub advantages: Vec<f64>,
+    /// Value targets; 0 outside the mask; critic-free estimators put the advantage here.
+    pub returns: Vec<f64>,
+    /// Tokens the value loss trains on (none for critic-free estimators).
+    pub value_mask: Vec<bool>,
+}
+
+/// Advantages and returns for a batch. Whitening, when on, uses every masked token of the
+/// batch (mean and unbiased variance, ε = 1e-8) and leaves returns alone.
+pub fn compute_advantages(cfg: &AdvantageConfig, batch: &[Trajectory]) -> Result<Vec<Advantages>, AlgoError> {
+    cfg.validate()?;
+    for (i, t) in batch.iter().enumerate() {
+        t.validate(i)?;
+    }
+    let lambda_turn = cfg.lambda_turn.unwrap_or(cfg.lambda);
+    let mut out: Vec<Advantages> = match cfg.estimator {
+        Estimator::Gae => batch.iter().map(|t| gae::masked_gae(t, cfg.gamma, cfg.lambda).into()).collect(),
+        Estimator::BiLevelGae => {
+            let p = BiLevel {
+                gamma_turn: cfg.gamma_turn,
+                lambda_turn,
+                gamma_token: cfg.gamma,
+                lambda_token: cfg.lambda_token.unwrap_or(cfg.lambda),
+            };
+            batch
+                .iter()
+                .enumerate()
+                .map(|(i, t)| gae::bi_level_gae(t, i, &p).map(Into::into))
+                .collect::<Result<_, _>>()?
+        }
+        Estimator::TurnGae => batch
+            .iter()
+            .enumerate()
+            .map(|(i, t)| gae::turn_gae(t, i, cfg.gamma_turn, lambda_turn).map(Into::into))
+            .collect::<Result<_, _>>()?,
+        Estimator::Grpo | Estimator::Brpo | Estimator::Reinforce => {
+            let groups: Vec<u64> = batch.iter().map(|t| t.group).collect();
+            let one_group = vec![0; batch.len()];
+            let keys = match cfg.estimator {
+                Estimator::Grpo => Some(groups.as_slice()),
+                Estimator::Brpo => Some(one_group.as_slice()),
+                _ => None,
+            };
+            let scores = normalised_scores(batch, keys, cfg.epsilon);
+            batch.iter().zip(scores).map(|(t, s)| broadcast(t, s)).collect()
+        }
+    };
+    if cfg.whiten.unwrap_or(cfg.estimator.uses_critic()) {
+        whiten(batch, &mut out);
+    }
+    Ok(out)
+}
+
+fn broadcast(t: &Trajectory, score: f64) -> Advantages {
+    let advantages: Vec<f64> = t.adv_mask.iter().map(|&m| if m { score } else { 0.0 }).collect();
+    Advantages { returns: advantages.clone(), advantages, value_mask: vec![false; t.len()] }
+}
+
+impl From<gae::Out> for Advantages {
+    fn from(o: gae::Out) -> Self {
+        Self { advantages: o.advantages, returns: o.returns, value_mask: o.value_mask }
+    }
+}
+
+fn whiten(batch: &[Trajectory], out: &mut [Advantages]) {
+    let masked: Vec<f64> = batch
+        .iter()
+        .zip(out.iter())
+        .flat_map(|(t, o)| o.advantages.iter().zip(t.adv_mask).filter(|(_, m)| **m).map(|(a, _)| *a))
+        .collect();
+    let m = mean(&masked);
+    let var = if masked.len() < 2 {
+        0.0
+    } else {
+        masked.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (masked.len() - 1) as f64
+    };
+    let scale = 1.0 / (var + 1e-8).sqrt();
+    for (t, o) in batch.iter().zip(out.iter_mut()) {
+        for (a, &mask) in o.advantages.iter_mut().zip(t.adv_mask) {
+            if mask {
+                *a = (*a - m) * scale;
+            }
+        }
+    }
+}

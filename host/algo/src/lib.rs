@@ -1,0 +1,21 @@
+//! vagen-algo: credit assignment for multi-turn trajectories, on plain slices (no libtorch).
+//!
+//! One input contract for every estimator ([`Trajectory`]: token rewards, values, loss and
+//! advantage masks, turn ends, group id) and one output ([`Advantages`]). Estimators are an
+//! enum with stable kebab-case names ([`Estimator`]); formulas follow RAGEN / VAGEN as set
+//! out in the design notes' REFERENCE.md.
+
+mod error;
+mod estimator;
+mod filter;
+mod gae;
+mod group;
+mod input;
+mod normalize;
+mod stats;
+
+pub use error::AlgoError;
+pub use estimator::{AdvantageConfig, Advantages, Estimator, compute_advantages};
+pub use filter::{FilterConfig, FilterKeep, Filtered, GroupStats, filter_groups};
+pub use input::Trajectory;
+pub use normalize::{NormGrouping, NormMethod, normalize_scores};
