@@ -3,7 +3,11 @@
 //! - `cargo xtask demo`    the main job: build everything, run FrozenLake episodes
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
 //! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
-//! - `cargo xtask setup`   install the toolchain pieces (the wasm32-wasip2 target)
+//! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
+//!                         libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy
+//!                         in the project-local `.venv`; set `LIBTORCH` to use another libtorch
+//! - `cargo xtask fixtures` regenerate the Python-reference fixtures (committed)
+//! - `cargo xtask env`     print the environment variables that build and run the tch crates
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -14,11 +18,13 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("setup") => setup(),
+        Some("env") => setup().map(|_| print_env()),
+        Some("fixtures") => setup().and_then(|_| fixtures()),
         Some("plugins") => setup().and_then(|_| plugins()),
         Some("test") => setup().and_then(|_| plugins()).and_then(|_| test(&args[1..])),
         Some("demo") => setup().and_then(|_| plugins()).and_then(|_| demo()),
         _ => {
-            eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup>");
+            eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup | env | fixtures>");
             return ExitCode::from(2);
         }
     };
@@ -49,8 +55,96 @@ fn run(mut cmd: Command) -> Result<()> {
     if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
 }
 
-/// Adds the guest target when rustup is in charge and it is missing.
+/// The guest target, then libtorch.
 fn setup() -> Result<()> {
+    setup_guest_target()?;
+    setup_torch()
+}
+
+/// PyPI's torch wheel is the libtorch tch 0.24 is built against (CUDA libraries included, so
+/// the same build uses a GPU where one is present); numpy runs the Python references.
+const TORCH: &str = "torch==2.11.0";
+const NUMPY: &str = "numpy==2.2.6";
+
+fn venv() -> PathBuf {
+    root().join(".venv")
+}
+
+fn venv_python() -> PathBuf {
+    venv().join("bin").join("python")
+}
+
+/// Creates `.venv` with torch and numpy unless it already has the pinned versions, or the
+/// user points `LIBTORCH` at a libtorch of their own.
+fn setup_torch() -> Result<()> {
+    if std::env::var_os("LIBTORCH").is_some() {
+        return Ok(());
+    }
+    let probe = "import torch, numpy; print(torch.__version__.split('+')[0], numpy.__version__)";
+    let ok = Command::new(venv_python())
+        .args(["-c", probe])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.11.0 2.2.6");
+    if ok {
+        return Ok(());
+    }
+    if !venv_python().is_file() {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "venv"]).arg(venv());
+        run(cmd)?;
+    }
+    let mut pip = Command::new(venv_python());
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", TORCH, NUMPY]);
+    run(pip)
+}
+
+/// `torch/lib` inside the venv, or `$LIBTORCH/lib`.
+fn libtorch_lib() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("LIBTORCH") {
+        return Ok(PathBuf::from(dir).join("lib"));
+    }
+    let out = Command::new(venv_python())
+        .args(["-c", "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))"])
+        .output()
+        .map_err(|e| format!("running {}: {e}", venv_python().display()))?;
+    if !out.status.success() {
+        return Err(format!("torch is not importable from {}", venv_python().display()));
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
+/// What torch-sys needs to find libtorch at build time, and the loader at run time.
+fn torch_env() -> Result<Vec<(String, String)>> {
+    let lib = libtorch_lib()?;
+    let ld = match std::env::var("LD_LIBRARY_PATH") {
+        Ok(old) if !old.is_empty() => format!("{}:{old}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    let mut vars = vec![("LD_LIBRARY_PATH".to_string(), ld)];
+    if std::env::var_os("LIBTORCH").is_none() {
+        let path = format!("{}:{}", venv().join("bin").display(), std::env::var("PATH").unwrap_or_default());
+        vars.push(("LIBTORCH_USE_PYTORCH".into(), "1".into()));
+        vars.push(("VIRTUAL_ENV".into(), venv().display().to_string()));
+        vars.push(("PATH".into(), path));
+    }
+    Ok(vars)
+}
+
+fn print_env() {
+    match torch_env() {
+        Ok(vars) => vars.iter().for_each(|(k, v)| println!("export {k}={v:?}")),
+        Err(e) => eprintln!("xtask: {e}"),
+    }
+}
+
+fn fixtures() -> Result<()> {
+    let mut cmd = Command::new(venv_python());
+    cmd.current_dir(root()).arg("host/algo/reference/advantages.py");
+    run(cmd)
+}
+
+/// Adds the guest target when rustup is in charge and it is missing.
+fn setup_guest_target() -> Result<()> {
     let installed = Command::new("rustup").args(["target", "list", "--installed"]).output();
     match installed {
         Ok(out) if String::from_utf8_lossy(&out.stdout).lines().any(|l| l.trim() == GUEST_TARGET) => Ok(()),
@@ -152,7 +246,7 @@ fn copy(from: &Path, to: &Path, root: &Path) -> Result<()> {
 
 fn test(extra: &[String]) -> Result<()> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace"]).args(extra);
+    cmd.args(["test", "--release", "--workspace"]).args(extra).envs(torch_env()?);
     run(cmd)
 }
 
