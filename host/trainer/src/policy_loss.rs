@@ -117,7 +117,7 @@ pub fn policy_loss(cfg: &PolicyLossConfig, x: &PolicyLossInput) -> PolicyLoss {
     if let Some(h) = x.entropy {
         let mean_h = aggregate(h, &mask, cfg.aggregation);
         entropy = scalar(&mean_h);
-        loss = loss - mean_h * cfg.entropy_coef;
+        loss -= mean_h * cfg.entropy_coef;
     }
     let mut kl = 0.0;
     if let (Some(penalty), Some(reference)) = (&cfg.kl, x.ref_log_probs) {
@@ -132,7 +132,7 @@ pub fn policy_loss(cfg: &PolicyLossConfig, x: &PolicyLossInput) -> PolicyLoss {
         };
         let mean_kl = aggregate(&per_token_kl, &mask, cfg.aggregation);
         kl = scalar(&mean_kl);
-        loss = loss + mean_kl * penalty.coef;
+        loss += mean_kl * penalty.coef;
     }
     PolicyLoss {
         pg_loss: scalar(&pg_loss),

@@ -4,8 +4,8 @@
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
 //! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
 //! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
-//!                         libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy
-//!                         in the project-local `.venv`; set `LIBTORCH` to use another libtorch
+//!   libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy in the project-local
+//!   `.venv`; set `LIBTORCH` to use another libtorch
 //! - `cargo xtask fixtures` regenerate the Python-reference fixtures (committed)
 //! - `cargo xtask env`     print the environment variables that build and run the tch crates
 
