@@ -2,6 +2,7 @@
 
 mod bench;
 mod check;
+mod fuzz;
 mod inspect;
 mod limits_arg;
 mod policy;
@@ -31,6 +32,8 @@ enum Command {
     Run(run::RunArgs),
     /// Check that a plugin honours the contract (determinism, protocol, oracle).
     Check(check::CheckArgs),
+    /// Shake a plugin with adversarial episodes; save a reproducer per finding.
+    Fuzz(fuzz::FuzzArgs),
     /// Measure load, instantiate, reset and step costs of plugins (prints figures).
     Bench(bench::BenchArgs),
 }
@@ -52,6 +55,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Inspect(a)), _) => inspect::inspect(a),
         (Some(Command::Run(a)), _) | (None, Some(a)) => run::run(a),
         (Some(Command::Check(a)), _) => check::check(a),
+        (Some(Command::Fuzz(a)), _) => fuzz::fuzz(a),
         (Some(Command::Bench(a)), _) => bench::bench(a),
         (None, None) => {
             use clap::CommandFactory;

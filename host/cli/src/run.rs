@@ -3,20 +3,28 @@
 use crate::limits_arg::{limits_from, load};
 use crate::policy::{Policy, PolicyKind};
 use crate::record::{ImageSink, TurnRecord, write_jsonl};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
-use vagen_runtime::{EnvPool, Environment};
+use vagen_runtime::fuzz::{Reproducer, replay as replay_file};
+use vagen_runtime::{EnvPool, Environment, Plugin};
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// The environment plugin (`.wasm`).
-    #[arg(long)]
-    pub plugin: PathBuf,
+    /// The environment plugin (`.wasm` or `.so`).
+    #[arg(long, required_unless_present = "replay")]
+    pub plugin: Option<PathBuf>,
+    /// Play back a reproducer saved by `fuzz` or by a failed run (its plugin unless --plugin).
+    #[arg(long, value_name = "FILE")]
+    pub replay: Option<PathBuf>,
+    /// Stop the run when more than this share of episodes has failed (judged after 20).
+    #[arg(long, default_value_t = 0.25)]
+    pub max_failure_rate: f64,
     /// Who answers.
     #[arg(long, value_enum, default_value_t = PolicyKind::Random)]
     pub policy: PolicyKind,
@@ -47,6 +55,8 @@ pub struct RunArgs {
 
 struct Episode {
     index: usize,
+    seed: u64,
+    answers: Vec<String>,
     success: bool,
     reward: f64,
     turns: u32,
@@ -55,8 +65,15 @@ struct Episode {
     rows: Vec<TurnRecord>,
 }
 
+/// Episodes judged before the failure rate can stop a run.
+const MIN_EPISODES_FOR_RATE: u64 = 20;
+
 pub fn run(a: RunArgs) -> Result<()> {
-    let plugin = load(&a.plugin, limits_from(&a.limits)?)?;
+    if let Some(file) = &a.replay {
+        return replay(file, a.plugin.as_deref(), &a.limits);
+    }
+    let path = a.plugin.clone().expect("clap requires --plugin without --replay");
+    let plugin = load(&path, limits_from(&a.limits)?)?;
     let manifest = plugin.manifest().clone();
     let policy = Policy::new(a.policy, &manifest)?;
     let max_turns = a.max_turns.unwrap_or(manifest.default_max_turns);
@@ -66,7 +83,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let envs = (0..workers)
         .map(|_| plugin.create(&a.env_config))
         .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("creating {} from {}", manifest.name, a.plugin.display()))?;
+        .with_context(|| format!("creating {} from {}", manifest.name, path.display()))?;
     let mut pool = EnvPool::new(envs);
     let fallback = human.then(|| std::env::temp_dir().join("vagen-human"));
     let sink = ImageSink::new(a.out.as_deref(), fallback);
@@ -77,21 +94,43 @@ pub fn run(a: RunArgs) -> Result<()> {
     let bar = if human || a.json { ProgressBar::hidden() } else { ProgressBar::new(a.episodes as u64) };
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {per_sec} [{elapsed}<{eta}]")?);
     let started = Instant::now();
+    let (finished, failed, stop) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
     let per_worker = pool.for_each(|w, env| {
-        (w..a.episodes)
-            .step_by(workers)
-            .map(|i| {
-                let ep = episode(env, &policy, &sink, i, a.seed.wrapping_add(i as u64), max_turns, human);
-                bar.inc(1);
-                ep
-            })
-            .collect::<Vec<_>>()
+        let mut eps = Vec::new();
+        for i in (w..a.episodes).step_by(workers) {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            let ep = episode(env, &policy, &sink, i, a.seed.wrapping_add(i as u64), max_turns, human);
+            let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+            let f = failed.fetch_add(u64::from(ep.error.is_some()), Ordering::Relaxed) + u64::from(ep.error.is_some());
+            if n >= MIN_EPISODES_FOR_RATE && f as f64 > a.max_failure_rate * n as f64 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            bar.inc(1);
+            eps.push(ep);
+        }
+        eps
     });
     let wall = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
 
     let mut episodes: Vec<Episode> = per_worker.into_iter().flatten().collect();
     episodes.sort_by_key(|e| e.index);
+    if stop.load(Ordering::Relaxed) {
+        let bad = episodes.iter().find(|e| e.error.is_some()).expect("a failure stopped the run");
+        let file = save_reproducer(plugin.as_ref(), &a, bad)?;
+        bail!(
+            "stopping: {} of {} episodes of {} failed (more than {:.0}%); last error: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+            failed.load(Ordering::Relaxed),
+            finished.load(Ordering::Relaxed),
+            path.display(),
+            a.max_failure_rate * 100.0,
+            bad.error.as_deref().unwrap_or(""),
+            file.display(),
+            file.display(),
+        );
+    }
     let summary = Summary::of(&episodes, wall);
     for e in episodes.iter().filter_map(|e| e.error.as_ref().map(|m| (e.index, m))).take(5) {
         eprintln!("episode {} failed: {}", e.0, e.1);
@@ -116,7 +155,17 @@ fn episode(
     max_turns: u32,
     human: bool,
 ) -> Episode {
-    let mut ep = Episode { index, success: false, reward: 0.0, turns: 0, steps: 0, error: None, rows: Vec::new() };
+    let mut ep = Episode {
+        index,
+        seed,
+        answers: Vec::new(),
+        success: false,
+        reward: 0.0,
+        turns: 0,
+        steps: 0,
+        error: None,
+        rows: Vec::new(),
+    };
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE);
     let result = (|| -> Result<()> {
         let obs = env.reset(seed)?;
@@ -129,6 +178,7 @@ fn episode(
             let Some(answer) = policy.answer(env, &mut rng)? else {
                 break;
             };
+            ep.answers.push(answer.clone());
             let step = env.step(&answer)?;
             ep.steps += 1;
             ep.turns = turn;
@@ -230,6 +280,46 @@ impl Summary {
         );
         if let Some(out) = out {
             println!("  log             {}", out.display());
+        }
+    }
+}
+
+/// Writes the failed episode's seed and answers where `--out` goes (or the working folder).
+fn save_reproducer(plugin: &dyn Plugin, a: &RunArgs, ep: &Episode) -> Result<PathBuf> {
+    let r = Reproducer {
+        plugin: plugin.info().path.clone(),
+        sha256: plugin.info().sha256.clone(),
+        config: a.env_config.clone(),
+        kind: Some(vagen_runtime::fuzz::FindingKind::Fault),
+        seed: ep.seed,
+        answers: ep.answers.clone(),
+        repeat: 1,
+    };
+    let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, ep.seed));
+    std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;
+    Ok(file)
+}
+
+/// `run --replay FILE`: plays a reproducer back; exit status 1 when the failure shows again.
+fn replay(file: &Path, plugin: Option<&Path>, limits: &[String]) -> Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let r: Reproducer =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a reproducer", file.display()))?;
+    let path = plugin.map(Path::to_path_buf).unwrap_or_else(|| r.plugin.clone());
+    let loaded = load(&path, limits_from(limits)?)?;
+    if !r.sha256.is_empty() && loaded.info().sha256 != r.sha256 {
+        eprintln!("note: {} has changed since the reproducer was saved (sha256 differs)", path.display());
+    }
+    let out = replay_file(loaded.as_ref(), &r)?;
+    for line in &out.lines {
+        println!("{line}");
+    }
+    match out.reproduced {
+        Some(what) => bail!("reproduced: {what}"),
+        None => {
+            println!("the recorded failure did not show");
+            Ok(())
         }
     }
 }

@@ -216,3 +216,96 @@ fn bench_compares_wasm_and_native_side_by_side() {
     assert_eq!(figures.len(), 2, "{steps_row}");
     assert!(figures.iter().all(|&f| f > 0.0), "{steps_row}");
 }
+
+#[test]
+fn a_plugin_failing_on_five_percent_of_steps_loses_only_those_episodes() {
+    let hostile = plugin("test-plugins", "hostile");
+    let o = host(&[
+        "run",
+        "--plugin",
+        hostile.to_str().unwrap(),
+        "--policy",
+        "oracle",
+        "--episodes",
+        "200",
+        "--env-config",
+        r#"{"mode": "flaky"}"#,
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Episode i (seed i) fails at the first step s in 1..=3 with (31·seed + s) mod 20 = 7.
+    let expected = (0u64..200).filter(|seed| (1..=3).any(|s| (seed * 31 + s) % 20 == 7)).count();
+    let s = last_json(&o);
+    assert_eq!(s["episodes"], 200);
+    assert_eq!(s["failed_episodes"].as_u64(), Some(expected as u64));
+    // Every healthy episode ran to its end and succeeded.
+    assert!((s["success_rate"].as_f64().unwrap() - (200 - expected) as f64 / 200.0).abs() < 1e-12, "{s}");
+}
+
+#[test]
+fn too_many_failures_stop_the_run_with_a_reproducer_that_replays() {
+    let hostile = plugin("test-plugins", "hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.jsonl");
+    let o = host(&[
+        "run",
+        "--plugin",
+        hostile.to_str().unwrap(),
+        "--policy",
+        "oracle",
+        "--episodes",
+        "100",
+        "--env-config",
+        r#"{"mode": "panic"}"#,
+        "--out",
+        out.to_str().unwrap(),
+        "--parallel",
+        "1",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err.lines().find(|l| l.starts_with("error: stopping:")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("hostile.wasm") && line.contains("more than 25%") && line.contains("reproducer:"), "{line}");
+    let file = dir.path().join("hostile-failure-seed0.json");
+    assert!(file.is_file(), "{line}");
+    let o = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("reproduced: round 0: step trapped"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+#[test]
+fn fuzz_reports_no_finding_on_a_reference_plugin_and_saves_a_reproducer_for_a_broken_one() {
+    let fl = plugin("plugins", "frozenlake");
+    let o = host(&["fuzz", "--plugin", fl.to_str().unwrap(), "--seconds", "2"]);
+    assert!(o.status.success(), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert!(stdout(&o).contains("no findings"));
+
+    let hostile = plugin("test-plugins", "hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let o = host(&[
+        "fuzz",
+        "--plugin",
+        hostile.to_str().unwrap(),
+        "--env-config",
+        r#"{"mode": "rare-trap"}"#,
+        "--seconds",
+        "60",
+        "--stop-on-finding",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let file = dir.path().join("hostile-fault.json");
+    assert!(file.is_file(), "{}", stdout(&o));
+    let o = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("reproduced:")
+            && String::from_utf8_lossy(&o.stderr).contains("rare sequence"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -12,6 +12,11 @@ pub trait Environment: Send {
     fn describe_state(&mut self) -> Result<String, Error>;
     /// `Ok(None)` when the plugin has no oracle or no answer for this state.
     fn oracle(&mut self) -> Result<Option<String>, Error>;
+
+    /// Linear memory the instance holds now, when the runtime can tell (sandboxed plugins).
+    fn memory_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A loaded plugin file: creates instances from JSON configs.

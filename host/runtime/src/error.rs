@@ -55,9 +55,21 @@ pub enum Error {
     Malformed { call: &'static str, detail: String },
 }
 
+/// The plugin's stderr on one line (errors are one line), shortened to its start.
 fn stderr_suffix(stderr: &str) -> String {
-    let tail = stderr.trim();
-    if tail.is_empty() { String::new() } else { format!(" (plugin stderr: {tail})") }
+    const MAX: usize = 400;
+    let lines: Vec<&str> =
+        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "stack backtrace:").collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut joined = lines.join(" | ");
+    if joined.len() > MAX {
+        let cut = (0..=MAX).rev().find(|&i| joined.is_char_boundary(i)).unwrap_or(0);
+        joined.truncate(cut);
+        joined.push('…');
+    }
+    format!(" (plugin stderr: {joined})")
 }
 
 impl Error {

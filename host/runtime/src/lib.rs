@@ -12,6 +12,7 @@ mod checks;
 pub mod conformance;
 mod environment;
 mod error;
+pub mod fuzz;
 mod limits;
 mod native;
 mod pool;

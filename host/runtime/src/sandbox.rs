@@ -269,6 +269,10 @@ impl MemoryCap {
     pub(crate) fn cap(&self) -> usize {
         self.cap
     }
+
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
 }
 
 /// Tables hold function references, a few per export; this many is far beyond any real plugin.

@@ -331,4 +331,8 @@ impl Environment for WasmEnv {
             checks::text(answer.as_deref().unwrap_or(""), &self.shared.runtime.inner.limits, "oracle").map(|()| answer);
         self.discard_on_fault(r)
     }
+
+    fn memory_bytes(&self) -> Option<u64> {
+        self.live.as_ref().map(|l| l.store.data().memory.used() as u64)
+    }
 }

@@ -1,7 +1,7 @@
 //! RAGEN's two-armed bandit: arm names hint at their payouts; one pull per episode.
 
 use serde::{Deserialize, Serialize};
-use vagen_sdk::{Env, EnvError, Manifest, Observation, Rng, Step, export_env};
+use vagen_sdk::{Env, EnvError, Manifest, Observation, Rng, Step, echo, export_env};
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -91,7 +91,12 @@ impl Env for Bandit {
             step.reward = if self.rng.chance(c.high_probability) { c.high_reward } else { 0.0 };
             format!("You pulled {} and won {}.", c.high_arm, step.reward)
         } else {
-            format!("{choice:?} is not a machine here; the choices were {} and {}.", self.shown[0], self.shown[1])
+            format!(
+                "{:?} is not a machine here; the choices were {} and {}.",
+                echo(choice),
+                self.shown[0],
+                self.shown[1]
+            )
         };
         step.valid_actions = u32::from(low || high);
         step.effective_actions = step.valid_actions;

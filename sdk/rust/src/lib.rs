@@ -21,7 +21,7 @@ pub use config::NoConfig;
 pub use render::{Canvas, ObservationMode, grid_observation, grid_text};
 pub use rng::Rng;
 pub use vagen_abi::{EnvError, Image, Manifest, Modality, Observation, Step};
-pub use words::{relative_position, turn_feedback};
+pub use words::{echo, relative_position, turn_feedback};
 
 use serde::{Serialize, de::DeserializeOwned};
 

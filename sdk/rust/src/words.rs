@@ -54,9 +54,21 @@ pub fn turn_feedback(
         s.push_str(&format!(" {blocked} of them {blocked_by}."));
     }
     if let Some(bad) = invalid {
-        s.push_str(&format!(" Invalid action {bad:?}: valid actions are {}.", valid.join(", ")));
+        s.push_str(&format!(" Invalid action {:?}: valid actions are {}.", echo(bad), valid.join(", ")));
     }
     s
+}
+
+/// A piece of the agent's answer, safe to show back in an observation: at most 64
+/// characters, and `<image>` defused, because the host counts those markers against the
+/// images (an echoed marker is a malformed observation; a megabyte echo breaks the text cap).
+pub fn echo(answer: &str) -> String {
+    const MAX: usize = 64;
+    let mut out: String = answer.chars().take(MAX).collect();
+    if answer.chars().nth(MAX).is_some() {
+        out.push('…');
+    }
+    out.replace("<image>", "[image]")
 }
 
 #[cfg(test)]
@@ -70,5 +82,7 @@ mod feedback_tests {
             "Executed actions: Up, Left. 1 of them hit a wall. Invalid action \"jump\": valid actions are Up, Left."
         );
         assert_eq!(turn_feedback(&[], 0, "", None, &[]), "No valid action was executed.");
+        let echoed = turn_feedback(&[], 0, "", Some(&"<image>".repeat(100_000)), &["Up"]);
+        assert!(!echoed.contains("<image>") && echoed.len() < 400, "{echoed}");
     }
 }

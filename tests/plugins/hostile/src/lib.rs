@@ -7,7 +7,8 @@ use vagen_sdk::{Env, EnvError, Image, Manifest, Observation, Step, export_env};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic
+    /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
+    /// rare-trap | flaky | leak | huge-image
     pub mode: String,
 }
 
@@ -15,7 +16,11 @@ pub struct Hostile {
     mode: String,
     steps: u32,
     seed: u64,
+    last_answer: String,
 }
+
+/// Grows by 1 MiB per episode in `leak` mode and is never freed.
+static LEAKED: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
 
 impl Env for Hostile {
     type Config = Config;
@@ -34,11 +39,15 @@ impl Env for Hostile {
             "random",
             "sleep",
             "nondeterministic",
+            "rare-trap",
+            "flaky",
+            "leak",
+            "huge-image",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
         }
-        Ok(Self { mode: config.mode, steps: 0, seed: 0 })
+        Ok(Self { mode: config.mode, steps: 0, seed: 0, last_answer: String::new() })
     }
 
     fn manifest() -> Manifest {
@@ -48,6 +57,10 @@ impl Env for Hostile {
     fn reset(&mut self, seed: u64) -> Observation {
         self.steps = 0;
         self.seed = seed;
+        self.last_answer.clear();
+        if self.mode == "leak" {
+            LEAKED.lock().unwrap_or_else(|e| e.into_inner()).push(std::hint::black_box(vec![7u8; 1 << 20]));
+        }
         if self.mode == "nondeterministic" {
             // State that outlives episodes: the same seed shows something new each time.
             static RESETS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -57,8 +70,9 @@ impl Env for Hostile {
         Observation::text(format!("seed {seed}"))
     }
 
-    fn step(&mut self, _answer: &str) -> Step {
+    fn step(&mut self, answer: &str) -> Step {
         self.steps += 1;
+        let previous = std::mem::replace(&mut self.last_answer, answer.trim().to_string());
         let mut step = Step { valid_actions: 1, ..Step::default() };
         step.observation = Observation::text(format!("step {}", self.steps));
         match self.mode.as_str() {
@@ -75,6 +89,16 @@ impl Env for Hostile {
                 }
             }
             "panic" => panic!("hostile plugin panics on purpose"),
+            // Only the exact pair "go" then "GO" in consecutive steps: rare under random input.
+            "rare-trap" if previous == "go" && answer.trim() == "GO" => panic!("rare sequence go, GO"),
+            // One step in twenty, decided by seed and step number (reproducible).
+            "flaky" if (self.seed.wrapping_mul(31).wrapping_add(u64::from(self.steps))) % 20 == 7 => {
+                panic!("flaky plugin fails at step {} of seed {}", self.steps, self.seed)
+            }
+            "huge-image" => {
+                step.observation.text.push_str("<image>");
+                step.observation.images.push(Image { width: 100_000, height: 100_000, rgb: Vec::new() });
+            }
             "open-file" => {
                 let outcome = match std::fs::read_to_string("/etc/passwd") {
                     Ok(text) => format!("opened /etc/passwd ({} bytes)", text.len()),

@@ -1,0 +1,87 @@
+//! `vagen-host fuzz`: adversarial episodes against one plugin; reproducers for what breaks.
+
+use crate::limits_arg::{limits_from, load};
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::path::PathBuf;
+use std::time::Duration;
+use vagen_runtime::fuzz::{FuzzOptions, fuzz as run_fuzz};
+
+#[derive(Args)]
+pub struct FuzzArgs {
+    /// The plugin file (`.wasm` or `.so`).
+    #[arg(long)]
+    plugin: PathBuf,
+    /// Fuzz for this many seconds (default 60 unless --iterations is given).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Stop after this many episodes.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Seeds the fuzzer's choices; the same seed repeats the same campaign.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// JSON object overriding the plugin's default config.
+    #[arg(long, default_value = "")]
+    env_config: String,
+    /// A call slower than this many milliseconds is a finding.
+    #[arg(long, default_value_t = 250)]
+    max_call_ms: u64,
+    /// Memory growth beyond this many MiB across episodes is a leak.
+    #[arg(long, default_value_t = 32)]
+    leak_mib: u64,
+    /// End at the first finding.
+    #[arg(long)]
+    stop_on_finding: bool,
+    /// Where reproducers go (one JSON file per finding kind).
+    #[arg(long, default_value = "fuzz-findings")]
+    out: PathBuf,
+    /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable).
+    #[arg(long = "limit", value_name = "KEY=VALUE")]
+    limits: Vec<String>,
+}
+
+pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    let plugin = load(&a.plugin, limits_from(&a.limits)?)?;
+    let duration = match (a.seconds, a.iterations) {
+        (Some(s), _) => Some(Duration::from_secs_f64(s)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(60)),
+    };
+    let opts = FuzzOptions {
+        config: a.env_config,
+        seed: a.seed,
+        duration,
+        iterations: a.iterations,
+        max_call: Duration::from_millis(a.max_call_ms),
+        leak_bytes: a.leak_mib << 20,
+        stop_on_finding: a.stop_on_finding,
+        ..FuzzOptions::default()
+    };
+    let report = run_fuzz(plugin.as_ref(), &opts)?;
+    let name = plugin.manifest().name.clone();
+    println!(
+        "{name}: {} episodes, {} steps in {:.1} s ({:.0} episodes/s)",
+        report.episodes,
+        report.steps,
+        report.elapsed.as_secs_f64(),
+        report.episodes_per_sec()
+    );
+    for (outcome, n) in &report.outcomes {
+        println!("  episodes ending {outcome:<14} {n}");
+    }
+    if report.findings.is_empty() {
+        println!("no findings");
+        return Ok(());
+    }
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    println!("{:<16} {:>6}  {:<40}  reproducer", "finding", "count", "first seen");
+    for f in &report.findings {
+        let kind = serde_json::to_value(f.kind)?.as_str().unwrap_or("finding").to_string();
+        let file = a.out.join(format!("{name}-{kind}.json"));
+        std::fs::write(&file, serde_json::to_string_pretty(&f.reproducer)?)
+            .with_context(|| format!("writing {}", file.display()))?;
+        println!("{kind:<16} {:>6}  {:<40}  {}", f.count, f.message, file.display());
+    }
+    bail!("{} kinds of finding in {name}; replay one with `vagen-host run --replay FILE`", report.findings.len())
+}

@@ -1,0 +1,74 @@
+//! Answers a model might write, and some no model should: the fuzzer's input generator.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::Rng;
+
+pub(crate) struct AnswerGen {
+    names: Vec<String>,
+    separator: String,
+    max_per_turn: usize,
+}
+
+const TAGS: [&str; 6] = ["<answer>", "</answer>", "<think>", "</think>", "<observation>", "<image>"];
+const SEPARATORS: [&str; 6] = [",", "||", ";", " ", "\n", ", ,"];
+
+impl AnswerGen {
+    pub(crate) fn new(names: &[String], separator: &str, max_per_turn: u32) -> Self {
+        Self { names: names.to_vec(), separator: separator.to_string(), max_per_turn: max_per_turn.max(1) as usize }
+    }
+
+    pub(crate) fn next(&self, rng: &mut ChaCha8Rng) -> String {
+        let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u64() % n as u64) as usize;
+        let kind = pick(rng, 100);
+        match kind {
+            // Valid combinations, the common case, so episodes get deep.
+            0..=49 if !self.names.is_empty() => {
+                let k = 1 + pick(rng, self.max_per_turn + 1);
+                let acts: Vec<&str> = (0..k).map(|_| self.names[pick(rng, self.names.len())].as_str()).collect();
+                acts.join(&format!("{} ", self.separator))
+            }
+            // Near misses: case, spacing, other separators, truncation.
+            50..=64 if !self.names.is_empty() => {
+                let name = &self.names[pick(rng, self.names.len())];
+                match pick(rng, 5) {
+                    0 => name.to_uppercase(),
+                    1 => format!("  {name}\t"),
+                    2 => format!("{name}{}{name}", SEPARATORS[pick(rng, SEPARATORS.len())]),
+                    3 => name.chars().take(name.chars().count().saturating_sub(1)).collect(),
+                    _ => format!("{name}{}", self.separator.repeat(1 + pick(rng, 4))),
+                }
+            }
+            65..=74 => {
+                let n = 1 + pick(rng, 64);
+                random_unicode(rng, n)
+            }
+            75..=79 => String::new(),
+            80..=84 => {
+                let depth = 1 + pick(rng, 2000);
+                let tag = TAGS[pick(rng, TAGS.len())];
+                format!("{}x{}", tag.repeat(depth), tag.replace('<', "</").repeat(depth))
+            }
+            85..=87 => {
+                // Megabyte-long: a valid piece repeated, or one huge token.
+                let piece = self.names.first().map(|n| format!("{n}{}", self.separator)).unwrap_or_else(|| "9+".into());
+                piece.repeat((1 << 20) / piece.len().max(1))
+            }
+            88..=92 => format!("{}", rng.next_u64() as i64),
+            _ => (0..1 + pick(rng, 40)).map(|_| ['(', ')', '+', '-', '*', '/', '0', '9', ' '][pick(rng, 9)]).collect(),
+        }
+    }
+}
+
+fn random_unicode(rng: &mut ChaCha8Rng, n: usize) -> String {
+    (0..n)
+        .filter_map(|_| {
+            let cp = match rng.next_u64() % 4 {
+                0 => rng.next_u64() % 0x80,
+                1 => rng.next_u64() % 0x800,
+                2 => rng.next_u64() % 0x10000,
+                _ => rng.next_u64() % 0x110000,
+            } as u32;
+            char::from_u32(cp)
+        })
+        .collect()
+}

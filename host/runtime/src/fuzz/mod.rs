@@ -1,0 +1,298 @@
+//! Shaking a plugin hard before a run: many episodes of adversarial answers, each checked for
+//! faults, nondeterminism, memory growth, slow calls and protocol breaches; every finding
+//! shrunk to a small reproducer that [`replay`] plays back. Behind `vagen-host fuzz`.
+
+mod answers;
+mod reproducer;
+
+pub use reproducer::{Replay, Reproducer, replay};
+
+use crate::{Environment, Error, Plugin};
+use answers::AnswerGen;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+#[derive(Clone, Debug)]
+pub struct FuzzOptions {
+    pub config: String,
+    /// Seeds the fuzzer's own choices (episode seeds, answers).
+    pub seed: u64,
+    /// Stop after this long...
+    pub duration: Option<Duration>,
+    /// ...or after this many episodes, whichever comes first.
+    pub iterations: Option<u64>,
+    /// A call slower than this is a finding.
+    pub max_call: Duration,
+    /// Memory growth across episodes beyond this many bytes is a leak.
+    pub leak_bytes: u64,
+    /// Replay every n-th episode on a fresh instance to check determinism.
+    pub replay_every: u64,
+    /// End the campaign at the first finding (tests, quick checks).
+    pub stop_on_finding: bool,
+}
+
+impl Default for FuzzOptions {
+    fn default() -> Self {
+        Self {
+            config: String::new(),
+            seed: 0,
+            duration: Some(Duration::from_secs(60)),
+            iterations: None,
+            max_call: Duration::from_millis(250),
+            leak_bytes: 32 << 20,
+            replay_every: 4,
+            stop_on_finding: false,
+        }
+    }
+}
+
+/// What kind of problem was found; one reproducer is kept per kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// A trap, timeout, out-of-memory, out-of-fuel or malformed result.
+    Fault,
+    Nondeterminism,
+    Leak,
+    SlowCall,
+    /// `step` after `done` was accepted, or a reset failed.
+    Protocol,
+}
+
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub message: String,
+    pub reproducer: Reproducer,
+    /// How many episodes showed this kind.
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct FuzzReport {
+    pub episodes: u64,
+    pub steps: u64,
+    pub elapsed: Duration,
+    /// Steps by the kind of answer outcome: ok, invalid-state, bad-config, fault...
+    pub outcomes: BTreeMap<&'static str, u64>,
+    pub findings: Vec<Finding>,
+}
+
+impl FuzzReport {
+    pub fn episodes_per_sec(&self) -> f64 {
+        self.episodes as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// One episode's script: everything needed to play it again.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Script {
+    pub seed: u64,
+    pub answers: Vec<String>,
+}
+
+/// What one episode showed, call by call, for comparisons.
+pub(crate) struct Played {
+    pub transcript: Vec<String>,
+    pub fault: Option<Error>,
+    pub slowest: (Duration, &'static str),
+    pub step_after_done_accepted: bool,
+}
+
+/// Plays a script: reset, the answers (stopping at done), then one step after done, which
+/// must be refused.
+pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
+    let mut p = Played {
+        transcript: Vec::new(),
+        fault: None,
+        slowest: (Duration::ZERO, "reset"),
+        step_after_done_accepted: false,
+    };
+    let t = Instant::now();
+    let reset = env.reset(s.seed);
+    p.slowest = (t.elapsed(), "reset");
+    match reset {
+        Ok(obs) => p.transcript.push(format!("{obs:?}")),
+        Err(e) => {
+            p.transcript.push(format!("reset error {}", e.kind()));
+            if e.is_fault() {
+                p.fault = Some(e);
+            }
+            return p;
+        }
+    }
+    for (i, a) in s.answers.iter().enumerate() {
+        let t = Instant::now();
+        let r = env.step(a);
+        if t.elapsed() > p.slowest.0 {
+            p.slowest = (t.elapsed(), "step");
+        }
+        match r {
+            Ok(step) => {
+                let done = step.done;
+                p.transcript.push(format!("{step:?}"));
+                if done {
+                    let after = env.step(s.answers.get(i + 1).map_or("", String::as_str));
+                    p.step_after_done_accepted = after.is_ok();
+                    if let Err(e) = after
+                        && e.is_fault()
+                    {
+                        p.fault = Some(e);
+                    }
+                    return p;
+                }
+            }
+            Err(e) => {
+                p.transcript.push(format!("step error {}", e.kind()));
+                if e.is_fault() {
+                    p.fault = Some(e);
+                    return p;
+                }
+            }
+        }
+    }
+    p
+}
+
+pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error> {
+    let m = plugin.manifest();
+    let answers = AnswerGen::new(&m.action_names, &m.action_separator, m.max_actions_per_turn);
+    let max_turns = m.default_max_turns.max(1) as usize + 2;
+    let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let mut env = plugin.create(&opts.config)?;
+    let mut report = FuzzReport::default();
+    let mut found: BTreeMap<FindingKind, Finding> = BTreeMap::new();
+    let (started, mut baseline) = (Instant::now(), None::<(u64, u64)>);
+    let mut history: Vec<Script> = Vec::new();
+    loop {
+        let enough = opts.stop_on_finding && !found.is_empty();
+        if enough
+            || opts.iterations.is_some_and(|n| report.episodes >= n)
+            || opts.duration.is_some_and(|d| started.elapsed() >= d)
+        {
+            break;
+        }
+        let seed = match report.episodes {
+            0 => 0,
+            1 => u64::MAX,
+            _ => rng.next_u64(),
+        };
+        // Some episodes stop early: the next reset comes mid-episode.
+        let turns = if rng.next_u64() % 5 == 0 { (rng.next_u64() % max_turns as u64) as usize } else { max_turns };
+        let script = Script { seed, answers: (0..turns).map(|_| answers.next(&mut rng)).collect() };
+        let played = play(env.as_mut(), &script);
+        report.episodes += 1;
+        report.steps += played.transcript.len().saturating_sub(1) as u64;
+        history.push(script.clone());
+        if let Some(e) = &played.fault {
+            *report.outcomes.entry(e.kind()).or_default() += 1;
+            if !found.contains_key(&FindingKind::Fault) {
+                let small = shrink(plugin, &opts.config, &script, e.kind());
+                let message = format!("{e} (seed {}, {} answers after shrinking)", small.seed, small.answers.len());
+                note(
+                    &mut found,
+                    FindingKind::Fault,
+                    message,
+                    Reproducer::new(plugin, &opts.config, FindingKind::Fault, &small, 1),
+                );
+            } else {
+                note(&mut found, FindingKind::Fault, String::new(), Reproducer::default());
+            }
+            continue; // the instance was re-created; memory and determinism start over
+        }
+        *report.outcomes.entry("ok").or_default() += 1;
+        if played.step_after_done_accepted {
+            note(
+                &mut found,
+                FindingKind::Protocol,
+                format!("seed {seed}: a step after `done` was accepted"),
+                Reproducer::new(plugin, &opts.config, FindingKind::Protocol, &script, 1),
+            );
+        }
+        if played.slowest.0 > opts.max_call {
+            let msg =
+                format!("seed {seed}: {} took {:?} (budget {:?})", played.slowest.1, played.slowest.0, opts.max_call);
+            note(
+                &mut found,
+                FindingKind::SlowCall,
+                msg,
+                Reproducer::new(plugin, &opts.config, FindingKind::SlowCall, &script, 1),
+            );
+        }
+        if report.episodes % opts.replay_every.max(1) == 0 {
+            let mut fresh = plugin.create(&opts.config)?;
+            let again = play(fresh.as_mut(), &script);
+            if again.transcript != played.transcript {
+                let at = (0..played.transcript.len().max(again.transcript.len()))
+                    .find(|&i| played.transcript.get(i) != again.transcript.get(i))
+                    .unwrap_or(0);
+                let msg = format!("seed {seed}: a fresh instance replaying the episode differs at call {at}");
+                note(
+                    &mut found,
+                    FindingKind::Nondeterminism,
+                    msg,
+                    Reproducer::new(plugin, &opts.config, FindingKind::Nondeterminism, &script, 2),
+                );
+            }
+        }
+        if let Some(now) = env.memory_bytes() {
+            // The first 8 episodes let allocators settle; growth after that is suspect.
+            match baseline {
+                None if report.episodes >= 8 => baseline = Some((now, report.episodes)),
+                Some((base, since)) if now > base + opts.leak_bytes => {
+                    let n = report.episodes - since;
+                    let msg = format!("memory grew from {} to {} MiB over {n} episodes", base >> 20, now >> 20);
+                    note(
+                        &mut found,
+                        FindingKind::Leak,
+                        msg,
+                        Reproducer::new(plugin, &opts.config, FindingKind::Leak, &script, n as u32 + 8),
+                    );
+                    baseline = Some((now, report.episodes));
+                }
+                _ => {}
+            }
+        }
+    }
+    report.elapsed = started.elapsed();
+    report.findings = found.into_values().collect();
+    Ok(report)
+}
+
+/// Counts a finding; the first of each kind keeps its message and reproducer.
+fn note(found: &mut BTreeMap<FindingKind, Finding>, kind: FindingKind, message: String, reproducer: Reproducer) {
+    found.entry(kind).and_modify(|f| f.count += 1).or_insert(Finding { kind, message, reproducer, count: 1 });
+}
+
+/// Drops answers (later ones first, then earlier) while the same kind of fault still
+/// happens on a fresh instance.
+fn shrink(plugin: &dyn Plugin, config: &str, s: &Script, kind: &str) -> Script {
+    let faults = |cand: &Script| {
+        plugin
+            .create(config)
+            .ok()
+            .is_some_and(|mut env| play(env.as_mut(), cand).fault.is_some_and(|e| e.kind() == kind))
+    };
+    let mut best = s.clone();
+    // Cut everything after the answer that faulted.
+    while best.answers.len() > 1 {
+        let mut shorter = best.clone();
+        shorter.answers.pop();
+        if !faults(&shorter) {
+            break;
+        }
+        best = shorter;
+    }
+    let mut i = best.answers.len();
+    while i > 0 {
+        i -= 1;
+        let mut cand = best.clone();
+        cand.answers.remove(i);
+        if faults(&cand) {
+            best = cand;
+        }
+    }
+    best
+}
