@@ -3,9 +3,8 @@
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 use rand_chacha::ChaCha8Rng;
-use rand_core::Rng;
 use std::io::{BufRead, Write};
-use vagen_runtime::{Environment, Manifest};
+use vagen_runtime::{Environment, Manifest, random_answer};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyKind {
@@ -19,9 +18,7 @@ pub enum PolicyKind {
 
 pub struct Policy {
     kind: PolicyKind,
-    names: Vec<String>,
-    joiner: String,
-    max_per_turn: usize,
+    manifest: Manifest,
 }
 
 impl Policy {
@@ -33,12 +30,7 @@ impl Policy {
             PolicyKind::Oracle if !m.has_oracle => bail!("{} has no oracle", m.name),
             _ => {}
         }
-        Ok(Self {
-            kind,
-            names: m.action_names.clone(),
-            joiner: format!("{} ", m.action_separator.trim()),
-            max_per_turn: m.max_actions_per_turn.max(1) as usize,
-        })
+        Ok(Self { kind, manifest: m.clone() })
     }
 
     pub fn kind(&self) -> PolicyKind {
@@ -48,13 +40,8 @@ impl Policy {
     /// The next answer; `None` when a person ends input.
     pub fn answer(&self, env: &mut dyn Environment, rng: &mut ChaCha8Rng) -> Result<Option<String>> {
         match self.kind {
-            PolicyKind::Random => {
-                // Modulo bias is irrelevant for a handful of actions.
-                let k = 1 + (rng.next_u64() % self.max_per_turn as u64) as usize;
-                let picks: Vec<&str> =
-                    (0..k).map(|_| self.names[(rng.next_u64() % self.names.len() as u64) as usize].as_str()).collect();
-                Ok(Some(picks.join(&self.joiner)))
-            }
+            // `new` refused envs without action names, so there is always an answer.
+            PolicyKind::Random => Ok(random_answer(&self.manifest, rng)),
             PolicyKind::Oracle => match env.oracle()? {
                 Some(a) => Ok(Some(a)),
                 None => bail!("the oracle gave no answer for this state"),

@@ -1,9 +1,9 @@
 //! Does a plugin honour the contract? The checks behind `vagen-host check`, as a library so
 //! tests and other tools can run them.
 
-use crate::{Environment, Error, Plugin};
+use crate::{Environment, Error, Plugin, random_answer};
 use rand_chacha::ChaCha8Rng;
-use rand_core::{Rng, SeedableRng};
+use rand_core::SeedableRng;
 
 /// What to check, and how hard.
 #[derive(Clone, Debug)]
@@ -204,32 +204,19 @@ fn check_oracle(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, Stri
 /// oracle's, else a fixed text. Seeded by the episode seed, so two runs agree.
 struct Answers {
     rng: ChaCha8Rng,
-    names: Vec<String>,
-    joiner: String,
-    max_per_turn: u64,
-    oracle: bool,
+    manifest: crate::Manifest,
 }
 
 impl Answers {
     fn new(plugin: &dyn Plugin, seed: u64) -> Self {
-        let m = plugin.manifest();
-        Self {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            names: m.action_names.clone(),
-            joiner: format!("{} ", m.action_separator.trim()),
-            max_per_turn: u64::from(m.max_actions_per_turn.max(1)),
-            oracle: m.has_oracle,
-        }
+        Self { rng: ChaCha8Rng::seed_from_u64(seed), manifest: plugin.manifest().clone() }
     }
 
     fn next(&mut self, env: &mut dyn Environment) -> Result<String, Error> {
-        if !self.names.is_empty() {
-            let k = 1 + self.rng.next_u64() % self.max_per_turn;
-            let n = self.names.len() as u64;
-            let picks: Vec<&str> = (0..k).map(|_| self.names[(self.rng.next_u64() % n) as usize].as_str()).collect();
-            return Ok(picks.join(&self.joiner));
+        if let Some(a) = random_answer(&self.manifest, &mut self.rng) {
+            return Ok(a);
         }
-        if self.oracle
+        if self.manifest.has_oracle
             && let Some(a) = env.oracle()?
         {
             return Ok(a);
