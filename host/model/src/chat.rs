@@ -1,0 +1,235 @@
+//! Chat templates rendered as transformers renders them: Jinja with `trim_blocks` and
+//! `lstrip_blocks`, `raise_exception`, Python string methods, and a `tojson` that writes
+//! what Python's `json.dumps` writes.
+
+use crate::{Error, Result};
+use minijinja::value::{Kwargs, Value};
+use minijinja::{Environment, ErrorKind};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One conversation turn, as transformers' `{"role": ..., "content": ...}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Message { role: role.into(), content: content.into() }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+/// A model's chat template with the special-token strings it may refer to.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: String,
+    special_tokens: BTreeMap<String, String>,
+}
+
+impl ChatTemplate {
+    /// `source` is the Jinja text; `special_tokens` are the `bos_token`, `eos_token`, …
+    /// strings from `tokenizer_config.json`, passed to the template as transformers does.
+    pub fn new(source: &str, special_tokens: BTreeMap<String, String>) -> Result<Self> {
+        let mut env = Environment::new();
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        minijinja_contrib::add_to_environment(&mut env);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |message: String| -> std::result::Result<Value, minijinja::Error> {
+            Err(minijinja::Error::new(ErrorKind::InvalidOperation, message))
+        });
+        env.add_filter("tojson", tojson);
+        env.add_template_owned("chat", source.to_string()).map_err(|e| Error::Template(describe(&e)))?;
+        Ok(ChatTemplate { env, source: source.to_string(), special_tokens })
+    }
+
+    /// The template of a model folder: `chat_template.jinja` if present (newer transformers
+    /// save it there), else `chat_template` in `tokenizer_config.json` (a string, or a list
+    /// of named templates of which `default` is used). `None` when the folder has neither.
+    pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
+        let config_path = dir.join("tokenizer_config.json");
+        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
+            Ok(text) => serde_json::from_str(&text)
+                .map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
+            Err(e) => return Err(Error::io(config_path, e)),
+        };
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.is_file() {
+            let text = std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?;
+            return Self::new(&text, special_tokens(&config)).map(Some);
+        }
+        Self::from_tokenizer_config(&config)
+            .map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))
+    }
+
+    /// The template held in a `tokenizer_config.json` value, if any.
+    pub fn from_tokenizer_config(config: &serde_json::Value) -> Result<Option<Self>> {
+        let source = match config.get("chat_template") {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Array(list)) => list
+                .iter()
+                .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"))
+                .and_then(|t| t.get("template")?.as_str())
+                .ok_or_else(|| Error::Template("no chat template named \"default\"".into()))?
+                .to_string(),
+            _ => return Ok(None),
+        };
+        Self::new(&source, special_tokens(config)).map(Some)
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// The prompt text for `messages`; with `add_generation_prompt` it ends with the opening
+    /// of an assistant turn, as `apply_chat_template(..., add_generation_prompt=True)`.
+    pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let template = self.env.get_template("chat").map_err(|e| Error::Template(describe(&e)))?;
+        let mut ctx: BTreeMap<String, Value> =
+            self.special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
+        template.render(ctx).map_err(|e| Error::Template(describe(&e)))
+    }
+}
+
+/// `bos_token`, `eos_token`, … as plain strings (the config may hold `{"content": ...}`).
+fn special_tokens(config: &serde_json::Value) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for key in ["bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"] {
+        let value = match config.get(key) {
+            Some(serde_json::Value::String(s)) => Some(s.clone()),
+            Some(serde_json::Value::Object(o)) => o.get("content").and_then(|c| c.as_str()).map(String::from),
+            _ => None,
+        };
+        if let Some(v) = value {
+            out.insert(key.to_string(), v);
+        }
+    }
+    out
+}
+
+fn describe(e: &minijinja::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
+/// Python's `json.dumps(value, ensure_ascii=False, indent=indent)`: `", "` and `": "`
+/// separators, non-ASCII kept, no HTML escaping (minijinja's own `tojson` escapes `<`).
+fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let json = serde_json::to_value(&value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    let mut out = Vec::new();
+    let result = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::indented(&pad));
+            serde::Serialize::serialize(&json, &mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::compact());
+            serde::Serialize::serialize(&json, &mut ser)
+        }
+    };
+    result.map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(Value::from_safe_string(String::from_utf8(out).expect("serde_json writes UTF-8")))
+}
+
+/// serde_json formatter with Python's separators; indented like `json.dumps(indent=n)`.
+struct PyFormatter<'a> {
+    indent: Option<&'a [u8]>,
+    depth: usize,
+    has_value: bool,
+}
+
+impl<'a> PyFormatter<'a> {
+    fn compact() -> Self {
+        PyFormatter { indent: None, depth: 0, has_value: false }
+    }
+    fn indented(indent: &'a [u8]) -> Self {
+        PyFormatter { indent: Some(indent), depth: 0, has_value: false }
+    }
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if let Some(pad) = self.indent {
+            w.write_all(b"\n")?;
+            for _ in 0..self.depth {
+                w.write_all(pad)?;
+            }
+        }
+        Ok(())
+    }
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(c)
+    }
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        self.has_value = true;
+        w.write_all(c)
+    }
+    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for PyFormatter<'_> {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+        w.write_all(fragment.as_bytes())
+    }
+}

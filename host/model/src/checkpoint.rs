@@ -1,0 +1,175 @@
+//! A model folder in the Hugging Face layout, loaded and saved.
+
+use crate::{ChatTemplate, DType, Error, Qwen2Config, Qwen2ForCausalLM, Result, Tokenizer, weights};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::Path;
+use tch::nn::VarStore;
+use tch::{Device, Tensor};
+
+/// Where the weights go and in which precision.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    pub device: Device,
+    pub dtype: DType,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions { device: Device::Cpu, dtype: DType::F32 }
+    }
+}
+
+/// A causal LM with its tokenizer and chat template: what `--model DIR` loads.
+pub struct Model {
+    pub lm: Qwen2ForCausalLM,
+    /// Owns the parameters (named as in the checkpoint); optimizers take them from here.
+    pub vs: VarStore,
+    pub tokenizer: Tokenizer,
+    pub chat: Option<ChatTemplate>,
+    /// Ids that end a generation: the config's, `generation_config.json`'s and the
+    /// tokenizer's `eos_token`.
+    pub eos_token_ids: Vec<u32>,
+    pub dtype: DType,
+    tokenizer_config: Value,
+    generation_config: Option<Value>,
+}
+
+impl Model {
+    /// `default` for the embedded model (see [`crate::default_model`]), else a folder.
+    pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
+        if spec == "default" { crate::default_model(crate::DEFAULT_SEED, options) } else { Self::load(Path::new(spec), options) }
+    }
+
+    /// Loads `config.json`, `model.safetensors` (or its sharded index), `tokenizer.json`,
+    /// `tokenizer_config.json` and the chat template of a HF model folder.
+    pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
+        if !dir.is_dir() {
+            return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model folder")));
+        }
+        let config = Qwen2Config::from_file(&dir.join("config.json"))?;
+        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
+        let tokenizer_config = read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
+        let generation_config = read_json_opt(&dir.join("generation_config.json"))?;
+        let chat = ChatTemplate::from_dir(dir)?;
+        let tensors = weights::read_dir(dir)?;
+        Self::assemble(config, &tensors, dir, tokenizer, tokenizer_config, generation_config, chat, options)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn assemble(
+        config: Qwen2Config,
+        tensors: &HashMap<String, Tensor>,
+        source: &Path,
+        tokenizer: Tokenizer,
+        tokenizer_config: Value,
+        generation_config: Option<Value>,
+        chat: Option<ChatTemplate>,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        if tokenizer.vocab_size() > config.vocab_size {
+            return Err(Error::Invalid(format!(
+                "the tokenizer has {} ids but the model's vocab_size is {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            )));
+        }
+        let mut vs = VarStore::new(options.device);
+        let lm = Qwen2ForCausalLM::new(&vs.root(), &config);
+        vs.set_kind(options.dtype.kind());
+        weights::fill(&vs, tensors, source)?;
+        let eos_token_ids = eos_ids(&config, generation_config.as_ref(), &tokenizer_config, &tokenizer);
+        Ok(Model { lm, vs, tokenizer, chat, eos_token_ids, dtype: options.dtype, tokenizer_config, generation_config })
+    }
+
+    pub fn config(&self) -> &Qwen2Config {
+        self.lm.config()
+    }
+
+    pub fn device(&self) -> Device {
+        self.vs.device()
+    }
+
+    /// The chat template, or an error naming what is missing.
+    pub fn chat_template(&self) -> Result<&ChatTemplate> {
+        self.chat.as_ref().ok_or_else(|| {
+            Error::Template("the model has no chat template (tokenizer_config.json or chat_template.jinja)".into())
+        })
+    }
+
+    /// Token ids of `messages` rendered by the chat template.
+    pub fn encode_chat(&self, messages: &[crate::Message], add_generation_prompt: bool) -> Result<Vec<u32>> {
+        self.tokenizer.encode(&self.chat_template()?.render(messages, add_generation_prompt)?)
+    }
+
+    /// Continues `prompts` (token ids), ending rows at this model's end-of-sequence ids.
+    pub fn generate(&self, prompts: &[Vec<u32>], options: &crate::GenerateOptions) -> Result<Vec<crate::Generation>> {
+        crate::generate(&self.lm, &self.tokenizer, &self.eos_token_ids, prompts, options)
+    }
+
+    /// Writes the folder transformers' `from_pretrained` reads: `config.json`,
+    /// `model.safetensors` (in the model's dtype), `generation_config.json`, `tokenizer.json`,
+    /// `tokenizer_config.json` with the chat template.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        write_json(&dir.join("config.json"), &self.config().to_json(self.dtype.hf_name()))?;
+        weights::write(&self.vs, &dir.join("model.safetensors"))?;
+        // A shard index left from an earlier save would point transformers at stale shards.
+        let index = dir.join("model.safetensors.index.json");
+        if index.exists() {
+            std::fs::remove_file(&index).map_err(|e| Error::io(&index, e))?;
+        }
+        let tokenizer_path = dir.join("tokenizer.json");
+        std::fs::write(&tokenizer_path, self.tokenizer.to_json()?).map_err(|e| Error::io(&tokenizer_path, e))?;
+        let mut tokenizer_config = match &self.tokenizer_config {
+            Value::Object(m) => Value::Object(m.clone()),
+            _ => serde_json::json!({}),
+        };
+        if let (Some(chat), Value::Object(m)) = (&self.chat, &mut tokenizer_config) {
+            m.insert("chat_template".into(), chat.source().into());
+        }
+        write_json(&dir.join("tokenizer_config.json"), &tokenizer_config)?;
+        let jinja = dir.join("chat_template.jinja");
+        if jinja.exists() {
+            // The template now lives in tokenizer_config.json; a stale file would win over it.
+            std::fs::remove_file(&jinja).map_err(|e| Error::io(&jinja, e))?;
+        }
+        let generation = self.generation_config.clone().unwrap_or_else(|| {
+            serde_json::json!({ "eos_token_id": self.eos_token_ids, "bos_token_id": self.config().raw.get("bos_token_id") })
+        });
+        write_json(&dir.join("generation_config.json"), &generation)
+    }
+}
+
+fn read_json_opt(path: &Path) -> Result<Option<Value>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| Error::Config { path: path.into(), message: e.to_string() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
+}
+
+fn eos_ids(config: &Qwen2Config, generation: Option<&Value>, tokenizer_config: &Value, tok: &Tokenizer) -> Vec<u32> {
+    let mut ids: Vec<u32> = config.eos_token_ids.iter().map(|&i| i as u32).collect();
+    match generation.and_then(|g| g.get("eos_token_id")) {
+        Some(Value::Number(n)) => ids.extend(n.as_u64().map(|i| i as u32)),
+        Some(Value::Array(a)) => ids.extend(a.iter().filter_map(Value::as_u64).map(|i| i as u32)),
+        _ => {}
+    }
+    let eos_token = match tokenizer_config.get("eos_token") {
+        Some(Value::String(s)) => Some(s.as_str()),
+        Some(Value::Object(o)) => o.get("content").and_then(Value::as_str),
+        _ => None,
+    };
+    ids.extend(eos_token.and_then(|t| tok.token_to_id(t)));
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}

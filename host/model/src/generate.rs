@@ -1,0 +1,214 @@
+//! Batched generation with a KV cache: prompts of different lengths are left-padded, each row
+//! gets its own positions, finished rows stop counting, and every sampled token comes back
+//! with its log-prob.
+
+use crate::qwen2::attention_mask;
+use crate::sampling::Sampler;
+use crate::{Error, KvCache, Qwen2ForCausalLM, Result, Tokenizer};
+use serde::{Deserialize, Serialize};
+use tch::{Kind, Tensor};
+
+/// How to continue the prompts. Temperature 0 is greedy.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GenerateOptions {
+    /// Tokens to generate at most per prompt.
+    pub max_new_tokens: usize,
+    /// Softmax temperature; 0 picks the most likely token.
+    pub temperature: f64,
+    /// Nucleus sampling: draw from the smallest set of tokens holding this much probability.
+    pub top_p: f64,
+    /// Draw from the k most likely tokens only; 0 means no limit.
+    pub top_k: usize,
+    /// Generation of a row ends once its text contains one of these (e.g. `</answer>`).
+    pub stop: Vec<String>,
+    /// Seeds the draws: same seed, prompts and options give the same tokens.
+    pub seed: u64,
+}
+
+impl Default for GenerateOptions {
+    fn default() -> Self {
+        GenerateOptions { max_new_tokens: 64, temperature: 1.0, top_p: 1.0, top_k: 0, stop: vec![], seed: 0 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FinishReason {
+    /// An end-of-sequence token was sampled (it is the last of `token_ids`).
+    Eos,
+    /// The text reached a stop string.
+    Stop,
+    /// `max_new_tokens` were generated.
+    Length,
+}
+
+/// One row's continuation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Generation {
+    /// The sampled ids, including a final end-of-sequence token: these, not a re-tokenisation
+    /// of `text`, are what training scores.
+    pub token_ids: Vec<u32>,
+    /// Log-prob of each sampled id under the temperature-scaled model distribution.
+    pub logprobs: Vec<f32>,
+    /// Decoded text without the end-of-sequence token, cut just after a stop string.
+    pub text: String,
+    pub finish: FinishReason,
+}
+
+/// Continues each prompt (token ids) of a batch. `eos` are the ids that end a row.
+pub fn generate(
+    lm: &Qwen2ForCausalLM,
+    tokenizer: &Tokenizer,
+    eos: &[u32],
+    prompts: &[Vec<u32>],
+    options: &GenerateOptions,
+) -> Result<Vec<Generation>> {
+    validate(lm, prompts, options)?;
+    if prompts.is_empty() {
+        return Ok(vec![]);
+    }
+    let _guard = tch::no_grad_guard();
+    let device = lm.model.device();
+    let batch = prompts.len();
+    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let new = options.max_new_tokens;
+    let (ids, key_mask) = left_pad(prompts, longest, new, device);
+    let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
+    let mut cache = KvCache::new(lm.config(), batch, longest + new, lm.model.kind(), device);
+    let mask = attention_mask(&key_mask.narrow(1, 0, longest as i64), 0, longest);
+    let mut logits = lm.forward(&ids, &positions, Some(&mask), Some(&mut cache))?.select(1, -1);
+
+    let mut sampler = Sampler::new(options.temperature, options.top_p, options.top_k, options.seed);
+    let stop_window = options.stop.iter().map(String::len).max().unwrap_or(0) + 1;
+    let mut rows: Vec<Row> = (0..batch).map(|_| Row::default()).collect();
+    for step in 0..new {
+        let (tokens, logprobs) = sampler.step(&logits);
+        let tokens: Vec<i64> = Vec::try_from(&tokens)?;
+        let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
+        for (b, row) in rows.iter_mut().enumerate().filter(|(_, r)| r.finish.is_none()) {
+            let token = tokens[b] as u32;
+            row.ids.push(token);
+            row.logprobs.push(logprobs[b]);
+            if eos.contains(&token) {
+                row.finish = Some(FinishReason::Eos);
+            } else if !options.stop.is_empty() {
+                let tail = tokenizer.decode(&row.ids[row.ids.len().saturating_sub(stop_window)..])?;
+                if options.stop.iter().any(|s| tail.contains(s.as_str())) {
+                    row.finish = Some(FinishReason::Stop);
+                }
+            }
+        }
+        if step + 1 == new || rows.iter().all(|r| r.finish.is_some()) {
+            break;
+        }
+        // Finished rows keep a slot in the batch but feed padding that nobody attends to.
+        let active: Vec<bool> = rows.iter().map(|r| r.finish.is_none()).collect();
+        let feed: Vec<i64> = tokens.iter().zip(&active).map(|(&t, &a)| if a { t } else { 0 }).collect();
+        let column = (longest + step) as i64;
+        key_mask.narrow(1, column, 1).copy_(&Tensor::from_slice(&active).view([-1, 1]).to_device(device));
+        let pos: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
+        let mask = attention_mask(&key_mask.narrow(1, 0, column + 1), longest + step, 1);
+        let input = Tensor::from_slice(&feed).view([-1, 1]).to_device(device);
+        let pos = Tensor::from_slice(&pos).view([-1, 1]).to_device(device);
+        logits = lm.forward(&input, &pos, Some(&mask), Some(&mut cache))?.select(1, 0);
+    }
+    rows.into_iter().map(|row| row.finish(tokenizer, &options.stop)).collect()
+}
+
+#[derive(Default)]
+struct Row {
+    ids: Vec<u32>,
+    logprobs: Vec<f32>,
+    finish: Option<FinishReason>,
+}
+
+impl Row {
+    fn finish(self, tokenizer: &Tokenizer, stop: &[String]) -> Result<Generation> {
+        let finish = self.finish.unwrap_or(FinishReason::Length);
+        let text_ids = if finish == FinishReason::Eos { &self.ids[..self.ids.len() - 1] } else { &self.ids[..] };
+        let mut text = tokenizer.decode(text_ids)?;
+        if finish == FinishReason::Stop
+            && let Some(end) = stop.iter().filter_map(|s| text.find(s.as_str()).map(|i| i + s.len())).min()
+        {
+            text.truncate(end);
+        }
+        Ok(Generation { token_ids: self.ids, logprobs: self.logprobs, text, finish })
+    }
+}
+
+fn validate(lm: &Qwen2ForCausalLM, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<()> {
+    let c = lm.config();
+    if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
+        return Err(Error::Invalid(format!("temperature {} must be finite and >= 0", options.temperature)));
+    }
+    if !(options.top_p > 0.0 && options.top_p <= 1.0) {
+        return Err(Error::Invalid(format!("top_p {} must be in (0, 1]", options.top_p)));
+    }
+    if options.max_new_tokens == 0 {
+        return Err(Error::Invalid("max_new_tokens must be at least 1".into()));
+    }
+    for (i, p) in prompts.iter().enumerate() {
+        if p.is_empty() {
+            return Err(Error::Invalid(format!("prompt {i} has no tokens")));
+        }
+        if let Some(&bad) = p.iter().find(|&&t| t as usize >= c.vocab_size) {
+            return Err(Error::Invalid(format!("prompt {i}: token id {bad} >= vocab_size {}", c.vocab_size)));
+        }
+        if p.len() + options.max_new_tokens > c.max_position_embeddings {
+            return Err(Error::Invalid(format!(
+                "prompt {i}: {} tokens + {} new exceed max_position_embeddings {}",
+                p.len(),
+                options.max_new_tokens,
+                c.max_position_embeddings
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Ids `[batch, longest]` padded on the left, and the key mask `[batch, longest + new]`
+/// (true = real token) whose generated columns are filled in step by step.
+fn left_pad(prompts: &[Vec<u32>], longest: usize, new: usize, device: tch::Device) -> (Tensor, Tensor) {
+    let mut ids = Vec::with_capacity(prompts.len() * longest);
+    let mut mask = Vec::with_capacity(prompts.len() * (longest + new));
+    for p in prompts {
+        let pad = longest - p.len();
+        ids.extend(std::iter::repeat_n(0i64, pad).chain(p.iter().map(|&t| t as i64)));
+        mask.extend(std::iter::repeat_n(false, pad).chain(std::iter::repeat_n(true, p.len())));
+        mask.extend(std::iter::repeat_n(false, new));
+    }
+    let b = prompts.len() as i64;
+    (
+        Tensor::from_slice(&ids).view([b, longest as i64]).to_device(device),
+        Tensor::from_slice(&mask).view([b, (longest + new) as i64]).to_device(device),
+    )
+}
+
+/// Log-probs of each token of each sequence after the first, given the tokens before it,
+/// at `temperature` (1 for raw logits): one forward over the right-padded batch, the way a
+/// training step scores sampled tokens. Row i has `sequences[i].len() - 1` entries.
+pub fn sequence_logprobs(lm: &Qwen2ForCausalLM, sequences: &[Vec<u32>], temperature: f64) -> Result<Vec<Vec<f32>>> {
+    if sequences.iter().any(|s| s.len() < 2) {
+        return Err(Error::Invalid("each sequence needs at least two tokens to score".into()));
+    }
+    let _guard = tch::no_grad_guard();
+    let device = lm.model.device();
+    let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(sequences.len() * longest);
+    for s in sequences {
+        ids.extend(s.iter().map(|&t| t as i64).chain(std::iter::repeat_n(0, longest - s.len())));
+    }
+    let ids = Tensor::from_slice(&ids).view([sequences.len() as i64, longest as i64]).to_device(device);
+    let positions = Tensor::arange(longest as i64, (Kind::Int64, device)).unsqueeze(0).expand_as(&ids);
+    let logits = lm.forward(&ids, &positions, None, None)?;
+    let t = if temperature > 0.0 { temperature } else { 1.0 };
+    let logp = (logits.narrow(1, 0, longest as i64 - 1) / t).log_softmax(-1, Kind::Float);
+    let targets = ids.narrow(1, 1, longest as i64 - 1).unsqueeze(-1);
+    let chosen = logp.gather(-1, &targets, false).squeeze_dim(-1).to_device(tch::Device::Cpu);
+    sequences
+        .iter()
+        .enumerate()
+        .map(|(i, s)| Ok(Vec::<f32>::try_from(chosen.get(i as i64).narrow(0, 0, s.len() as i64 - 1))?))
+        .collect()
+}

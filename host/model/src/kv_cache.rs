@@ -1,0 +1,60 @@
+use crate::{Error, Qwen2Config, Result};
+use tch::{Device, Kind, Tensor};
+
+/// Keys and values of the positions already processed, per layer, preallocated to a fixed
+/// capacity so a decoding step writes in place instead of re-concatenating.
+///
+/// It is a plain value the caller owns and passes to each forward: the model holds no state,
+/// so the same weights serve many concurrent generations and training forwards.
+pub struct KvCache {
+    keys: Vec<Tensor>,
+    values: Vec<Tensor>,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// An empty cache for `batch` sequences of up to `capacity` positions.
+    pub fn new(config: &Qwen2Config, batch: usize, capacity: usize, kind: Kind, device: Device) -> Self {
+        let shape = [batch as i64, config.num_key_value_heads as i64, capacity as i64, config.head_dim as i64];
+        let make = || (0..config.num_hidden_layers).map(|_| Tensor::zeros(shape, (kind, device))).collect();
+        KvCache { keys: make(), values: make(), len: 0, capacity }
+    }
+
+    /// Positions stored so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub(crate) fn check_room(&self, extra: usize) -> Result<()> {
+        if self.len + extra > self.capacity {
+            return Err(Error::Invalid(format!(
+                "KV cache holds {} of {} positions; {extra} more do not fit",
+                self.len, self.capacity
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes this step's keys and values for `layer` after the stored ones and returns all
+    /// of them, `[batch, kv_heads, len + new, head_dim]`.
+    pub(crate) fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        let new = k.size()[2];
+        let start = self.len as i64;
+        self.keys[layer].narrow(2, start, new).copy_(k);
+        self.values[layer].narrow(2, start, new).copy_(v);
+        (self.keys[layer].narrow(2, 0, start + new), self.values[layer].narrow(2, 0, start + new))
+    }
+
+    pub(crate) fn advance(&mut self, new: usize) {
+        self.len += new;
+    }
+}

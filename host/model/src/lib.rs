@@ -1,0 +1,38 @@
+//! Qwen2-family causal language models on libtorch (tch), for rollouts and training.
+//!
+//! - [`Qwen2Config`] is deserialised straight from a Hugging Face `config.json`.
+//! - [`Qwen2ForCausalLM`] mirrors the HF weight names; its forward pass takes the
+//!   [`KvCache`] as an explicit value, so the same weights serve batched generation (with a
+//!   cache) and training forwards (without one).
+//! - [`Tokenizer`] wraps `tokenizer.json`; [`ChatTemplate`] renders the model's Jinja chat
+//!   template the way transformers' `apply_chat_template` does.
+//! - [`generate`] runs batched, seeded generation and returns sampled ids with log-probs.
+//! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
+//!   [`default_model`] builds the embedded small model from a seed.
+
+mod chat;
+mod checkpoint;
+mod config;
+pub(crate) mod default_model;
+mod device;
+mod error;
+mod generate;
+mod kv_cache;
+mod qwen2;
+mod rope;
+mod sampling;
+mod tokenizer;
+mod value_head;
+mod weights;
+
+pub use chat::{ChatTemplate, Message};
+pub use checkpoint::{LoadOptions, Model};
+pub use config::Qwen2Config;
+pub use default_model::{DEFAULT_SEED, default_config, default_model};
+pub use device::{DType, parse_device};
+pub use error::{Error, Result};
+pub use generate::{FinishReason, GenerateOptions, Generation, generate, sequence_logprobs};
+pub use kv_cache::KvCache;
+pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
+pub use tokenizer::Tokenizer;
+pub use value_head::ValueModel;

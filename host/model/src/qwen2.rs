@@ -1,0 +1,274 @@
+//! The Qwen2 decoder. The struct tree mirrors the HF weight names
+//! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
+
+use crate::rope::{self, Rope};
+use crate::{KvCache, Qwen2Config, Result};
+use tch::nn::{Init, Path};
+use tch::{Kind, Tensor};
+
+pub(crate) struct Linear {
+    pub weight: Tensor,
+    pub bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub fn new(p: Path, inputs: usize, outputs: usize, bias: bool) -> Self {
+        let weight = p.var("weight", &[outputs as i64, inputs as i64], Init::Const(0.));
+        let bias = bias.then(|| p.var("bias", &[outputs as i64], Init::Const(0.)));
+        Linear { weight, bias }
+    }
+
+    pub fn forward(&self, x: &Tensor) -> Tensor {
+        x.linear(&self.weight, self.bias.as_ref())
+    }
+}
+
+/// Computed in f32 whatever the parameter dtype, as HF's `Qwen2RMSNorm`.
+struct RmsNorm {
+    weight: Tensor,
+    eps: f64,
+}
+
+impl RmsNorm {
+    fn new(p: Path, size: usize, eps: f64) -> Self {
+        RmsNorm { weight: p.var("weight", &[size as i64], Init::Const(1.)), eps }
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        let kind = x.kind();
+        let x32 = x.to_kind(Kind::Float);
+        let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
+        let normed = x32 * (variance + self.eps).rsqrt();
+        &self.weight * normed.to_kind(kind)
+    }
+}
+
+struct Attention {
+    q_proj: Linear,
+    k_proj: Linear,
+    v_proj: Linear,
+    o_proj: Linear,
+    heads: i64,
+    kv_heads: i64,
+    head_dim: i64,
+}
+
+impl Attention {
+    fn new(p: Path, c: &Qwen2Config) -> Self {
+        let (h, d) = (c.hidden_size, c.head_dim);
+        Attention {
+            q_proj: Linear::new(&p / "q_proj", h, c.num_attention_heads * d, true),
+            k_proj: Linear::new(&p / "k_proj", h, c.num_key_value_heads * d, true),
+            v_proj: Linear::new(&p / "v_proj", h, c.num_key_value_heads * d, true),
+            o_proj: Linear::new(&p / "o_proj", c.num_attention_heads * d, h, false),
+            heads: c.num_attention_heads as i64,
+            kv_heads: c.num_key_value_heads as i64,
+            head_dim: d as i64,
+        }
+    }
+
+    fn forward(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        cache: Option<(&mut KvCache, usize)>,
+    ) -> Tensor {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
+        let q = rope::apply(&split(self.q_proj.forward(x), self.heads), rope.0, rope.1);
+        let k = rope::apply(&split(self.k_proj.forward(x), self.kv_heads), rope.0, rope.1);
+        let v = split(self.v_proj.forward(x), self.kv_heads);
+        let (k, v) = match cache {
+            Some((cache, layer)) => cache.append(layer, &k, &v),
+            None => (k, v),
+        };
+        // Grouped-query attention: each key/value head serves `heads / kv_heads` query heads.
+        // Repeating them explicitly keeps every SDPA backend available.
+        let repeat = self.heads / self.kv_heads;
+        let expand = |y: Tensor| {
+            if repeat == 1 {
+                return y;
+            }
+            let s = y.size()[2];
+            y.unsqueeze(2).expand([b, self.kv_heads, repeat, s, self.head_dim], false).reshape([
+                b,
+                self.heads,
+                s,
+                self.head_dim,
+            ])
+        };
+        let (k, v) = (expand(k), expand(v));
+        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, mask.is_none(), None::<f64>, false);
+        self.o_proj.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+    }
+}
+
+struct Mlp {
+    gate_proj: Linear,
+    up_proj: Linear,
+    down_proj: Linear,
+}
+
+impl Mlp {
+    fn new(p: Path, c: &Qwen2Config) -> Self {
+        let (h, i) = (c.hidden_size, c.intermediate_size);
+        Mlp {
+            gate_proj: Linear::new(&p / "gate_proj", h, i, false),
+            up_proj: Linear::new(&p / "up_proj", h, i, false),
+            down_proj: Linear::new(&p / "down_proj", i, h, false),
+        }
+    }
+
+    fn forward(&self, x: &Tensor) -> Tensor {
+        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+    }
+}
+
+struct DecoderLayer {
+    self_attn: Attention,
+    mlp: Mlp,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+}
+
+impl DecoderLayer {
+    fn new(p: Path, c: &Qwen2Config) -> Self {
+        DecoderLayer {
+            self_attn: Attention::new(&p / "self_attn", c),
+            mlp: Mlp::new(&p / "mlp", c),
+            input_layernorm: RmsNorm::new(&p / "input_layernorm", c.hidden_size, c.rms_norm_eps),
+            post_attention_layernorm: RmsNorm::new(&p / "post_attention_layernorm", c.hidden_size, c.rms_norm_eps),
+        }
+    }
+}
+
+/// The decoder stack without a head (`model.*` in HF checkpoints).
+pub struct Qwen2Model {
+    embed_tokens: Tensor,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    rope: Rope,
+    config: Qwen2Config,
+}
+
+impl Qwen2Model {
+    pub(crate) fn new(p: Path, c: &Qwen2Config) -> Self {
+        let embed_tokens = (&p / "embed_tokens").var(
+            "weight",
+            &[c.vocab_size as i64, c.hidden_size as i64],
+            Init::Const(0.),
+        );
+        let layers = (0..c.num_hidden_layers).map(|i| DecoderLayer::new(&p / "layers" / i, c)).collect();
+        let norm = RmsNorm::new(&p / "norm", c.hidden_size, c.rms_norm_eps);
+        Qwen2Model { embed_tokens, layers, norm, rope: Rope::new(c.head_dim, c.rope_theta, p.device()), config: c.clone() }
+    }
+
+    pub fn config(&self) -> &Qwen2Config {
+        &self.config
+    }
+
+    pub(crate) fn embed_weight(&self) -> &Tensor {
+        &self.embed_tokens
+    }
+
+    pub fn device(&self) -> tch::Device {
+        self.embed_tokens.device()
+    }
+
+    /// The parameters' dtype (activations and the KV cache use it too).
+    pub fn kind(&self) -> Kind {
+        self.embed_tokens.kind()
+    }
+
+    /// Last hidden states `[batch, seq, hidden]` for `input_ids` `[batch, seq]` at explicit
+    /// `positions` `[batch, seq]`. `mask` is a boolean `[batch, 1, seq, past + seq]` (true =
+    /// may attend), see [`attention_mask`]. With a cache, the new keys and values are written
+    /// after the cached ones and the cache grows by `seq`. Without a mask, attention is causal
+    /// over everything (right-padded training batches: padding only follows real tokens).
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: Option<&Tensor>,
+        mut cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        let (b, t) = (input_ids.size()[0], input_ids.size()[1] as usize);
+        let past = cache.as_deref().map_or(0, KvCache::len);
+        if let Some(c) = cache.as_deref() {
+            c.check_room(t)?;
+        }
+        let all_keys;
+        let mask = match mask {
+            None if past > 0 => {
+                all_keys = attention_mask(&Tensor::ones([b, (past + t) as i64], (Kind::Bool, input_ids.device())), past, t);
+                Some(&all_keys)
+            }
+            m => m,
+        };
+        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let (cos, sin) = self.rope.tables(positions, x.kind());
+        for (i, layer) in self.layers.iter().enumerate() {
+            let h = layer.input_layernorm.forward(&x);
+            let c = cache.as_deref_mut().map(|c| (c, i));
+            x = x + layer.self_attn.forward(&h, (&cos, &sin), mask, c);
+            x = &x + layer.mlp.forward(&layer.post_attention_layernorm.forward(&x));
+        }
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        Ok(self.norm.forward(&x))
+    }
+}
+
+/// Boolean attention mask `[batch, 1, new, past + new]` for `new` query positions after
+/// `past` cached ones: a query attends to earlier-or-equal keys whose `key_mask`
+/// (`[batch, past + new]`, true = real token) is set. A padding query always sees itself,
+/// so no row is empty: an empty row would give NaN that later layers read through 0 × NaN.
+pub fn attention_mask(key_mask: &Tensor, past: usize, new: usize) -> Tensor {
+    let device = key_mask.device();
+    let total = (past + new) as i64;
+    let q = Tensor::arange_start(past as i64, total, (Kind::Int64, device)).view([-1, 1]);
+    let k = Tensor::arange(total, (Kind::Int64, device)).view([1, -1]);
+    let causal = k.le_tensor(&q);
+    let diagonal = k.eq_tensor(&q);
+    let keys = key_mask.to_kind(Kind::Bool).unsqueeze(1).unsqueeze(1);
+    (causal.unsqueeze(0).unsqueeze(0).logical_and(&keys)).logical_or(&diagonal.unsqueeze(0).unsqueeze(0))
+}
+
+/// `Qwen2ForCausalLM`: the decoder and the LM head (tied to the embeddings or not).
+pub struct Qwen2ForCausalLM {
+    pub model: Qwen2Model,
+    lm_head: Option<Tensor>,
+}
+
+impl Qwen2ForCausalLM {
+    pub(crate) fn new(p: &Path, c: &Qwen2Config) -> Self {
+        let model = Qwen2Model::new(p / "model", c);
+        let lm_head = (!c.tie_word_embeddings).then(|| {
+            (p / "lm_head").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.))
+        });
+        Qwen2ForCausalLM { model, lm_head }
+    }
+
+    pub fn config(&self) -> &Qwen2Config {
+        self.model.config()
+    }
+
+    /// Logits `[batch, seq, vocab]` in f32 for hidden states from [`Qwen2Model::forward`].
+    pub fn logits(&self, hidden: &Tensor) -> Tensor {
+        let head = self.lm_head.as_ref().unwrap_or(self.model.embed_weight());
+        hidden.linear::<Tensor>(head, None).to_kind(Kind::Float)
+    }
+
+    /// Forward and head in one call.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        positions: &Tensor,
+        mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        Ok(self.logits(&self.model.forward(input_ids, positions, mask, cache)?))
+    }
+}

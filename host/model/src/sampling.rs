@@ -1,0 +1,69 @@
+//! Picking the next token from logits: greedy, or sampling with temperature, top-k and
+//! top-p. The random draws come from a seeded ChaCha stream on the host (one uniform per
+//! row per step), so a seed gives the same tokens on any device and libtorch build.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use tch::{Kind, Tensor};
+
+pub(crate) struct Sampler {
+    temperature: f64,
+    top_p: f64,
+    top_k: usize,
+    rng: ChaCha8Rng,
+}
+
+impl Sampler {
+    pub fn new(temperature: f64, top_p: f64, top_k: usize, seed: u64) -> Self {
+        Sampler { temperature, top_p, top_k, rng: ChaCha8Rng::seed_from_u64(seed) }
+    }
+
+    /// The temperature log-probs are taken at: the sampling temperature, or 1 for greedy.
+    pub fn logprob_temperature(&self) -> f64 {
+        if self.temperature > 0.0 { self.temperature } else { 1.0 }
+    }
+
+    /// Next tokens `[batch]` (i64) and their log-probs `[batch]` (f32) under the full
+    /// temperature-scaled distribution (what a training forward recomputes; top-k / top-p
+    /// only restrict which tokens can be drawn).
+    pub fn step(&mut self, logits: &Tensor) -> (Tensor, Tensor) {
+        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
+        let batch = logits.size()[0];
+        // Drawn whether used or not, so greedy and sampled rows never shift each other's draws.
+        let draws: Vec<f64> = (0..batch).map(|_| (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64).collect();
+        let tokens = if self.temperature <= 0.0 { logits.argmax(-1, false) } else { self.draw(&logp, &draws) };
+        let chosen = logp.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
+        (tokens, chosen)
+    }
+
+    fn draw(&self, logp: &Tensor, draws: &[f64]) -> Tensor {
+        let probs = logp.exp();
+        let vocab = probs.size()[1];
+        // Candidates in descending probability when a filter needs the order.
+        let (p, ids) = if self.top_k > 0 && (self.top_k as i64) < vocab {
+            probs.topk(self.top_k as i64, -1, true, true)
+        } else if self.top_p < 1.0 {
+            probs.sort(-1, true)
+        } else {
+            let ids = Tensor::arange(vocab, (Kind::Int64, probs.device())).unsqueeze(0).expand_as(&probs);
+            (probs.shallow_clone(), ids)
+        };
+        let p = if self.top_p < 1.0 {
+            // Keep the smallest prefix whose mass reaches top_p: a token stays when the mass
+            // before it is still below top_p (the first token always stays).
+            let before = p.cumsum(-1, Kind::Float) - &p;
+            p.where_self(&before.lt(self.top_p), &p.zeros_like())
+        } else {
+            p
+        };
+        let cumulative = p.cumsum(-1, Kind::Float);
+        let total = cumulative.narrow(1, cumulative.size()[1] - 1, 1);
+        // Kept a few f32 ulps below 1 so u stays below the total after rounding: the first
+        // candidate whose cumulative mass exceeds u then always has a non-zero probability.
+        let draws: Vec<f32> = draws.iter().map(|&d| d.min(1.0 - 1.0 / (1u64 << 22) as f64) as f32).collect();
+        let u = Tensor::from_slice(&draws).to_device(p.device()).unsqueeze(-1) * &total;
+        let last = cumulative.size()[1] - 1;
+        let index = cumulative.le_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(last);
+        ids.gather(-1, &index, false).squeeze_dim(-1)
+    }
+}

@@ -1,0 +1,50 @@
+use crate::{Error, Result};
+use std::path::Path;
+
+/// A Hugging Face `tokenizer.json`, with the chat special tokens it defines.
+#[derive(Clone)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl Tokenizer {
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        Self::from_bytes(&bytes).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Token ids of `text`. Special tokens written in the text (`<|im_start|>`) become their
+    /// ids, as in transformers; no BOS/EOS is added: the chat template writes those.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self.inner.encode_fast(text, false).map_err(|e| Error::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    /// Text of `ids`, special tokens included. Invalid UTF-8 (a token sequence cut inside a
+    /// character) decodes to U+FFFD, never an error.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Ids the tokenizer can produce, added tokens included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn to_json(&self) -> Result<String> {
+        self.inner.to_string(true).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
