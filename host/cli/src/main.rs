@@ -1,10 +1,14 @@
-//! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them.
+//! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them;
+//! run language models.
 
 mod bench;
+mod bench_model;
 mod check;
 mod fuzz;
+mod generate;
 mod inspect;
 mod limits_arg;
+mod model_args;
 mod policy;
 mod record;
 mod run;
@@ -36,6 +40,11 @@ enum Command {
     Fuzz(fuzz::FuzzArgs),
     /// Measure load, instantiate, reset and step costs of plugins (prints figures).
     Bench(bench::BenchArgs),
+    /// Continue a prompt with a language model (a HF folder or the embedded default).
+    Generate(generate::GenerateArgs),
+    /// Measure generation throughput (prefill and decode tokens/s), optionally next to
+    /// transformers on the same shape (prints figures).
+    BenchModel(bench_model::BenchModelArgs),
 }
 
 fn main() {
@@ -57,6 +66,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Check(a)), _) => check::check(a),
         (Some(Command::Fuzz(a)), _) => fuzz::fuzz(a),
         (Some(Command::Bench(a)), _) => bench::bench(a),
+        (Some(Command::Generate(a)), _) => generate::generate(a),
+        (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
         (None, None) => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

@@ -45,7 +45,12 @@ pub fn default_config() -> Qwen2Config {
 /// The default model with weights drawn from `seed`: N(0, 0.02) matrices (HF's
 /// `initializer_range`), zero biases, unit norms. Same seed, same weights, on any machine.
 pub fn default_model(seed: u64, options: LoadOptions) -> Result<Model> {
-    let config = default_config();
+    random_model(default_config(), seed, options)
+}
+
+/// A model of any Qwen2 shape with weights drawn from `seed` and the embedded tokenizer
+/// (for benchmarks of big shapes without downloading them).
+pub fn random_model(config: Qwen2Config, seed: u64, options: LoadOptions) -> Result<Model> {
     let tokenizer = Tokenizer::from_bytes(TOKENIZER)?;
     let tokenizer_config: serde_json::Value =
         serde_json::from_str(TOKENIZER_CONFIG).expect("the embedded tokenizer config is JSON");

@@ -6,8 +6,10 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// tensor at fault so a user can fix a broken checkpoint without reading our code.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    // Not `#[source]`: the message already includes the cause, and error chains would print
+    // it twice.
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{path}: not a valid config: {message}")]
     Config { path: PathBuf, message: String },
     #[error("unsupported model: {0}")]
@@ -26,6 +28,6 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io { path: path.into(), error: source }
     }
 }

@@ -28,7 +28,7 @@ mod weights;
 pub use chat::{ChatTemplate, Message};
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
-pub use default_model::{DEFAULT_SEED, default_config, default_model};
+pub use default_model::{DEFAULT_SEED, default_config, default_model, random_model};
 pub use device::{DType, parse_device};
 pub use error::{Error, Result};
 pub use generate::{FinishReason, GenerateOptions, Generation, generate, sequence_logprobs};

@@ -4,8 +4,8 @@
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
 //! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
 //! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
-//!   libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy in the project-local
-//!   `.venv`; set `LIBTORCH` to use another libtorch
+//!   libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy and transformers (the
+//!   Python references) in the project-local `.venv`; set `LIBTORCH` to use another libtorch
 //! - `cargo xtask fixtures` regenerate the Python-reference fixtures (committed)
 //! - `cargo xtask env`     print the environment variables that build and run the tch crates
 
@@ -65,6 +65,8 @@ fn setup() -> Result<()> {
 /// the same build uses a GPU where one is present); numpy runs the Python references.
 const TORCH: &str = "torch==2.11.0";
 const NUMPY: &str = "numpy==2.2.6";
+/// Writes the model fixtures and reloads our checkpoints in the model tests.
+const TRANSFORMERS: &str = "transformers==5.23.0";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -74,17 +76,18 @@ fn venv_python() -> PathBuf {
     venv().join("bin").join("python")
 }
 
-/// Creates `.venv` with torch and numpy unless it already has the pinned versions, or the
+/// Creates `.venv` with torch, numpy and transformers unless it already has the pinned versions, or the
 /// user points `LIBTORCH` at a libtorch of their own.
 fn setup_torch() -> Result<()> {
     if std::env::var_os("LIBTORCH").is_some() {
         return Ok(());
     }
-    let probe = "import torch, numpy; print(torch.__version__.split('+')[0], numpy.__version__)";
+    let probe = "import torch, numpy, transformers; \
+                 print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__)";
     let ok = Command::new(venv_python())
         .args(["-c", probe])
         .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.11.0 2.2.6");
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.11.0 2.2.6 5.23.0");
     if ok {
         return Ok(());
     }
@@ -94,7 +97,7 @@ fn setup_torch() -> Result<()> {
         run(cmd)?;
     }
     let mut pip = Command::new(venv_python());
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", TORCH, NUMPY]);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", TORCH, NUMPY, TRANSFORMERS]);
     run(pip)
 }
 
@@ -126,6 +129,7 @@ fn torch_env() -> Result<Vec<(String, String)>> {
         vars.push(("LIBTORCH_USE_PYTORCH".into(), "1".into()));
         vars.push(("VIRTUAL_ENV".into(), venv().display().to_string()));
         vars.push(("PATH".into(), path));
+        vars.push(("VAGEN_PYTHON".into(), venv_python().display().to_string()));
     }
     Ok(vars)
 }
@@ -138,9 +142,12 @@ fn print_env() {
 }
 
 fn fixtures() -> Result<()> {
-    let mut cmd = Command::new(venv_python());
-    cmd.current_dir(root()).arg("host/algo/reference/advantages.py");
-    run(cmd)
+    for script in ["host/algo/reference/advantages.py", "host/model/reference/make_fixtures.py"] {
+        let mut cmd = Command::new(venv_python());
+        cmd.current_dir(root()).arg(script);
+        run(cmd)?;
+    }
+    Ok(())
 }
 
 /// Adds the guest target when rustup is in charge and it is missing.
