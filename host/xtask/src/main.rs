@@ -147,7 +147,10 @@ fn fixtures() -> Result<()> {
         cmd.current_dir(root()).arg(script);
         run(cmd)?;
     }
-    Ok(())
+    // The embedded default model (random weights from a seed: the text is noise until trained).
+    let mut generate = Command::new(&host);
+    generate.args(["generate", "--prompt", "Which way to the goal?", "--chat", "--max-new-tokens", "16"]);
+    run(generate)
 }
 
 /// Adds the guest target when rustup is in charge and it is missing.
@@ -260,7 +263,7 @@ fn test(extra: &[String]) -> Result<()> {
 /// The main job for now: FrozenLake with a random and an oracle policy, Sokoban's oracle.
 fn demo() -> Result<()> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "vagen-host"]);
+    build.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
     run(build)?;
     let host = root().join("target/release/vagen-host");
     let runs = [("frozenlake", "random", "1000"), ("frozenlake", "oracle", "200"), ("sokoban", "oracle", "200")];
@@ -270,5 +273,8 @@ fn demo() -> Result<()> {
         cmd.args(["--policy", policy, "--episodes", episodes, "--out"]).arg(format!("runs/demo/{env}-{policy}.jsonl"));
         run(cmd)?;
     }
-    Ok(())
+    // The embedded default model (random weights from a seed: the text is noise until trained).
+    let mut generate = Command::new(&host);
+    generate.args(["generate", "--prompt", "Which way to the goal?", "--chat", "--max-new-tokens", "16"]);
+    run(generate)
 }

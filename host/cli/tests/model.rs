@@ -1,0 +1,87 @@
+//! `vagen-host generate` and `bench-model` as a user runs them, and how the binary links
+//! libtorch.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).unwrap().to_path_buf()
+}
+
+fn fixture(name: &str) -> String {
+    root().join("host/model/tests/fixtures").join(name).display().to_string()
+}
+
+fn host(args: &[&str]) -> Output {
+    // No LD_LIBRARY_PATH: the binary must find libtorch through its own RUNPATH.
+    Command::new(env!("CARGO_BIN_EXE_vagen-host")).args(args).env_remove("LD_LIBRARY_PATH").output().unwrap()
+}
+
+fn last_json(o: &Output) -> serde_json::Value {
+    let text = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(text.lines().last().expect("some output")).unwrap()
+}
+
+#[test]
+fn generate_json_gives_transformers_greedy_tokens() {
+    let expected: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("host/model/tests/fixtures/expected.json")).unwrap(),
+    )
+    .unwrap();
+    let prompt = expected["texts"][0].as_str().unwrap();
+    let o = host(&["generate", "--model", &fixture("tiny-qwen2"), "--prompt", prompt, "--max-new-tokens", "12", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let line = last_json(&o);
+    assert_eq!(line["token_ids"], expected["greedy"]["tiny-qwen2"][0]);
+    assert!(line["text"].is_string());
+}
+
+#[test]
+fn generate_chat_with_the_default_model_is_seeded() {
+    let args = [
+        "generate", "--prompt", "Which way?", "--chat", "--temperature", "1", "--seed", "4", "--max-new-tokens", "6",
+        "--json", "--device", "cpu",
+    ];
+    let (a, b) = (host(&args), host(&args));
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(last_json(&a), last_json(&b));
+    assert_eq!(last_json(&a)["token_ids"].as_array().unwrap().len(), 6);
+}
+
+#[test]
+fn generate_errors_name_the_problem() {
+    let o = host(&["generate", "--model", "/no/such/model", "--prompt", "x"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("/no/such/model") && err.contains("no such model folder"), "{err}");
+    let o = host(&["generate", "--prompt", "x", "--dtype", "f8"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("dtype \"f8\""));
+    let o = host(&["generate", "--prompt", "x", "--temperature=-1"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("temperature"));
+}
+
+#[test]
+fn bench_model_prints_a_row_per_batch_size() {
+    let o = host(&[
+        "bench-model", "--model", &fixture("tiny-qwen2"), "--batch", "1,3", "--prompt-len", "8", "--new-tokens", "4",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    for b in ["1", "3"] {
+        let row = text.lines().find(|l| l.trim_start().starts_with(&format!("{b} |"))).expect("a row per batch");
+        let figures: Vec<f64> = row.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+        assert!(figures.len() >= 3 && figures[1..3].iter().all(|f| *f > 0.0), "{row}");
+    }
+}
+
+/// The linker must not drop libtorch_cuda (`--as-needed`), or CUDA silently disappears.
+#[test]
+fn the_binary_links_libtorch_cuda_when_libtorch_has_it() {
+    let lib = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    let has_cuda = lib.split(':').any(|d| Path::new(d).join("libtorch_cuda.so").exists());
+    let out = Command::new("readelf").arg("-d").arg(env!("CARGO_BIN_EXE_vagen-host")).output().expect("readelf runs");
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    assert!(dynamic.contains("[libtorch_cpu.so]"), "{dynamic}");
+    assert_eq!(dynamic.contains("[libtorch_cuda.so]"), has_cuda, "{dynamic}");
+    assert!(dynamic.contains("RUNPATH"), "{dynamic}");
+}
