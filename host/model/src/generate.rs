@@ -77,7 +77,10 @@ pub fn generate(
     let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
     let mut cache = KvCache::new(lm.config(), batch, longest + new, lm.model.kind(), device);
     let mask = attention_mask(&key_mask.narrow(1, 0, longest as i64), 0, longest);
-    let mut logits = lm.forward(&ids, &positions, Some(&mask), Some(&mut cache))?.select(1, -1);
+    // Only the last position's logits are needed: the head over every prompt position would
+    // cost batch × prompt × vocab × hidden for nothing.
+    let hidden = lm.model.forward(&ids, &positions, Some(&mask), Some(&mut cache))?;
+    let mut logits = lm.logits(&hidden.select(1, -1));
 
     let mut sampler = Sampler::new(options.temperature, options.top_p, options.top_k, options.seed);
     let stop_window = options.stop.iter().map(String::len).max().unwrap_or(0) + 1;
