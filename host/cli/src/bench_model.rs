@@ -73,9 +73,13 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         ours.push(measure(&model, b, a.prompt_len, a.new_tokens)?);
     }
     let theirs = if a.transformers { Some(run_transformers(&a, config_file.as_ref())?) } else { None };
-    println!("{:>6} | {:>16} {:>16} | {:>16} {:>16}", "batch", "prefill tok/s", "decode tok/s", "hf prefill tok/s", "hf decode tok/s");
+    println!(
+        "{:>6} | {:>16} {:>16} | {:>16} {:>16}",
+        "batch", "prefill tok/s", "decode tok/s", "hf prefill tok/s", "hf decode tok/s"
+    );
     for (i, &b) in a.batch.iter().enumerate() {
-        let hf = theirs.as_ref().map(|t: &Vec<Figures>| (format!("{:.0}", t[i].prefill), format!("{:.0}", t[i].decode)));
+        let hf =
+            theirs.as_ref().map(|t: &Vec<Figures>| (format!("{:.0}", t[i].prefill), format!("{:.0}", t[i].decode)));
         let (hp, hd) = hf.unwrap_or(("-".into(), "-".into()));
         println!("{b:>6} | {:>16.0} {:>16.0} | {hp:>16} {hd:>16}", ours[i].prefill, ours[i].decode);
     }
@@ -113,11 +117,20 @@ fn run_transformers(a: &BenchModelArgs, config_file: Option<&tempfile::NamedTemp
     cmd.arg(&script);
     match config_file {
         Some(f) => cmd.arg("--config").arg(f.path()),
-        None if a.model.model == "default" => bail!("--transformers needs a folder or --config (the default model has no folder)"),
+        None if a.model.model == "default" => {
+            bail!("--transformers needs a folder or --config (the default model has no folder)")
+        }
         None => cmd.arg("--model").arg(&a.model.model),
     };
     let batches = a.batch.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
-    cmd.args(["--batch", &batches, "--prompt-len", &a.prompt_len.to_string(), "--new-tokens", &a.new_tokens.to_string()]);
+    cmd.args([
+        "--batch",
+        &batches,
+        "--prompt-len",
+        &a.prompt_len.to_string(),
+        "--new-tokens",
+        &a.new_tokens.to_string(),
+    ]);
     cmd.args(["--dtype", &a.model.dtype, "--device", &a.model.device]);
     let out = cmd.output().with_context(|| format!("starting {} {}", python.display(), script.display()))?;
     if !out.status.success() {

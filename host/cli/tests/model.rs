@@ -24,12 +24,12 @@ fn last_json(o: &Output) -> serde_json::Value {
 
 #[test]
 fn generate_json_gives_transformers_greedy_tokens() {
-    let expected: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("host/model/tests/fixtures/expected.json")).unwrap(),
-    )
-    .unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("host/model/tests/fixtures/expected.json")).unwrap())
+            .unwrap();
     let prompt = expected["texts"][0].as_str().unwrap();
-    let o = host(&["generate", "--model", &fixture("tiny-qwen2"), "--prompt", prompt, "--max-new-tokens", "12", "--json"]);
+    let o =
+        host(&["generate", "--model", &fixture("tiny-qwen2"), "--prompt", prompt, "--max-new-tokens", "12", "--json"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let line = last_json(&o);
     assert_eq!(line["token_ids"], expected["greedy"]["tiny-qwen2"][0]);
@@ -39,8 +39,19 @@ fn generate_json_gives_transformers_greedy_tokens() {
 #[test]
 fn generate_chat_with_the_default_model_is_seeded() {
     let args = [
-        "generate", "--prompt", "Which way?", "--chat", "--temperature", "1", "--seed", "4", "--max-new-tokens", "6",
-        "--json", "--device", "cpu",
+        "generate",
+        "--prompt",
+        "Which way?",
+        "--chat",
+        "--temperature",
+        "1",
+        "--seed",
+        "4",
+        "--max-new-tokens",
+        "6",
+        "--json",
+        "--device",
+        "cpu",
     ];
     let (a, b) = (host(&args), host(&args));
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
@@ -63,7 +74,15 @@ fn generate_errors_name_the_problem() {
 #[test]
 fn bench_model_prints_a_row_per_batch_size() {
     let o = host(&[
-        "bench-model", "--model", &fixture("tiny-qwen2"), "--batch", "1,3", "--prompt-len", "8", "--new-tokens", "4",
+        "bench-model",
+        "--model",
+        &fixture("tiny-qwen2"),
+        "--batch",
+        "1,3",
+        "--prompt-len",
+        "8",
+        "--new-tokens",
+        "4",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let text = String::from_utf8_lossy(&o.stdout);

@@ -61,8 +61,9 @@ impl ChatTemplate {
     pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))?,
+            Ok(text) => {
+                serde_json::from_str(&text).map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))?
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
             Err(e) => return Err(Error::io(config_path, e)),
         };
@@ -71,8 +72,7 @@ impl ChatTemplate {
             let text = std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?;
             return Self::new(&text, special_tokens(&config)).map(Some);
         }
-        Self::from_tokenizer_config(&config)
-            .map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))
+        Self::from_tokenizer_config(&config).map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))
     }
 
     /// The template held in a `tokenizer_config.json` value, if any.

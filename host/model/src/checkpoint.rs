@@ -38,7 +38,11 @@ pub struct Model {
 impl Model {
     /// `default` for the embedded model (see [`crate::default_model`]), else a folder.
     pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        if spec == "default" { crate::default_model(crate::DEFAULT_SEED, options) } else { Self::load(Path::new(spec), options) }
+        if spec == "default" {
+            crate::default_model(crate::DEFAULT_SEED, options)
+        } else {
+            Self::load(Path::new(spec), options)
+        }
     }
 
     /// Loads `config.json`, `model.safetensors` (or its sharded index), `tokenizer.json`,

@@ -154,14 +154,17 @@ pub struct Qwen2Model {
 
 impl Qwen2Model {
     pub(crate) fn new(p: Path, c: &Qwen2Config) -> Self {
-        let embed_tokens = (&p / "embed_tokens").var(
-            "weight",
-            &[c.vocab_size as i64, c.hidden_size as i64],
-            Init::Const(0.),
-        );
+        let embed_tokens =
+            (&p / "embed_tokens").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.));
         let layers = (0..c.num_hidden_layers).map(|i| DecoderLayer::new(&p / "layers" / i, c)).collect();
         let norm = RmsNorm::new(&p / "norm", c.hidden_size, c.rms_norm_eps);
-        Qwen2Model { embed_tokens, layers, norm, rope: Rope::new(c.head_dim, c.rope_theta, p.device()), config: c.clone() }
+        Qwen2Model {
+            embed_tokens,
+            layers,
+            norm,
+            rope: Rope::new(c.head_dim, c.rope_theta, p.device()),
+            config: c.clone(),
+        }
     }
 
     pub fn config(&self) -> &Qwen2Config {
@@ -201,7 +204,8 @@ impl Qwen2Model {
         let all_keys;
         let mask = match mask {
             None if past > 0 => {
-                all_keys = attention_mask(&Tensor::ones([b, (past + t) as i64], (Kind::Bool, input_ids.device())), past, t);
+                all_keys =
+                    attention_mask(&Tensor::ones([b, (past + t) as i64], (Kind::Bool, input_ids.device())), past, t);
                 Some(&all_keys)
             }
             m => m,
@@ -245,9 +249,8 @@ pub struct Qwen2ForCausalLM {
 impl Qwen2ForCausalLM {
     pub(crate) fn new(p: &Path, c: &Qwen2Config) -> Self {
         let model = Qwen2Model::new(p / "model", c);
-        let lm_head = (!c.tie_word_embeddings).then(|| {
-            (p / "lm_head").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.))
-        });
+        let lm_head = (!c.tie_word_embeddings)
+            .then(|| (p / "lm_head").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.)));
         Qwen2ForCausalLM { model, lm_head }
     }
 

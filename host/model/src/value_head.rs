@@ -31,7 +31,12 @@ impl ValueModel {
         Self::assemble(config, weights::read_dir(dir)?, dir, options)
     }
 
-    fn assemble(config: Qwen2Config, mut tensors: HashMap<String, Tensor>, source: &Path, options: LoadOptions) -> Result<Self> {
+    fn assemble(
+        config: Qwen2Config,
+        mut tensors: HashMap<String, Tensor>,
+        source: &Path,
+        options: LoadOptions,
+    ) -> Result<Self> {
         let mut vs = VarStore::new(options.device);
         let root = vs.root();
         let model = Qwen2Model::new(&root / "model", &config);

@@ -15,12 +15,12 @@ pub(crate) fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>> {
         vec![single]
     } else if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|e| Error::io(&index, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::Weights { path: index.clone(), message: e.to_string() })?;
-        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Weights {
-            path: index.clone(),
-            message: "no \"weight_map\" object".into(),
-        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Weights { path: index.clone(), message: e.to_string() })?;
+        let map = json
+            .get("weight_map")
+            .and_then(|m| m.as_object())
+            .ok_or_else(|| Error::Weights { path: index.clone(), message: "no \"weight_map\" object".into() })?;
         let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
         shards.sort();
         shards.dedup();
@@ -48,10 +48,9 @@ pub(crate) fn fill(vs: &VarStore, tensors: &HashMap<String, Tensor>, source: &Pa
     let mut names: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
     names.sort_by(|a, b| a.0.cmp(&b.0));
     for (name, mut var) in names {
-        let t = tensors.get(&name).ok_or_else(|| Error::Weights {
-            path: source.into(),
-            message: format!("tensor {name} is missing"),
-        })?;
+        let t = tensors
+            .get(&name)
+            .ok_or_else(|| Error::Weights { path: source.into(), message: format!("tensor {name} is missing") })?;
         if t.size() != var.size() {
             return Err(Error::Weights {
                 path: source.into(),
@@ -70,6 +69,7 @@ pub(crate) fn write(vs: &VarStore, path: &Path) -> Result<()> {
         vs.variables().into_iter().map(|(n, t)| (n, t.detach().to_device(Device::Cpu).contiguous())).collect();
     named.sort_by(|a, b| a.0.cmp(&b.0));
     let tmp = path.with_extension("safetensors.partial");
-    Tensor::write_safetensors(&named, &tmp).map_err(|e| Error::Weights { path: tmp.clone(), message: e.to_string() })?;
+    Tensor::write_safetensors(&named, &tmp)
+        .map_err(|e| Error::Weights { path: tmp.clone(), message: e.to_string() })?;
     std::fs::rename(&tmp, path).map_err(|e| Error::io(path, e))
 }

@@ -44,7 +44,8 @@ fn a_resaved_sharded_checkpoint_stays_identical_for_transformers() {
 
 #[test]
 fn a_critic_from_the_policy_checkpoint_saves_as_token_classification() {
-    let critic = ValueModel::from_spec(fixtures().join("tiny-qwen2").to_str().unwrap(), LoadOptions::default()).unwrap();
+    let critic =
+        ValueModel::from_spec(fixtures().join("tiny-qwen2").to_str().unwrap(), LoadOptions::default()).unwrap();
     let ids = Tensor::from_slice(&[5i64, 6, 7, 8]).unsqueeze(0);
     let pos = Tensor::arange(4, tch::kind::INT64_CPU).unsqueeze(0);
     let values = critic.forward(&ids, &pos, None).unwrap();

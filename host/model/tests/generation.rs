@@ -19,15 +19,15 @@ fn sampling(seed: u64) -> GenerateOptions {
 
 #[test]
 fn generation_logprobs_equal_a_full_forward() {
-    for (name, options) in [("tiny-qwen2", sampling(3)), ("tiny-qwen2-tied", GenerateOptions {
-        temperature: 0.0,
-        max_new_tokens: 20,
-        ..Default::default()
-    })] {
+    for (name, options) in [
+        ("tiny-qwen2", sampling(3)),
+        ("tiny-qwen2-tied", GenerateOptions { temperature: 0.0, max_new_tokens: 20, ..Default::default() }),
+    ] {
         let model = load(name);
         let prompts = prompts(&model);
         let generations = model.generate(&prompts, &options).unwrap();
-        let full: Vec<Vec<u32>> = prompts.iter().zip(&generations).map(|(p, g)| [&p[..], &g.token_ids].concat()).collect();
+        let full: Vec<Vec<u32>> =
+            prompts.iter().zip(&generations).map(|(p, g)| [&p[..], &g.token_ids].concat()).collect();
         let scored = sequence_logprobs(&model.lm, &full, options.temperature).unwrap();
         for ((p, g), s) in prompts.iter().zip(&generations).zip(&scored) {
             assert_eq!(g.token_ids.len(), g.logprobs.len());

@@ -54,8 +54,8 @@ fn chat_templates_render_byte_identically() {
     assert!(cases.len() >= 30);
     for case in cases {
         let name = case["template"].as_str().unwrap();
-        let template = ChatTemplate::new(templates[name].as_str().unwrap(), std::collections::BTreeMap::clone(&specials))
-            .unwrap();
+        let template =
+            ChatTemplate::new(templates[name].as_str().unwrap(), std::collections::BTreeMap::clone(&specials)).unwrap();
         let messages: Vec<Message> = serde_json::from_value(case["messages"].clone()).unwrap();
         let add = case["add_generation_prompt"].as_bool().unwrap();
         let text = template.render(&messages, add).unwrap();

@@ -1,0 +1,368 @@
+//! The multi-turn driver: groups × members of one env, stepped in parallel, turn by turn,
+//! until every episode is done, out of turns or actions, or failed.
+
+use crate::policy::{Policy, PolicyError, Request};
+use crate::{Format, Parsed, parse};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use vagen_model::Message;
+use vagen_runtime::{EnvPool, Image, Manifest, Plugin};
+
+/// How much earlier conversation each prompt carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum History {
+    /// Every earlier turn (RAGEN).
+    All,
+    /// The last k turns (VAGEN keeps 5).
+    Last(usize),
+}
+
+/// The format reward added to a turn's env reward.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FormatReward {
+    /// Added when the format is correct and every action was valid (VAGEN: 0.5).
+    pub bonus: f64,
+    /// Added (negative) when the format is wrong or an action was invalid (RAGEN: -0.1).
+    pub penalty: f64,
+}
+
+impl Default for FormatReward {
+    fn default() -> Self {
+        FormatReward { bonus: 0.5, penalty: 0.0 }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolloutConfig {
+    pub format: Format,
+    /// Episodes of one group share their seed (GRPO-style groups).
+    pub group_size: usize,
+    /// 0: the env's default.
+    pub max_turns: usize,
+    /// 0: the env's own limit per turn.
+    pub max_actions_per_turn: usize,
+    /// Actions an episode may send in all; 0 for no limit.
+    pub max_actions_per_episode: usize,
+    pub history: History,
+    pub format_reward: FormatReward,
+}
+
+impl Default for RolloutConfig {
+    fn default() -> Self {
+        RolloutConfig {
+            format: Format::FreeThink,
+            group_size: 1,
+            max_turns: 0,
+            max_actions_per_turn: 0,
+            max_actions_per_episode: 0,
+            history: History::All,
+            format_reward: FormatReward::default(),
+        }
+    }
+}
+
+/// One turn: what the policy saw last, what it wrote, what the env made of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct TurnRecord {
+    pub user: String,
+    /// Images of the observation shown in `user`, in `<image>` order.
+    #[serde(skip)]
+    pub images: Vec<Image>,
+    pub response: String,
+    pub token_ids: Option<Vec<u32>>,
+    pub logprobs: Option<Vec<f32>>,
+    pub parsed: Parsed,
+    /// What was sent to `step`.
+    pub answer: String,
+    pub env_reward: f64,
+    pub format_reward: f64,
+    /// env + format reward.
+    pub reward: f64,
+    pub done: bool,
+    pub success: bool,
+    pub valid_actions: u32,
+    pub effective_actions: u32,
+    pub metrics: Vec<(String, f64)>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Trajectory {
+    pub env: String,
+    pub group: usize,
+    pub member: usize,
+    pub seed: u64,
+    /// Env system prompt + format instructions.
+    pub system: String,
+    pub turns: Vec<TurnRecord>,
+    pub done: bool,
+    pub success: bool,
+    /// Why the episode could not go on (an env fault): excluded from training.
+    pub failure: Option<String>,
+}
+
+impl Trajectory {
+    pub fn total_reward(&self) -> f64 {
+        self.turns.iter().map(|t| t.reward).sum()
+    }
+
+    /// The turns as the token layout takes them.
+    pub fn assistant_turns(&self) -> Vec<crate::AssistantTurn> {
+        self.turns
+            .iter()
+            .map(|t| crate::AssistantTurn {
+                user: t.user.clone(),
+                response: t.response.clone(),
+                token_ids: t.token_ids.clone(),
+                logprobs: t.logprobs.clone(),
+                reward: t.reward as f32,
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RolloutError {
+    #[error("creating {env} instances: {message}")]
+    Create { env: String, message: String },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+    #[error("the policy answered {got} of {asked} requests")]
+    Answers { asked: usize, got: usize },
+}
+
+/// Runs `seeds.len()` groups of `config.group_size` episodes of `plugin`.
+pub fn rollout(
+    plugin: &dyn Plugin,
+    env_config: &str,
+    seeds: &[u64],
+    config: &RolloutConfig,
+    policy: &mut dyn Policy,
+) -> Result<Vec<Trajectory>, RolloutError> {
+    let manifest = Arc::new(plugin.manifest().clone());
+    let g = config.group_size.max(1);
+    let n = seeds.len() * g;
+    let episode_seed = |i: usize| seeds[i / g];
+    let mut trajs: Vec<Trajectory> = (0..n)
+        .map(|i| Trajectory {
+            env: manifest.name.clone(),
+            group: i / g,
+            member: i % g,
+            seed: episode_seed(i),
+            system: String::new(),
+            turns: vec![],
+            done: false,
+            success: false,
+            failure: None,
+        })
+        .collect();
+    let envs = (0..n)
+        .map(|_| plugin.create(env_config))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
+    let mut pool = EnvPool::new(envs);
+    let example = manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
+    let instructions = config.format.instructions(&example);
+    let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), String> {
+        let obs = env.reset(episode_seed(i)).map_err(|e| e.to_string())?;
+        let system = env.system_prompt().map_err(|e| e.to_string())?;
+        Ok((system, obs))
+    });
+    let mut current: Vec<Option<(String, Vec<Image>)>> = Vec::with_capacity(n);
+    for (t, start) in trajs.iter_mut().zip(starts) {
+        match start {
+            Ok((system, obs)) => {
+                t.system = format!("{system}\n\n{instructions}");
+                current.push(Some((format!("{}\n{}", obs.text, config.format.reminder()), obs.images)));
+            }
+            Err(e) => {
+                t.failure = Some(format!("reset: {e}"));
+                current.push(None);
+            }
+        }
+    }
+    let max_turns = if config.max_turns > 0 { config.max_turns } else { manifest.default_max_turns.max(1) as usize };
+    let per_turn = match (config.max_actions_per_turn, manifest.max_actions_per_turn as usize) {
+        (0, m) => m,
+        (c, 0) => c,
+        (c, m) => c.min(m),
+    };
+    let mut actions_sent = vec![0usize; n];
+    for turn in 0..max_turns {
+        let active: Vec<usize> = (0..n).filter(|&i| current[i].is_some()).collect();
+        if active.is_empty() {
+            break;
+        }
+        let oracles = if policy.needs_oracle() {
+            pool.for_each(|i, env| if active.contains(&i) { env.oracle().ok().flatten() } else { None })
+        } else {
+            vec![None; n]
+        };
+        let requests: Vec<Request> = active
+            .iter()
+            .map(|&i| Request {
+                trajectory: i,
+                turn,
+                messages: messages(&trajs[i], &current[i].as_ref().expect("active").0, config.history),
+                manifest: manifest.clone(),
+                oracle: oracles[i].clone(),
+                seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
+            })
+            .collect();
+        let responses = policy.respond(&requests)?;
+        if responses.len() != requests.len() {
+            return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
+        }
+        let mut answers: Vec<Option<String>> = vec![None; n];
+        let mut parsed: Vec<Option<Parsed>> = vec![None; n];
+        for (&i, response) in active.iter().zip(&responses) {
+            let mut p = parse(&response.text, config.format, &manifest.action_separator, per_turn);
+            if config.max_actions_per_episode > 0 {
+                let left = config.max_actions_per_episode.saturating_sub(actions_sent[i]);
+                p.actions.truncate(left);
+            }
+            actions_sent[i] += p.actions.len();
+            answers[i] = Some(p.step_answer(&separator_with_space(&manifest)));
+            parsed[i] = Some(p);
+        }
+        let results = pool.step_all(&answers);
+        for (&i, response) in active.iter().zip(responses) {
+            let p = parsed[i].take().expect("parsed for every active env");
+            let (user, images) = current[i].take().expect("active");
+            let answer = answers[i].take().unwrap_or_default();
+            match results[i].as_ref().expect("stepped") {
+                Err(e) => {
+                    trajs[i].failure = Some(format!("turn {turn}: {e}"));
+                }
+                Ok(step) => {
+                    let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len();
+                    let format_reward = if p.format_ok && all_valid {
+                        config.format_reward.bonus
+                    } else {
+                        config.format_reward.penalty
+                    };
+                    let t = &mut trajs[i];
+                    t.done = step.done;
+                    t.success = step.success;
+                    let out_of_actions =
+                        config.max_actions_per_episode > 0 && actions_sent[i] >= config.max_actions_per_episode;
+                    if !step.done && !out_of_actions {
+                        let feedback = feedback(&p, step.valid_actions, step.effective_actions);
+                        current[i] = Some((
+                            format!("{feedback}\n{}\n{}", step.observation.text, config.format.reminder()),
+                            step.observation.images.clone(),
+                        ));
+                    }
+                    t.turns.push(TurnRecord {
+                        user,
+                        images,
+                        response: response.text,
+                        token_ids: response.token_ids,
+                        logprobs: response.logprobs,
+                        parsed: p,
+                        answer,
+                        env_reward: step.reward,
+                        format_reward,
+                        reward: step.reward + format_reward,
+                        done: step.done,
+                        success: step.success,
+                        valid_actions: step.valid_actions,
+                        effective_actions: step.effective_actions,
+                        metrics: step.metrics.iter().map(|m| (m.name.clone(), m.value)).collect(),
+                    });
+                }
+            }
+        }
+    }
+    Ok(trajs)
+}
+
+/// The env's separator as the random policy writes it (", " for ","), so answers read
+/// naturally in logs.
+fn separator_with_space(m: &Manifest) -> String {
+    let s = m.action_separator.trim();
+    if s.is_empty() { m.action_separator.clone() } else { format!("{s} ") }
+}
+
+/// What the next user turn says about the last answer, before the new observation.
+fn feedback(p: &Parsed, valid: u32, effective: u32) -> String {
+    if p.actions.is_empty() {
+        return if p.answer.is_none() {
+            "Your response had no <answer>; no action was executed.".into()
+        } else {
+            "Your answer held no action; no action was executed.".into()
+        };
+    }
+    let n = p.actions.len();
+    let mut s =
+        format!("Your actions: {} ({valid} of {n} valid, {effective} changed the state).", p.actions.join(", "));
+    if !p.format_ok {
+        s.push_str(" Your response did not follow the format.");
+    }
+    s
+}
+
+/// System, the turns the history window keeps, and the current observation.
+fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
+    let keep = match history {
+        History::All => t.turns.len(),
+        History::Last(k) => k.min(t.turns.len()),
+    };
+    let mut m = vec![Message::system(t.system.as_str())];
+    for turn in &t.turns[t.turns.len() - keep..] {
+        m.push(Message::user(turn.user.as_str()));
+        m.push(Message::assistant(turn.response.as_str()));
+    }
+    m.push(Message::user(current));
+    m
+}
+
+/// Per-env figures over a rollout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct RolloutMetrics {
+    pub episodes: usize,
+    pub failed: usize,
+    pub success: f64,
+    /// Groups with at least one success.
+    pub pass_at_group: f64,
+    pub mean_turns: f64,
+    pub mean_reward: f64,
+    /// Valid actions / actions sent.
+    pub valid_action_rate: f64,
+    /// Actions that changed the state / actions sent.
+    pub effective_action_rate: f64,
+    pub format_correct_rate: f64,
+    /// Mean response length in characters, and in tokens when the policy reports them.
+    pub mean_response_chars: f64,
+    pub mean_response_tokens: Option<f64>,
+}
+
+pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
+    let ok: Vec<&Trajectory> = trajs.iter().filter(|t| t.failure.is_none()).collect();
+    let n = ok.len().max(1) as f64;
+    let turns: Vec<&TurnRecord> = ok.iter().flat_map(|t| &t.turns).collect();
+    let nt = turns.len().max(1) as f64;
+    let sent: usize = turns.iter().map(|t| t.parsed.actions.len()).sum();
+    let ratio = |x: u32| if sent == 0 { 0.0 } else { x as f64 / sent as f64 };
+    let groups: std::collections::BTreeMap<usize, bool> = ok.iter().fold(Default::default(), |mut m, t| {
+        *m.entry(t.group).or_insert(false) |= t.success;
+        m
+    });
+    let token_counts: Vec<usize> = turns.iter().filter_map(|t| t.token_ids.as_ref().map(Vec::len)).collect();
+    RolloutMetrics {
+        episodes: trajs.len(),
+        failed: trajs.len() - ok.len(),
+        success: ok.iter().filter(|t| t.success).count() as f64 / n,
+        pass_at_group: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
+        mean_turns: turns.len() as f64 / n,
+        mean_reward: ok.iter().map(|t| t.total_reward()).sum::<f64>() / n,
+        valid_action_rate: ratio(turns.iter().map(|t| t.valid_actions).sum()),
+        effective_action_rate: ratio(turns.iter().map(|t| t.effective_actions).sum()),
+        format_correct_rate: turns.iter().filter(|t| t.parsed.format_ok).count() as f64 / nt,
+        mean_response_chars: turns.iter().map(|t| t.response.chars().count()).sum::<usize>() as f64 / nt,
+        mean_response_tokens: (!token_counts.is_empty())
+            .then(|| token_counts.iter().sum::<usize>() as f64 / token_counts.len() as f64),
+    }
+}

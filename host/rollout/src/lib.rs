@@ -1,0 +1,21 @@
+//! Multi-turn rollouts: env observations into model prompts, model text back into env
+//! actions, and the token layout training needs.
+//!
+//! - [`Format`] and [`parse`]: the reasoning formats and the response parser.
+//! - [`Policy`]: random, oracle, scripted and model policies behind one batch interface.
+//! - [`rollout`]: the driver (groups × members, parallel env steps, faults contained).
+//! - [`layout`]: one training sequence per trajectory from the sampled ids.
+
+mod driver;
+mod format;
+mod layout;
+mod parse;
+mod policy;
+
+pub use driver::{
+    FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, TurnRecord, metrics, rollout,
+};
+pub use format::{Format, TAGS};
+pub use layout::{AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout};
+pub use parse::{Parsed, parse};
+pub use policy::{ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy};

@@ -1,0 +1,137 @@
+//! Who writes the responses: a batch of conversations in, a batch of responses out.
+//! Random and oracle answers are wrapped in the run's format, so every policy goes through
+//! the same parse → step path as a model.
+
+use crate::Format;
+use rand_chacha::ChaCha8Rng;
+use rand_core::SeedableRng;
+use std::sync::Arc;
+use vagen_model::{GenerateOptions, Message, Model};
+use vagen_runtime::{Manifest, random_answer};
+
+/// One conversation waiting for its next assistant turn.
+pub struct Request {
+    /// Which trajectory of the rollout, and which of its turns.
+    pub trajectory: usize,
+    pub turn: usize,
+    pub messages: Vec<Message>,
+    pub manifest: Arc<Manifest>,
+    /// The env's expert answer, filled in when the policy asks for it.
+    pub oracle: Option<String>,
+    /// Derived from the episode seed and the turn: a policy's draws for this request.
+    pub seed: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Response {
+    pub text: String,
+    /// The sampled ids (and their log-probs) when the policy is a model.
+    pub token_ids: Option<Vec<u32>>,
+    pub logprobs: Option<Vec<f32>>,
+}
+
+impl Response {
+    pub fn text(text: impl Into<String>) -> Self {
+        Response { text: text.into(), ..Default::default() }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("the {policy} policy cannot act in {env}: {reason}")]
+    Unsupported { policy: &'static str, env: String, reason: String },
+    #[error("model: {0}")]
+    Model(#[from] vagen_model::Error),
+}
+
+pub trait Policy {
+    fn name(&self) -> &'static str;
+    /// Whether requests must carry the env's oracle answer.
+    fn needs_oracle(&self) -> bool {
+        false
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError>;
+}
+
+/// 1..=max actions per turn drawn from the env's action names.
+pub struct RandomPolicy {
+    pub format: Format,
+}
+
+impl Policy for RandomPolicy {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        requests
+            .iter()
+            .map(|r| {
+                let mut rng = ChaCha8Rng::seed_from_u64(r.seed);
+                let answer = random_answer(&r.manifest, &mut rng).ok_or_else(|| PolicyError::Unsupported {
+                    policy: "random",
+                    env: r.manifest.name.clone(),
+                    reason: "it takes free-form answers, not action names".into(),
+                })?;
+                Ok(Response::text(self.format.wrap(&answer)))
+            })
+            .collect()
+    }
+}
+
+/// The env's own expert answers.
+pub struct OraclePolicy {
+    pub format: Format,
+}
+
+impl Policy for OraclePolicy {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+    fn needs_oracle(&self) -> bool {
+        true
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        // No answer for a state (or no oracle) becomes an empty answer: an invalid turn.
+        Ok(requests.iter().map(|r| Response::text(self.format.wrap(r.oracle.as_deref().unwrap_or("")))).collect())
+    }
+}
+
+/// Fixed responses per trajectory, turn by turn (replays, tests); past the end, empty.
+pub struct ScriptedPolicy {
+    pub scripts: Vec<Vec<String>>,
+}
+
+impl Policy for ScriptedPolicy {
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let pick =
+            |r: &Request| self.scripts.get(r.trajectory).and_then(|s| s.get(r.turn)).cloned().unwrap_or_default();
+        Ok(requests.iter().map(|r| Response::text(pick(r))).collect())
+    }
+}
+
+/// A language model through its chat template and the generation engine.
+pub struct ModelPolicy {
+    pub model: Arc<Model>,
+    pub options: GenerateOptions,
+}
+
+impl Policy for ModelPolicy {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let prompts =
+            requests.iter().map(|r| self.model.encode_chat(&r.messages, true)).collect::<Result<Vec<_>, _>>()?;
+        // One seed per batch, from the requests' own: the same rollout draws the same tokens.
+        let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
+        let options = GenerateOptions { seed, ..self.options.clone() };
+        let generations = self.model.generate(&prompts, &options)?;
+        Ok(generations
+            .into_iter()
+            .map(|g| Response { text: g.text, token_ids: Some(g.token_ids), logprobs: Some(g.logprobs) })
+            .collect())
+    }
+}

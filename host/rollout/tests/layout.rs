@@ -1,0 +1,219 @@
+//! The training sequence: masks, turn ends and rewards on hand-built trajectories with a toy
+//! tokenizer, then the real chat-template path with the embedded model's tokenizer.
+
+use vagen_model::{LoadOptions, Message, Model};
+use vagen_rollout::{AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, layout};
+
+/// ChatML with one id per character (100 + code point) and two special tokens.
+struct Toy;
+
+const START: u32 = 1;
+const END: u32 = 2;
+
+impl ChatTokenizer for Toy {
+    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+        let mut s: String =
+            messages.iter().map(|m| format!("<|im_start|>{}\n{}<|im_end|>\n", m.role, m.content)).collect();
+        if add_generation_prompt {
+            s.push_str("<|im_start|>assistant\n");
+        }
+        Ok(s)
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        let mut ids = vec![];
+        let mut rest = text;
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix("<|im_start|>") {
+                ids.push(START);
+                rest = r;
+            } else if let Some(r) = rest.strip_prefix("<|im_end|>") {
+                ids.push(END);
+                rest = r;
+            } else {
+                let c = rest.chars().next().unwrap();
+                ids.push(100 + c as u32);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        Ok(ids)
+    }
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        Ok(ids
+            .iter()
+            .map(|&i| match i {
+                START => "<|im_start|>".to_string(),
+                END => "<|im_end|>".to_string(),
+                i => char::from_u32(i - 100).unwrap().to_string(),
+            })
+            .collect())
+    }
+    fn end_of_turn(&self) -> Option<u32> {
+        Some(END)
+    }
+}
+
+fn turn(user: &str, response: &str, reward: f32) -> AssistantTurn {
+    AssistantTurn { user: user.into(), response: response.into(), token_ids: None, logprobs: None, reward }
+}
+
+fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> AssistantTurn {
+    let mut ids = tok.encode(response).unwrap();
+    ids.push(tok.end_of_turn().unwrap());
+    let logprobs = (0..ids.len()).map(|i| -0.1 * (i + 1) as f32).collect();
+    AssistantTurn { token_ids: Some(ids), logprobs: Some(logprobs), ..turn(user, response, reward) }
+}
+
+/// Maximal runs of true in a mask, as (start, end) index pairs.
+fn spans(mask: &[bool]) -> Vec<(usize, usize)> {
+    let mut out = vec![];
+    let mut start = None;
+    for (i, &m) in mask.iter().chain([false].iter()).enumerate() {
+        match (m, start) {
+            (true, None) => start = Some(i),
+            (false, Some(s)) => {
+                out.push((s, i));
+                start = None;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn masks_turn_ends_and_rewards_on_a_hand_built_trajectory() {
+    let tok = Toy;
+    let turns = vec![
+        sampled(&tok, "grid 0", "<answer>Left</answer>", 0.5),
+        sampled(&tok, "grid 1", "<answer>Up</answer>", -0.1),
+        sampled(&tok, "grid 2", "<answer>Right</answer>", 10.5),
+    ];
+    let seq = layout(&tok, "rules", &turns, &LayoutOptions::default()).unwrap();
+    let n = seq.ids.len();
+    assert!(
+        [seq.loss_mask.len(), seq.advantage_mask.len(), seq.logprobs.len(), seq.rewards.len()].iter().all(|&l| l == n)
+    );
+    assert_eq!(seq.advantage_mask, seq.loss_mask);
+    let spans = spans(&seq.loss_mask);
+    assert_eq!(spans.len(), 3);
+    for ((s, e), t) in spans.iter().zip(&turns) {
+        // Each masked span decodes to the response plus the end-of-turn token, nothing else.
+        assert_eq!(tok.decode(&seq.ids[*s..*e]).unwrap(), format!("{}<|im_end|>", t.response));
+        assert_eq!(&seq.logprobs[*s..*e], t.logprobs.as_ref().unwrap().as_slice());
+    }
+    // Turn ends are the end-of-turn tokens, and the only places rewards sit.
+    assert_eq!(seq.turn_ends, spans.iter().map(|(_, e)| e - 1).collect::<Vec<_>>());
+    for &i in &seq.turn_ends {
+        assert_eq!(seq.ids[i], END);
+    }
+    let placed: Vec<(usize, f32)> = seq.rewards.iter().copied().enumerate().filter(|(_, r)| *r != 0.0).collect();
+    assert_eq!(placed, seq.turn_ends.iter().zip([0.5, -0.1, 10.5]).map(|(&i, r)| (i, r)).collect::<Vec<_>>());
+    // Everything outside the spans is prompt: system, user turns, template glue.
+    assert!(seq.logprobs.iter().zip(&seq.loss_mask).all(|(l, m)| *m || *l == 0.0));
+    assert!(!seq.truncated);
+
+    let total = layout(&tok, "rules", &turns, &LayoutOptions { rewards: RewardPlacement::Final, ..Default::default() })
+        .unwrap();
+    let placed: Vec<usize> = (0..n).filter(|&i| total.rewards[i] != 0.0).collect();
+    assert_eq!(placed, [*seq.turn_ends.last().unwrap()]);
+    assert!((total.rewards[placed[0]] - 10.9).abs() < 1e-5);
+}
+
+#[test]
+fn without_sampled_ids_the_sequence_is_the_rendered_conversation_tokenised() {
+    let tok = Toy;
+    let turns = vec![turn("obs 0", "think, then Left", 0.0), turn("obs 1", "ünïcode 🎉 Up", 1.0)];
+    let seq = layout(&tok, "sys", &turns, &LayoutOptions::default()).unwrap();
+    let mut conversation = vec![Message::system("sys")];
+    for t in &turns {
+        conversation.push(Message::user(t.user.as_str()));
+        conversation.push(Message::assistant(t.response.as_str()));
+    }
+    let full = tok.encode(&tok.render(&conversation, false).unwrap()).unwrap();
+    // The template's newline after the last end-of-turn is not part of any turn.
+    assert_eq!(seq.ids, full[..full.len() - 1]);
+}
+
+#[test]
+fn too_long_trajectories_drop_whole_turns_from_the_end_and_say_so() {
+    let tok = Toy;
+    let turns: Vec<AssistantTurn> =
+        (0..6).map(|i| sampled(&tok, &format!("obs {i}"), "<answer>Left</answer>", 1.0)).collect();
+    let full = layout(&tok, "sys", &turns, &LayoutOptions::default()).unwrap();
+    let max = full.turn_ends[2] + 5; // room for three turns and a bit
+    let cut = layout(&tok, "sys", &turns, &LayoutOptions { max_tokens: max, ..Default::default() }).unwrap();
+    assert!(cut.truncated);
+    assert_eq!(cut.turn_ends, full.turn_ends[..3]);
+    assert_eq!(cut.ids, full.ids[..=full.turn_ends[2]]);
+    let err = layout(&tok, "sys", &turns, &LayoutOptions { max_tokens: 10, ..Default::default() }).unwrap_err();
+    assert!(matches!(err, LayoutError::TooLong { max: 10, .. }), "{err}");
+}
+
+#[test]
+fn mismatched_logprobs_and_empty_trajectories_are_errors() {
+    let tok = Toy;
+    let mut t = sampled(&tok, "o", "<answer>L</answer>", 0.0);
+    t.logprobs.as_mut().unwrap().pop();
+    assert!(matches!(layout(&tok, "s", &[t], &LayoutOptions::default()), Err(LayoutError::LogprobCount(0, _, _))));
+    assert_eq!(layout(&tok, "s", &[], &LayoutOptions::default()), Err(LayoutError::Empty));
+}
+
+#[test]
+fn a_response_cut_before_its_end_of_turn_leaves_that_token_to_the_prompt() {
+    let tok = Toy;
+    // Generation hit its length limit: no end-of-turn was sampled.
+    let mut t = sampled(&tok, "o", "<answer>Le", 0.0);
+    t.token_ids.as_mut().unwrap().pop();
+    t.logprobs.as_mut().unwrap().pop();
+    let next = sampled(&tok, "o2", "<answer>Up</answer>", 0.0);
+    let seq = layout(&tok, "s", &[t, next], &LayoutOptions::default()).unwrap();
+    let first_end = seq.turn_ends[0];
+    assert_ne!(seq.ids[first_end], END);
+    assert_eq!(seq.ids[first_end + 1], END, "the template's end-of-turn follows, as prompt");
+    assert!(!seq.loss_mask[first_end + 1]);
+}
+
+/// With the embedded model's tokenizer and Qwen2.5 template, the sequence equals the
+/// tokenisation of the rendered conversation, except where the sampled ids are not the
+/// tokenizer's own segmentation of the same text.
+#[test]
+fn real_template_path_matches_retokenisation_except_where_sampled_ids_differ() {
+    let model = Model::from_spec("default", LoadOptions::default()).unwrap();
+    let tok: &dyn ChatTokenizer = &model;
+    let responses =
+        ["<think>The goal is left.</think><answer>Left</answer>", "<think>Now up.</think><answer>Up</answer>"];
+    let turns: Vec<AssistantTurn> =
+        responses.iter().enumerate().map(|(i, r)| sampled(tok, &format!("P _ G\nturn {i}"), r, 1.0)).collect();
+    let seq = layout(tok, "You are a FrozenLake solver.", &turns, &LayoutOptions::default()).unwrap();
+    let mut conversation = vec![Message::system("You are a FrozenLake solver.")];
+    for t in &turns {
+        conversation.push(Message::user(t.user.as_str()));
+        conversation.push(Message::assistant(t.response.as_str()));
+    }
+    let rendered = tok.render(&conversation, false).unwrap();
+    assert!(rendered.ends_with("<|im_end|>\n"));
+    let full = tok.encode(&rendered).unwrap();
+    assert_eq!(seq.ids, full[..full.len() - 1], "canonical sampled ids: identical");
+
+    // Re-spell one multi-letter token of the first response as single letters: the same
+    // text, other ids (a segmentation the tokenizer itself would not produce).
+    let mut odd = turns.clone();
+    let ids = odd[0].token_ids.as_mut().unwrap();
+    let letters = |id: u32| model.tokenizer.decode(&[id]).unwrap();
+    let at = ids.iter().position(|&id| letters(id).len() >= 2 && letters(id).chars().all(char::is_alphabetic)).unwrap();
+    let canonical = vec![ids[at]];
+    let spelled: Vec<u32> =
+        letters(ids[at]).chars().map(|c| model.tokenizer.token_to_id(&c.to_string()).unwrap()).collect();
+    ids.splice(at..at + 1, spelled.iter().copied());
+    odd[0].logprobs = Some(vec![-1.0; ids.len()]);
+    let seq2 = layout(tok, "You are a FrozenLake solver.", &odd, &LayoutOptions::default()).unwrap();
+    assert_eq!(tok.decode(&seq2.ids).unwrap(), tok.decode(&seq.ids).unwrap(), "same text");
+    assert_eq!(seq2.ids.len(), seq.ids.len() + spelled.len() - canonical.len());
+    let start = seq.turn_ends[0] + 1 - turns[0].token_ids.as_ref().unwrap().len() + at;
+    assert_eq!(seq2.ids[..start], seq.ids[..start], "identical before the odd span");
+    assert_eq!(&seq2.ids[start..start + spelled.len()], spelled.as_slice(), "the sampled ids are kept");
+    let shift = spelled.len() - canonical.len();
+    assert_eq!(seq2.ids[start + spelled.len()..], seq.ids[start + canonical.len()..], "identical after it");
+    assert_eq!(seq2.turn_ends, seq.turn_ends.iter().map(|e| e + shift).collect::<Vec<_>>());
+    assert_eq!(seq2.rewritten_turns, 0);
+}
