@@ -1,0 +1,158 @@
+//! The rollout driver end to end on real plugins: every policy through prompt → parse →
+//! step; groups share seeds; faults fail only their trajectory; model rollouts lay out.
+
+use std::sync::Arc;
+use vagen_model::{GenerateOptions, LoadOptions, Model};
+use vagen_rollout::{
+    Format, History, LayoutOptions, ModelPolicy, OraclePolicy, RandomPolicy, RolloutConfig, ScriptedPolicy, layout,
+    metrics, rollout,
+};
+use vagen_runtime::Limits;
+use vagen_tests::load;
+
+#[test]
+fn oracle_through_the_full_path_solves_frozenlake_and_sokoban_in_every_format() {
+    for env in ["frozenlake", "sokoban"] {
+        let (plugin, _cache) = load(env, Limits::default());
+        for format in Format::ALL {
+            let config = RolloutConfig { format, group_size: 2, ..Default::default() };
+            let seeds: Vec<u64> = (0..25).collect();
+            let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut OraclePolicy { format }).unwrap();
+            let m = metrics(&trajs);
+            assert_eq!(m.episodes, 50);
+            assert_eq!(m.failed, 0);
+            assert_eq!(m.success, 1.0, "{env} {}: {m:?}", format.name());
+            assert_eq!(m.format_correct_rate, 1.0);
+            assert_eq!(m.valid_action_rate, 1.0);
+            // Members of a group share the seed, so the oracle plays them identically.
+            for pair in trajs.chunks(2) {
+                assert_eq!(pair[0].seed, pair[1].seed);
+                let answers =
+                    |t: &vagen_rollout::Trajectory| t.turns.iter().map(|x| x.answer.clone()).collect::<Vec<_>>();
+                assert_eq!(answers(&pair[0]), answers(&pair[1]));
+            }
+            // The format bonus is paid on every turn.
+            assert!(trajs.iter().flat_map(|t| &t.turns).all(|t| t.format_reward == 0.5));
+            assert!(trajs[0].system.contains(&format.pattern()));
+        }
+    }
+}
+
+#[test]
+fn random_policy_metrics_are_plausible() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let config = RolloutConfig { group_size: 4, ..Default::default() };
+    let seeds: Vec<u64> = (100..150).collect();
+    let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let m = metrics(&trajs);
+    assert_eq!(m.episodes, 200);
+    assert!(m.success > 0.0 && m.success < 0.7, "{m:?}");
+    assert!(m.pass_at_group >= m.success, "{m:?}");
+    assert!(m.mean_turns >= 1.0 && m.mean_turns <= plugin.manifest().default_max_turns as f64);
+    // Random picks action names; the ones after an episode ends mid-turn are not executed.
+    assert!(m.valid_action_rate > 0.8 && m.valid_action_rate <= 1.0, "{m:?}");
+    assert!(m.effective_action_rate > 0.3 && m.effective_action_rate < 1.0, "{m:?}");
+    assert_eq!(m.format_correct_rate, 1.0);
+    // Same seeds, same rollout.
+    let again = rollout(plugin.as_ref(), "", &seeds, &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let answers = |ts: &[vagen_rollout::Trajectory]| {
+        ts.iter().flat_map(|t| t.turns.iter().map(|x| x.answer.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(answers(&trajs), answers(&again));
+}
+
+#[test]
+fn bad_responses_are_invalid_turns_and_the_next_prompt_says_so() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let scripts = vec![vec![
+        "I think Left".to_string(),                                                  // no answer
+        "<answer>Left</answer>".to_string(),                                         // wrong format for free-think
+        "<think>ok</think><answer>Jump</answer>".to_string(),                        // unknown action
+        "<think>x</think><answer>Left, Left, Left, Left, Left</answer>".to_string(), // over the cap
+    ]];
+    let config = RolloutConfig { max_turns: 4, ..Default::default() };
+    // The first seed whose episode survives the one "Left" that is executed.
+    let trajs = (0..50)
+        .map(|seed| {
+            rollout(plugin.as_ref(), "", &[seed], &config, &mut ScriptedPolicy { scripts: scripts.clone() }).unwrap()
+        })
+        .find(|t| t[0].turns.len() == 4)
+        .expect("some seed lasts four turns");
+    let t = &trajs[0].turns;
+    assert!(t[0].parsed.answer.is_none() && t[0].answer.is_empty() && t[0].format_reward == 0.0);
+    assert!(t[1].user.contains("no <answer>"), "{}", t[1].user);
+    assert!(!t[1].parsed.format_ok && t[1].parsed.actions == ["Left"] && t[1].format_reward == 0.0);
+    assert_eq!(t[2].valid_actions, 0);
+    assert_eq!(t[3].parsed.actions.len(), plugin.manifest().max_actions_per_turn as usize);
+}
+
+#[test]
+fn history_window_and_action_budget_are_honoured() {
+    let (plugin, _cache) = load("sokoban", Limits::default());
+    let mut seen = Vec::new();
+    struct Spy<'a>(&'a mut Vec<usize>);
+    impl vagen_rollout::Policy for Spy<'_> {
+        fn name(&self) -> &'static str {
+            "spy"
+        }
+        fn respond(
+            &mut self,
+            r: &[vagen_rollout::Request],
+        ) -> Result<Vec<vagen_rollout::Response>, vagen_rollout::PolicyError> {
+            self.0.extend(r.iter().map(|x| x.messages.len()));
+            Ok(r.iter().map(|_| vagen_rollout::Response::text("<think>t</think><answer>Up, Up</answer>")).collect())
+        }
+    }
+    let config =
+        RolloutConfig { history: History::Last(1), max_turns: 5, max_actions_per_episode: 5, ..Default::default() };
+    let trajs = rollout(plugin.as_ref(), "", &[3], &config, &mut Spy(&mut seen)).unwrap();
+    // system + user, then system + one earlier turn (2 messages) + user.
+    assert_eq!(seen[0], 2);
+    assert!(seen[1..].iter().all(|&n| n == 4), "{seen:?}");
+    let sent: usize = trajs[0].turns.iter().map(|t| t.parsed.actions.len()).sum();
+    assert!(sent <= 5, "{sent} actions sent");
+}
+
+#[test]
+fn an_env_fault_fails_only_its_trajectory() {
+    let (plugin, _cache) = load("hostile", Limits::default());
+    let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
+    let seeds: Vec<u64> = (0..40).collect();
+    let trajs =
+        rollout(plugin.as_ref(), r#"{"mode":"flaky"}"#, &seeds, &config, &mut OraclePolicy { format: Format::NoThink })
+            .unwrap();
+    let failed: Vec<_> = trajs.iter().filter(|t| t.failure.is_some()).collect();
+    assert!(!failed.is_empty() && failed.len() < trajs.len(), "{} of {} failed", failed.len(), trajs.len());
+    assert!(failed.iter().all(|t| t.failure.as_deref().unwrap().contains("flaky plugin fails")));
+    let m = metrics(&trajs);
+    assert_eq!(m.failed, failed.len());
+    assert!(trajs.iter().filter(|t| t.failure.is_none()).all(|t| !t.turns.is_empty()));
+}
+
+#[test]
+fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let model = Arc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
+    let options = GenerateOptions {
+        max_new_tokens: 24,
+        temperature: 1.0,
+        stop: vec!["</answer>".into()],
+        seed: 5,
+        ..Default::default()
+    };
+    let mut policy = ModelPolicy { model: model.clone(), options };
+    let config = RolloutConfig { group_size: 2, max_turns: 2, ..Default::default() };
+    let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &mut policy).unwrap();
+    assert_eq!(trajs.len(), 4);
+    for t in &trajs {
+        assert!(t.failure.is_none());
+        let seq = layout(model.as_ref(), &t.system, &t.assistant_turns(), &LayoutOptions::default()).unwrap();
+        assert_eq!(seq.turn_ends.len(), t.turns.len());
+        let masked: usize = seq.loss_mask.iter().filter(|&&m| m).count();
+        assert_eq!(masked, t.turns.iter().map(|x| x.token_ids.as_ref().unwrap().len()).sum::<usize>());
+        for turn in &t.turns {
+            assert_eq!(turn.token_ids.as_ref().unwrap().len(), turn.logprobs.as_ref().unwrap().len());
+        }
+    }
+    assert!(metrics(&trajs).mean_response_tokens.unwrap() > 0.0);
+}
