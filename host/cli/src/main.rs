@@ -11,6 +11,7 @@ mod limits_arg;
 mod model_args;
 mod policy;
 mod record;
+mod rollout_run;
 mod run;
 
 use anyhow::Result;

@@ -14,6 +14,8 @@ pub enum PolicyKind {
     Oracle,
     /// Answers typed on stdin.
     Human,
+    /// A language model (`--model`), through the chat template and the response parser.
+    Model,
 }
 
 pub struct Policy {
@@ -46,6 +48,7 @@ impl Policy {
                 Some(a) => Ok(Some(a)),
                 None => bail!("the oracle gave no answer for this state"),
             },
+            PolicyKind::Model => bail!("the model policy runs through the rollout path"),
             PolicyKind::Human => {
                 print!("answer> ");
                 std::io::stdout().flush()?;

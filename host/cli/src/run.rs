@@ -51,6 +51,32 @@ pub struct RunArgs {
     /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     pub limits: Vec<String>,
+    /// Go through the full prompt → parse → step path with this reasoning format:
+    /// no-think, free-think, grounding, world-modeling, grounding-world-modeling. Implied
+    /// (free-think) by `--policy model`. Without it, answers go to the env as they are.
+    #[arg(long)]
+    pub format: Option<String>,
+    /// Episodes per group; members of a group share their seed.
+    #[arg(long, default_value_t = 1)]
+    pub group_size: usize,
+    /// Earlier turns each prompt carries: `all`, or a number (the last N).
+    #[arg(long, default_value = "all")]
+    pub history: String,
+    /// For `--policy model`: a Hugging Face model folder, or `default` (the embedded model).
+    #[arg(long, default_value = "default")]
+    pub model: String,
+    /// For `--policy model`: `auto`, `cpu`, `cuda` or `cuda:N`.
+    #[arg(long, default_value = "auto")]
+    pub device: String,
+    /// For `--policy model`: f32, bf16 or f16.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Sampling temperature of `--policy model` (0: greedy).
+    #[arg(long, default_value_t = 1.0)]
+    pub temperature: f64,
+    /// Tokens per response at most, for `--policy model`.
+    #[arg(long, default_value_t = 256)]
+    pub max_new_tokens: usize,
 }
 
 struct Episode {
@@ -66,7 +92,7 @@ struct Episode {
 }
 
 /// Episodes judged before the failure rate can stop a run.
-const MIN_EPISODES_FOR_RATE: u64 = 20;
+pub const MIN_EPISODES_FOR_RATE: u64 = 20;
 
 pub fn run(a: RunArgs) -> Result<()> {
     if let Some(file) = &a.replay {
@@ -74,6 +100,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let path = a.plugin.clone().expect("clap requires --plugin without --replay");
     let plugin = load(&path, limits_from(&a.limits)?)?;
+    if a.format.is_some() || a.policy == PolicyKind::Model {
+        return crate::rollout_run::run(&a, plugin, &path);
+    }
     let manifest = plugin.manifest().clone();
     let policy = Policy::new(a.policy, &manifest)?;
     let max_turns = a.max_turns.unwrap_or(manifest.default_max_turns);
@@ -284,19 +313,23 @@ impl Summary {
     }
 }
 
-/// Writes the failed episode's seed and answers where `--out` goes (or the working folder).
 fn save_reproducer(plugin: &dyn Plugin, a: &RunArgs, ep: &Episode) -> Result<PathBuf> {
+    save_answers(plugin, a, ep.seed, &ep.answers)
+}
+
+/// Writes a failed episode's seed and answers where `--out` goes (or the working folder).
+pub fn save_answers(plugin: &dyn Plugin, a: &RunArgs, seed: u64, answers: &[String]) -> Result<PathBuf> {
     let r = Reproducer {
         plugin: plugin.info().path.clone(),
         sha256: plugin.info().sha256.clone(),
         config: a.env_config.clone(),
         kind: Some(vagen_runtime::fuzz::FindingKind::Fault),
-        seed: ep.seed,
-        answers: ep.answers.clone(),
+        seed,
+        answers: answers.to_vec(),
         repeat: 1,
     };
     let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, ep.seed));
+    let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, seed));
     std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;
     Ok(file)
 }

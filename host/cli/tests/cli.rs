@@ -309,3 +309,105 @@ fn fuzz_reports_no_finding_on_a_reference_plugin_and_saves_a_reproducer_for_a_br
         String::from_utf8_lossy(&o.stderr)
     );
 }
+
+#[test]
+fn run_with_a_format_goes_through_prompt_parse_step_and_logs_trajectories() {
+    let fl = plugin("plugins", "frozenlake");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("traj.jsonl");
+    let o = host(&[
+        "run",
+        "--plugin",
+        fl.to_str().unwrap(),
+        "--policy",
+        "oracle",
+        "--format",
+        "world-modeling",
+        "--episodes",
+        "12",
+        "--group-size",
+        "3",
+        "--out",
+        out.to_str().unwrap(),
+        "--json",
+        "--env-config",
+        r#"{"observation":"text-and-image"}"#,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = last_json(&o);
+    assert_eq!(summary["format"], "world-modeling");
+    assert_eq!(summary["metrics"]["episodes"], 12);
+    assert_eq!(summary["metrics"]["success"], 1.0);
+    assert_eq!(summary["metrics"]["format_correct_rate"], 1.0);
+    let rows: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 12);
+    let first = &rows[0];
+    assert!(first["system"].as_str().unwrap().contains("<prediction>"));
+    let turn = &first["turns"][0];
+    assert_eq!(turn["parsed"]["format_ok"], true);
+    assert!(turn["response"].as_str().unwrap().contains("<answer>"));
+    let png = dir.path().join(first["images"][0][0].as_str().unwrap());
+    assert!(png.is_file(), "{}", png.display());
+    assert_eq!(rows[0]["seed"], rows[2]["seed"], "a group shares its seed");
+    assert_ne!(rows[0]["seed"], rows[3]["seed"]);
+}
+
+#[test]
+fn run_with_the_default_model_reports_token_lengths() {
+    let fl = plugin("plugins", "frozenlake");
+    let o = host(&[
+        "run",
+        "--plugin",
+        fl.to_str().unwrap(),
+        "--policy",
+        "model",
+        "--episodes",
+        "2",
+        "--max-turns",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--device",
+        "cpu",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = &last_json(&o)["metrics"];
+    assert_eq!(m["episodes"], 2);
+    assert!(m["mean_response_tokens"].as_f64().unwrap() > 0.0);
+    let o = host(&["run", "--plugin", fl.to_str().unwrap(), "--format", "free-thinking"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("free-think") && err.contains("free-thinking"), "{err}");
+}
+
+#[test]
+fn a_rollout_with_too_many_env_failures_stops_with_a_reproducer() {
+    let hostile = plugin("test-plugins", "hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.jsonl");
+    let o = host(&[
+        "run",
+        "--plugin",
+        hostile.to_str().unwrap(),
+        "--policy",
+        "oracle",
+        "--format",
+        "no-think",
+        "--episodes",
+        "40",
+        "--env-config",
+        r#"{"mode":"panic"}"#,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("stopping") && err.contains("hostile.wasm") && err.contains("reproducer"), "{err}");
+    let file =
+        std::fs::read_dir(dir.path()).unwrap().flatten().find(|e| e.file_name().to_string_lossy().contains("failure"));
+    let file = file.expect("a reproducer file").path();
+    let replay = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert!(!replay.status.success());
+    assert!(String::from_utf8_lossy(&replay.stderr).contains("reproduced"));
+}

@@ -101,11 +101,20 @@ pub struct Trajectory {
     pub success: bool,
     /// Why the episode could not go on (an env fault): excluded from training.
     pub failure: Option<String>,
+    /// The answer whose step failed, for a reproducer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_answer: Option<String>,
 }
 
 impl Trajectory {
     pub fn total_reward(&self) -> f64 {
         self.turns.iter().map(|t| t.reward).sum()
+    }
+
+    /// Every answer sent to `step`, the failing one included: replaying them from `seed`
+    /// reproduces the episode.
+    pub fn answers(&self) -> Vec<String> {
+        self.turns.iter().map(|t| t.answer.clone()).chain(self.failed_answer.clone()).collect()
     }
 
     /// The turns as the token layout takes them.
@@ -156,6 +165,7 @@ pub fn rollout(
             done: false,
             success: false,
             failure: None,
+            failed_answer: None,
         })
         .collect();
     let envs = (0..n)
@@ -235,6 +245,7 @@ pub fn rollout(
             match results[i].as_ref().expect("stepped") {
                 Err(e) => {
                     trajs[i].failure = Some(format!("turn {turn}: {e}"));
+                    trajs[i].failed_answer = Some(answer);
                 }
                 Ok(step) => {
                     let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len();
