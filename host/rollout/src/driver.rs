@@ -20,7 +20,7 @@ pub enum History {
 
 /// The format reward added to a turn's env reward.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct FormatReward {
     /// Added when the format is correct and every action was valid (VAGEN: 0.5).
     pub bonus: f64,
@@ -35,7 +35,7 @@ impl Default for FormatReward {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct RolloutConfig {
     pub format: Format,
     /// Episodes of one group share their seed (GRPO-style groups).

@@ -41,7 +41,7 @@ pub enum RewardPlacement {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, default)]
 pub struct LayoutOptions {
     /// Longest sequence kept. Turns that do not fit are dropped from the end, whole, and
     /// the sequence is marked `truncated`; a first turn that does not fit is an error.
