@@ -4,6 +4,7 @@
 mod bench;
 mod bench_model;
 mod check;
+mod eval;
 mod fuzz;
 mod generate;
 mod inspect;
@@ -13,6 +14,7 @@ mod policy;
 mod record;
 mod rollout_run;
 mod run;
+mod train;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -46,6 +48,12 @@ enum Command {
     /// Measure generation throughput (prefill and decode tokens/s), optionally next to
     /// transformers on the same shape (prints figures).
     BenchModel(bench_model::BenchModelArgs),
+    /// Train a model on an env plugin: SFT warm start, then PPO/GRPO (the main job).
+    Train(train::TrainArgs),
+    /// Only the supervised warm start of a training config, then a held-out evaluation.
+    Sft(train::TrainArgs),
+    /// Held-out success of a model (a checkpoint's `actor/` folder, or `default`) on a plugin.
+    Eval(eval::EvalArgs),
 }
 
 fn main() {
@@ -69,6 +77,9 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Bench(a)), _) => bench::bench(a),
         (Some(Command::Generate(a)), _) => generate::generate(a),
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
+        (Some(Command::Train(a)), _) => train::train(a),
+        (Some(Command::Sft(a)), _) => train::sft(a),
+        (Some(Command::Eval(a)), _) => eval::eval(a),
         (None, None) => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

@@ -1,12 +1,26 @@
-//! vagen-trainer: the update side of training. For now the PPO-family losses, written in
-//! the order of the paper, over `[batch, tokens]` tensors with a 0/1 loss mask.
+//! vagen-trainer: the PPO-family losses (in the order of the paper, over `[batch, tokens]`
+//! tensors with a 0/1 loss mask) and the training loop around them: SFT warm start, RL
+//! steps, evaluation, checkpoints, metrics and the run report.
 
 mod aggregate;
+mod batch;
+mod checkpoint;
+mod config;
+mod metrics;
+mod optimizer;
 mod policy_loss;
+mod report;
+mod sft;
+mod train;
 mod value_loss;
 
 pub use aggregate::{LossAgg, aggregate};
+pub use checkpoint::{TrainerState, latest as latest_checkpoint};
+pub use config::{ConfigError, TrainConfig};
+pub use metrics::StepMetrics;
+pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};
+pub use train::Trainer;
 pub use value_loss::{ValueLoss, ValueLossConfig, explained_variance, value_loss};
 
 /// A scalar tensor as f64, for metrics.

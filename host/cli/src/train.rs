@@ -1,0 +1,59 @@
+//! `vagen-host train | sft | eval`: the training loop, the warm start alone, and a standalone
+//! evaluation of a checkpoint.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::path::PathBuf;
+use vagen_trainer::{TrainConfig, Trainer};
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// The run's TOML config (see examples/frozenlake-cpu.toml). Not needed with --resume.
+    #[arg(long, required_unless_present = "resume")]
+    config: Option<PathBuf>,
+    /// Where the run's config, metrics, checkpoints, samples and report go.
+    #[arg(long)]
+    run_dir: Option<PathBuf>,
+    /// Continue the run in this folder from its last complete checkpoint.
+    #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
+    resume: Option<PathBuf>,
+    /// Override a config field, e.g. `--set optim.actor_lr=1e-5` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+}
+
+impl TrainArgs {
+    fn trainer(&self) -> Result<Trainer> {
+        if let Some(dir) = &self.resume {
+            return Trainer::resume(dir, &self.overrides);
+        }
+        let path = self.config.as_ref().expect("clap requires --config without --resume");
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let cfg = TrainConfig::parse(&text, &path.display().to_string(), &self.overrides)?;
+        let run_dir = self.run_dir.clone().unwrap_or_else(|| {
+            let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+            PathBuf::from("runs").join(stem)
+        });
+        Trainer::new(cfg, &run_dir)
+    }
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    let mut t = a.trainer()?;
+    let (start, end) = t.run()?;
+    println!("held-out success: {start:.3} after SFT -> {end:.3} after RL ({:+.3})", end - start);
+    println!("run folder: {} (metrics.jsonl, report.html, checkpoints/)", t.run_dir.display());
+    Ok(())
+}
+
+pub fn sft(a: TrainArgs) -> Result<()> {
+    let mut t = a.trainer()?;
+    if t.cfg.sft.steps == 0 {
+        bail!("sft.steps is 0 in the config: nothing to do (set it, e.g. --set sft.steps=50)");
+    }
+    t.sft()?;
+    let success = t.evaluate()?;
+    t.save_now()?;
+    println!("held-out success after {} SFT steps: {success:.3}", t.cfg.sft.steps);
+    Ok(())
+}

@@ -1,0 +1,328 @@
+//! The training run's configuration: one TOML file, every field documented here, unknown
+//! fields rejected, `--set a.b=c` overrides applied to the TOML before it is read.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
+use vagen_rollout::{Format, FormatReward, RewardPlacement};
+
+use crate::{PolicyLossConfig, ValueLossConfig};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    pub env: EnvSection,
+    #[serde(default)]
+    pub model: ModelSection,
+    #[serde(default)]
+    pub rollout: RolloutSection,
+    #[serde(default)]
+    pub algorithm: AlgorithmSection,
+    #[serde(default)]
+    pub optim: OptimSection,
+    #[serde(default)]
+    pub schedule: ScheduleSection,
+    #[serde(default)]
+    pub sft: SftSection,
+}
+
+/// Which environment, with which seeds, in which batch shape.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSection {
+    /// The plugin file (`.wasm` or `.so`), relative to the working folder.
+    pub plugin: PathBuf,
+    /// The env's config, as a TOML table (sent to the plugin as JSON).
+    #[serde(default)]
+    pub config: toml::Table,
+    /// Training seeds: step s uses groups `seed_start + s·groups …`; they never reach
+    /// `val_seed_start`.
+    #[serde(default)]
+    pub train_seed_start: u64,
+    /// Held-out seeds for evaluation: `val_seed_start …` for `val_episodes` episodes.
+    #[serde(default = "default_val_seed_start")]
+    pub val_seed_start: u64,
+    #[serde(default = "default_val_episodes")]
+    pub val_episodes: usize,
+    /// Groups per step (distinct seeds).
+    #[serde(default = "default_groups")]
+    pub groups: usize,
+    /// Episodes per group (same seed).
+    #[serde(default = "default_group_size")]
+    pub group_size: usize,
+    /// Turns per episode; 0: the env's default.
+    #[serde(default)]
+    pub max_turns: usize,
+    /// Actions per turn; 0: the env's limit.
+    #[serde(default)]
+    pub max_actions_per_turn: usize,
+}
+
+fn default_val_seed_start() -> u64 {
+    1 << 40
+}
+fn default_val_episodes() -> usize {
+    256
+}
+fn default_groups() -> usize {
+    8
+}
+fn default_group_size() -> usize {
+    8
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// A Hugging Face folder, or `default` (the embedded small model, built from `seed`).
+    pub path: String,
+    /// f32, bf16 or f16 parameters.
+    pub dtype: String,
+    /// auto, cpu, cuda, cuda:N.
+    pub device: String,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        ModelSection { path: "default".into(), dtype: "f32".into(), device: "auto".into() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RolloutSection {
+    pub format: Format,
+    /// Sampling temperature for training rollouts (RAGEN 1.0, VAGEN 0.7).
+    pub temperature: f64,
+    pub top_p: f64,
+    /// 0: no top-k.
+    pub top_k: usize,
+    /// Temperature for evaluation (0: greedy; RAGEN 0.5).
+    pub val_temperature: f64,
+    /// Tokens per response at most (RAGEN 400).
+    pub max_new_tokens: usize,
+    /// Earlier turns in each prompt: 0 for all, else the last k.
+    pub history: usize,
+    /// Longest training sequence; whole turns past it are dropped from the end.
+    pub max_sequence_tokens: usize,
+    pub format_reward: FormatReward,
+    pub rewards: RewardPlacement,
+}
+
+impl Default for RolloutSection {
+    fn default() -> Self {
+        RolloutSection {
+            format: Format::FreeThink,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            val_temperature: 0.0,
+            max_new_tokens: 128,
+            history: 0,
+            max_sequence_tokens: 4096,
+            format_reward: FormatReward::default(),
+            rewards: RewardPlacement::PerTurn,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgorithmSection {
+    pub advantage: AdvantageConfig,
+    pub filter: FilterConfig,
+    pub policy_loss: PolicyLossConfig,
+    pub value_loss: ValueLossConfig,
+}
+
+impl Default for AlgorithmSection {
+    fn default() -> Self {
+        AlgorithmSection {
+            advantage: AdvantageConfig { estimator: Estimator::Grpo, ..AdvantageConfig::default() },
+            filter: FilterConfig { keep_fraction: 1.0, ..FilterConfig::default() },
+            policy_loss: PolicyLossConfig::default(),
+            value_loss: ValueLossConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OptimSection {
+    /// AdamW learning rate of the policy (RAGEN 1e-6 for 0.5B; a small model wants more).
+    pub actor_lr: f64,
+    /// AdamW learning rate of the critic (RAGEN 1e-5).
+    pub critic_lr: f64,
+    pub weight_decay: f64,
+    /// Steps of linear learning-rate warm-up.
+    pub warmup_steps: usize,
+    /// Sequences per optimizer step.
+    pub mini_batch: usize,
+    /// Sequences per forward/backward (gradients accumulate over a mini-batch).
+    pub micro_batch: usize,
+    /// Passes over each step's batch.
+    pub epochs: usize,
+    /// Global gradient-norm clip (1.0); a non-finite norm skips the step.
+    pub grad_clip: f64,
+}
+
+impl Default for OptimSection {
+    fn default() -> Self {
+        OptimSection {
+            actor_lr: 1e-6,
+            critic_lr: 1e-5,
+            weight_decay: 0.0,
+            warmup_steps: 0,
+            mini_batch: 32,
+            micro_batch: 8,
+            epochs: 1,
+            grad_clip: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleSection {
+    /// RL steps (RAGEN 200).
+    pub steps: usize,
+    /// Evaluate every k steps (0: only before and after).
+    pub eval_every: usize,
+    /// Checkpoint every k steps (0: only at the end).
+    pub save_every: usize,
+    /// Seeds everything: weights of the default model, sampling, shuffling.
+    pub seed: u64,
+}
+
+impl Default for ScheduleSection {
+    fn default() -> Self {
+        ScheduleSection { steps: 200, eval_every: 10, save_every: 50, seed: 0 }
+    }
+}
+
+/// Supervised warm start on the env's oracle trajectories, through the same rollout path.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SftSection {
+    /// Optimizer steps; 0 skips SFT.
+    pub steps: usize,
+    pub lr: f64,
+    /// Oracle episodes per step.
+    pub episodes_per_step: usize,
+    /// Probability that an oracle answer is replaced by a random one (more varied data, and
+    /// a warm start that leaves RL something to improve).
+    pub action_noise: f64,
+}
+
+impl Default for SftSection {
+    fn default() -> Self {
+        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("--set {0}: expected key.path=value")]
+    BadOverride(String),
+    #[error("{field}: {message}")]
+    Invalid { field: &'static str, message: String },
+}
+
+impl TrainConfig {
+    /// Reads `text` (from `path`, for messages) with `overrides` (`a.b=c`, the value in TOML
+    /// syntax, or a bare string) applied first.
+    pub fn parse(text: &str, path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        let err = |message: String| ConfigError::Parse { path: path.into(), message };
+        let mut doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        for o in overrides {
+            let (key, value) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
+            let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .unwrap_or_else(|| toml::Value::String(value.to_string()));
+            set(&mut doc, key.trim(), value).map_err(|_| ConfigError::BadOverride(o.clone()))?;
+        }
+        let config: TrainConfig =
+            toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| err(e.to_string()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: consistency between options, before any work starts.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
+        if !self.env.plugin.is_file() {
+            return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
+        }
+        let est = self.algorithm.advantage.estimator;
+        if est == Estimator::Grpo && self.env.group_size < 2 {
+            return bad("env.group_size", "grpo normalises within groups and needs group_size >= 2".into());
+        }
+        if self.env.groups == 0 || self.env.group_size == 0 {
+            return bad("env.groups", "groups and group_size must be at least 1".into());
+        }
+        let seeds_needed = self.schedule.steps as u64 * self.env.groups as u64 + self.sft.steps as u64 * 1024;
+        if self.env.train_seed_start.saturating_add(seeds_needed) > self.env.val_seed_start
+            && self.env.val_seed_start > self.env.train_seed_start
+        {
+            return bad("env.val_seed_start", "training seeds would reach the held-out seeds".into());
+        }
+        let o = &self.optim;
+        if o.micro_batch == 0 || o.mini_batch == 0 || o.mini_batch % o.micro_batch != 0 {
+            return bad("optim.micro_batch", format!("must divide optim.mini_batch ({})", o.mini_batch));
+        }
+        if o.epochs == 0 {
+            return bad("optim.epochs", "must be at least 1".into());
+        }
+        if !(o.actor_lr > 0.0 && o.actor_lr.is_finite()) {
+            return bad("optim.actor_lr", format!("{} is not a positive learning rate", o.actor_lr));
+        }
+        if est.uses_critic() && !(o.critic_lr > 0.0 && o.critic_lr.is_finite()) {
+            return bad("optim.critic_lr", format!("{} is not a positive learning rate", o.critic_lr));
+        }
+        if !(0.0..=1.0).contains(&self.sft.action_noise) {
+            return bad("sft.action_noise", format!("{} is not a probability", self.sft.action_noise));
+        }
+        let f = self.algorithm.filter.keep_fraction;
+        if !(f > 0.0 && f <= 1.0) {
+            return bad("algorithm.filter.keep_fraction", format!("{f} is not in (0, 1]"));
+        }
+        if self.rollout.max_new_tokens == 0 {
+            return bad("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        self.model
+            .dtype
+            .parse::<vagen_model::DType>()
+            .map_err(|e| ConfigError::Invalid { field: "model.dtype", message: e.to_string() })?;
+        Ok(())
+    }
+
+    /// The env config as the JSON string plugins take.
+    pub fn env_config_json(&self) -> String {
+        if self.env.config.is_empty() {
+            String::new()
+        } else {
+            serde_json::to_string(&self.env.config).expect("TOML is JSON")
+        }
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("the config serialises")
+    }
+}
+
+fn set(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ()> {
+    let mut parts = key.split('.').peekable();
+    let mut table = doc;
+    while let Some(part) = parts.next() {
+        if parts.peek().is_none() {
+            table.insert(part.to_string(), value);
+            return Ok(());
+        }
+        let entry = table.entry(part.to_string()).or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        table = entry.as_table_mut().ok_or(())?;
+    }
+    Err(())
+}

@@ -1,0 +1,512 @@
+//! The training loop: SFT warm start, then rollout → scores → advantages → filtering → PPO
+//! epochs, with evaluation, checkpoints, metrics and resumption.
+
+use crate::batch::{Micro, Row, logprobs_and_entropy};
+use crate::checkpoint::{self, TrainerState};
+use crate::config::TrainConfig;
+use crate::metrics::{MetricsLog, StepMetrics};
+use crate::optimizer::AdamW;
+use crate::sft::NoisyOracle;
+use crate::{PolicyLossInput, policy_loss, value_loss};
+use anyhow::{Context, Result, bail};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+use tch::Kind;
+use vagen_algo::{Trajectory as AlgoTrajectory, compute_advantages, filter_groups};
+use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
+use vagen_rollout::{
+    History, LayoutOptions, ModelPolicy, RolloutConfig, TrainingSequence, Trajectory, layout, rollout,
+};
+use vagen_runtime::{Limits, Plugin, Runtime};
+
+/// Seeds per SFT step are drawn from this many per step, below the RL seeds.
+const SFT_SEED_STRIDE: u64 = 1024;
+
+pub struct Trainer {
+    pub cfg: TrainConfig,
+    pub run_dir: PathBuf,
+    plugin: Arc<dyn Plugin>,
+    pub actor: Arc<Model>,
+    critic: Option<ValueModel>,
+    actor_opt: AdamW,
+    critic_opt: Option<AdamW>,
+    pub state: TrainerState,
+    log: MetricsLog,
+    _runtime: Runtime,
+}
+
+impl Trainer {
+    /// A new run in `run_dir` (created; must not hold a run already).
+    pub fn new(cfg: TrainConfig, run_dir: &Path) -> Result<Self> {
+        if run_dir.join("config.toml").exists() {
+            bail!("{} already holds a run: resume it with --resume, or choose another --run-dir", run_dir.display());
+        }
+        std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+        std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
+        let options = load_options(&cfg)?;
+        let actor = if cfg.model.path == "default" {
+            vagen_model::default_model(cfg.schedule.seed, options)?
+        } else {
+            Model::load(Path::new(&cfg.model.path), options)?
+        };
+        let critic = if cfg.algorithm.advantage.estimator.uses_critic() {
+            Some(ValueModel::from_spec(&cfg.model.path, options)?)
+        } else {
+            None
+        };
+        Self::assemble(cfg, run_dir, actor, critic, TrainerState::default())
+    }
+
+    /// Continues the run in `run_dir` from its last complete checkpoint.
+    pub fn resume(run_dir: &Path, overrides: &[String]) -> Result<Self> {
+        let path = run_dir.join("config.toml");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
+        let Some(ckpt) = checkpoint::latest(run_dir)? else {
+            bail!("{} has no complete checkpoint to resume from", run_dir.display());
+        };
+        let options = load_options(&cfg)?;
+        let actor = Model::load(&ckpt.join("actor"), options)?;
+        let critic = if cfg.algorithm.advantage.estimator.uses_critic() {
+            Some(ValueModel::from_spec(ckpt.join("critic").to_str().context("non-UTF-8 path")?, options)?)
+        } else {
+            None
+        };
+        let state = checkpoint::read_state(&ckpt)?;
+        let mut t = Self::assemble(cfg, run_dir, actor, critic, state)?;
+        t.actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
+        if let Some(opt) = &mut t.critic_opt {
+            opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
+        }
+        t.log.truncate_after(t.state.step)?;
+        eprintln!("resuming {} at step {} (checkpoint {})", run_dir.display(), t.state.step, ckpt.display());
+        Ok(t)
+    }
+
+    fn assemble(
+        cfg: TrainConfig,
+        run_dir: &Path,
+        actor: Model,
+        critic: Option<ValueModel>,
+        state: TrainerState,
+    ) -> Result<Self> {
+        tch::manual_seed(cfg.schedule.seed as i64);
+        let runtime = Runtime::new(Limits::default())?;
+        let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+        let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
+        let critic_opt = critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
+        let log = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
+        Ok(Trainer {
+            cfg,
+            run_dir: run_dir.to_path_buf(),
+            plugin,
+            actor: Arc::new(actor),
+            critic,
+            actor_opt,
+            critic_opt,
+            state,
+            log,
+            _runtime: runtime,
+        })
+    }
+
+    /// SFT (if configured and not done), then RL to `schedule.steps`, evaluating and saving
+    /// on schedule. Returns held-out success after SFT and at the end.
+    pub fn run(&mut self) -> Result<(f64, f64)> {
+        if self.state.sft_steps_done < self.cfg.sft.steps {
+            self.sft()?;
+        }
+        if self.state.start_success.is_none() {
+            let s = self.evaluate()?;
+            self.state.start_success = Some(s);
+            self.log.write(&StepMetrics::eval(0, s))?;
+            eprintln!("held-out success before RL: {s:.3}");
+        }
+        let bar = bar(self.cfg.schedule.steps as u64, "RL steps");
+        bar.set_position(self.state.step as u64);
+        while self.state.step < self.cfg.schedule.steps {
+            let mut m = self.rl_step()?;
+            self.state.step += 1;
+            let s = self.state.step;
+            let every = |k: usize| k > 0 && s % k == 0;
+            if every(self.cfg.schedule.eval_every) || s == self.cfg.schedule.steps {
+                let success = self.evaluate()?;
+                m.values.insert("val/success".into(), success);
+                self.state.last_success = Some(success);
+            }
+            m.step = s;
+            self.log.write(&m)?;
+            bar.set_message(format!(
+                "success {:.2} val {}",
+                m.values.get("train/success").copied().unwrap_or(0.0),
+                self.state.last_success.map_or("-".into(), |v| format!("{v:.2}"))
+            ));
+            bar.inc(1);
+            if every(self.cfg.schedule.save_every) || s == self.cfg.schedule.steps {
+                self.save()?;
+            }
+        }
+        bar.finish_and_clear();
+        let start = self.state.start_success.unwrap_or(0.0);
+        let end = match self.state.last_success {
+            Some(v) => v,
+            None => self.evaluate()?,
+        };
+        crate::report::write(&self.run_dir)?;
+        Ok((start, end))
+    }
+
+    /// Writes a checkpoint of the current state now.
+    pub fn save_now(&self) -> Result<()> {
+        self.save()
+    }
+
+    fn save(&self) -> Result<()> {
+        checkpoint::save(
+            &self.run_dir,
+            &self.state,
+            &self.actor,
+            self.critic.as_ref(),
+            &self.actor_opt,
+            self.critic_opt.as_ref(),
+        )
+    }
+
+    /// Supervised steps on (noisy) oracle trajectories through the rollout path; cross-
+    /// entropy on assistant tokens only.
+    pub fn sft(&mut self) -> Result<()> {
+        let cfg = self.cfg.clone();
+        let bar = bar(cfg.sft.steps as u64, "SFT steps");
+        bar.set_position(self.state.sft_steps_done as u64);
+        while self.state.sft_steps_done < cfg.sft.steps {
+            let k = self.state.sft_steps_done as u64;
+            let seeds: Vec<u64> = (0..cfg.sft.episodes_per_step as u64)
+                .map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i)
+                .collect();
+            let mut policy = NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise };
+            let trajs =
+                rollout(self.plugin.as_ref(), &cfg.env_config_json(), &seeds, &self.rollout_config(1), &mut policy)?;
+            let seqs = self.layout_all(&trajs)?;
+            let rows: Vec<Row> = seqs.iter().map(|(_, s)| sft_row(s)).collect();
+            let mut total = 0.0;
+            let mut tokens = 0usize;
+            for chunk in rows.chunks(cfg.optim.micro_batch) {
+                let refs: Vec<&Row> = chunk.iter().collect();
+                let micro = Micro::new(&refs, self.actor.device());
+                let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, 1.0);
+                let n = micro.loss_mask.sum(Kind::Float).clamp_min(1.0);
+                let loss = -(logp * &micro.loss_mask).sum(Kind::Float) / n;
+                total += loss.double_value(&[]) * micro.tokens as f64;
+                tokens += micro.tokens;
+                (loss
+                    * (micro.tokens as f64
+                        / rows.iter().map(|r| r.loss_mask.iter().filter(|&&m| m).count()).sum::<usize>().max(1)
+                            as f64))
+                    .backward();
+            }
+            let report = self.actor_opt.step(cfg.sft.lr, cfg.optim.grad_clip);
+            self.state.sft_steps_done += 1;
+            let mut m = StepMetrics::new(0);
+            m.values.insert("sft/loss".into(), total / tokens.max(1) as f64);
+            m.values.insert("sft/grad_norm".into(), report.grad_norm);
+            m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
+            self.log.write(&m)?;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        Ok(())
+    }
+
+    fn rollout_config(&self, group_size: usize) -> RolloutConfig {
+        let r = &self.cfg.rollout;
+        RolloutConfig {
+            format: r.format,
+            group_size,
+            max_turns: self.cfg.env.max_turns,
+            max_actions_per_turn: self.cfg.env.max_actions_per_turn,
+            max_actions_per_episode: 0,
+            history: if r.history == 0 { History::All } else { History::Last(r.history) },
+            format_reward: r.format_reward,
+        }
+    }
+
+    fn layout_all(&self, trajs: &[Trajectory]) -> Result<Vec<(usize, TrainingSequence)>> {
+        let options =
+            LayoutOptions { max_tokens: self.cfg.rollout.max_sequence_tokens, rewards: self.cfg.rollout.rewards };
+        let mut out = Vec::new();
+        for (i, t) in trajs.iter().enumerate() {
+            if t.failure.is_some() || t.turns.is_empty() {
+                continue;
+            }
+            out.push((i, layout(self.actor.as_ref(), &t.system, &t.assistant_turns(), &options)?));
+        }
+        Ok(out)
+    }
+
+    /// Held-out success over `env.val_episodes` seeds at the evaluation temperature.
+    pub fn evaluate(&self) -> Result<f64> {
+        let cfg = &self.cfg;
+        let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
+        let options = GenerateOptions {
+            max_new_tokens: cfg.rollout.max_new_tokens,
+            temperature: cfg.rollout.val_temperature,
+            top_p: 1.0,
+            top_k: 0,
+            stop: vec!["</answer>".into()],
+            seed: cfg.schedule.seed,
+        };
+        let mut policy = ModelPolicy { model: self.actor.clone(), options };
+        let trajs =
+            rollout(self.plugin.as_ref(), &cfg.env_config_json(), &seeds, &self.rollout_config(1), &mut policy)?;
+        crate::report::save_samples(&self.run_dir, self.state.step, &trajs)?;
+        Ok(vagen_rollout::metrics(&trajs).success)
+    }
+
+    /// One RL step. Everything random in it derives from the step number, so a resumed run
+    /// makes the same rollouts.
+    pub fn rl_step(&mut self) -> Result<StepMetrics> {
+        let cfg = self.cfg.clone();
+        let step = self.state.step as u64;
+        let t0 = Instant::now();
+        let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
+        let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + step * cfg.env.groups as u64 + g).collect();
+        let options = GenerateOptions {
+            max_new_tokens: cfg.rollout.max_new_tokens,
+            temperature: cfg.rollout.temperature,
+            top_p: cfg.rollout.top_p,
+            top_k: cfg.rollout.top_k,
+            stop: vec!["</answer>".into()],
+            seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        };
+        let mut policy = ModelPolicy { model: self.actor.clone(), options };
+        let trajs = rollout(
+            self.plugin.as_ref(),
+            &cfg.env_config_json(),
+            &seeds,
+            &self.rollout_config(cfg.env.group_size),
+            &mut policy,
+        )?;
+        let t_rollout = t0.elapsed().as_secs_f64();
+        let rm = vagen_rollout::metrics(&trajs);
+        let seqs = self.layout_all(&trajs)?;
+
+        // Old log-probs and values from one no-grad forward, with the training code path.
+        let t1 = Instant::now();
+        let temperature = cfg.rollout.temperature.max(1e-6);
+        let mut rows: Vec<Row> = seqs.iter().map(|(_, s)| base_row(s)).collect();
+        {
+            let _g = tch::no_grad_guard();
+            for chunk in rows.chunks_mut(cfg.optim.micro_batch) {
+                let refs: Vec<&Row> = chunk.iter().collect();
+                let micro = Micro::new(&refs, self.actor.device());
+                let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
+                let values = match &self.critic {
+                    Some(c) => Some(c.forward(&micro.ids, &micro.positions(), None)?),
+                    None => None,
+                };
+                for (r, row) in chunk.iter_mut().enumerate() {
+                    let n = row.ids.len();
+                    let lp: Vec<f32> =
+                        Vec::try_from(logp.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
+                    // Token j's log-prob sits at column j - 1.
+                    row.old_logprobs = std::iter::once(0.0).chain(lp).collect();
+                    if let Some(v) = &values {
+                        let vs: Vec<f32> =
+                            Vec::try_from(v.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
+                        // The value of acting at token j is read at the position before it.
+                        row.old_values = std::iter::once(0.0).chain(vs).collect();
+                    }
+                }
+            }
+        }
+        let t_old = t1.elapsed().as_secs_f64();
+
+        // Advantages.
+        let values_f64: Vec<Vec<f64>> = rows.iter().map(|r| r.old_values.iter().map(|&v| v as f64).collect()).collect();
+        let rewards_f64: Vec<Vec<f64>> =
+            seqs.iter().map(|(_, s)| s.rewards.iter().map(|&v| v as f64).collect()).collect();
+        let algo: Vec<AlgoTrajectory> = seqs
+            .iter()
+            .enumerate()
+            .map(|(k, (i, s))| AlgoTrajectory {
+                rewards: &rewards_f64[k],
+                values: &values_f64[k],
+                loss_mask: &s.loss_mask,
+                adv_mask: &s.advantage_mask,
+                turn_ends: &s.turn_ends,
+                group: trajs[*i].group as u64,
+            })
+            .collect();
+        let advantages = compute_advantages(&cfg.algorithm.advantage, &algo)?;
+        for (row, a) in rows.iter_mut().zip(&advantages) {
+            row.advantages = a.advantages.iter().map(|&x| x as f32).collect();
+            row.returns = a.returns.iter().map(|&x| x as f32).collect();
+            row.value_mask = a.value_mask.clone();
+        }
+        // StarPO-S: keep the groups whose rewards vary most.
+        let scores: Vec<f64> = algo.iter().map(|t| t.score()).collect();
+        let groups: Vec<u64> = algo.iter().map(|t| t.group).collect();
+        let filtered = filter_groups(&scores, &groups, &cfg.algorithm.filter)?;
+        let kept: Vec<Row> = rows.iter().zip(&filtered.keep).filter(|(_, k)| **k).map(|(r, _)| r.clone()).collect();
+
+        // PPO epochs over mini-batches, gradients accumulated over micro-batches.
+        let t2 = Instant::now();
+        let mut acc = Accumulator::default();
+        let mut order: Vec<usize> = (0..kept.len()).collect();
+        let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
+        let lr_scale =
+            if cfg.optim.warmup_steps > 0 { ((step + 1) as f64 / cfg.optim.warmup_steps as f64).min(1.0) } else { 1.0 };
+        for _ in 0..cfg.optim.epochs {
+            shuffle(&mut order, &mut rng);
+            for mini in order.chunks(cfg.optim.mini_batch) {
+                let mini_tokens: usize = mini.iter().map(|&k| kept[k].loss_mask.iter().filter(|&&m| m).count()).sum();
+                for micro_ids in mini.chunks(cfg.optim.micro_batch) {
+                    let refs: Vec<&Row> = micro_ids.iter().map(|&k| &kept[k]).collect();
+                    let micro = Micro::new(&refs, self.actor.device());
+                    let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
+                    let (logp, entropy) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
+                    let out = policy_loss(
+                        &cfg.algorithm.policy_loss,
+                        &PolicyLossInput {
+                            log_probs: &logp,
+                            old_log_probs: &micro.old_logprobs,
+                            advantages: &micro.advantages,
+                            mask: &micro.loss_mask,
+                            entropy: Some(&entropy),
+                            ref_log_probs: None,
+                        },
+                    );
+                    (out.loss * weight).backward();
+                    acc.add("actor/pg_loss", out.pg_loss, weight);
+                    acc.add("actor/pg_clipfrac", out.clip_frac_high + out.clip_frac_low, weight);
+                    acc.add("actor/ppo_kl", out.approx_kl, weight);
+                    acc.add("actor/entropy", out.entropy, weight);
+                    if let Some(critic) = &self.critic {
+                        let values = critic.forward(&micro.ids, &micro.positions(), None)?;
+                        let n = values.size()[1];
+                        let v = value_loss(
+                            &cfg.algorithm.value_loss,
+                            &values.narrow(1, 0, n - 1),
+                            &micro.old_values,
+                            &micro.returns,
+                            &micro.value_mask,
+                        );
+                        (v.loss * weight).backward();
+                        acc.add("critic/vf_loss", v.value_loss, weight);
+                        acc.add("critic/vf_clipfrac", v.clip_frac, weight);
+                    }
+                }
+                let r = self.actor_opt.step(cfg.optim.actor_lr * lr_scale, cfg.optim.grad_clip);
+                acc.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
+                acc.count("actor/skipped_steps", !r.applied);
+                if let Some(opt) = &mut self.critic_opt {
+                    let r = opt.step(cfg.optim.critic_lr * lr_scale, cfg.optim.grad_clip);
+                    acc.add("critic/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
+                    acc.count("critic/skipped_steps", !r.applied);
+                }
+            }
+        }
+        let t_update = t2.elapsed().as_secs_f64();
+
+        let mut m = StepMetrics::new(self.state.step + 1);
+        m.values.extend(acc.means());
+        let tokens: usize = seqs.iter().map(|(_, s)| s.ids.len()).sum();
+        let response_tokens: usize = seqs.iter().map(|(_, s)| s.loss_mask.iter().filter(|&&x| x).count()).sum();
+        for (k, v) in [
+            ("train/success", rm.success),
+            ("train/pass_at_group", rm.pass_at_group),
+            ("train/reward", rm.mean_reward),
+            ("train/turns", rm.mean_turns),
+            ("train/valid_action_rate", rm.valid_action_rate),
+            ("train/format_correct_rate", rm.format_correct_rate),
+            ("train/failed_trajectories", rm.failed as f64),
+            ("train/truncated_sequences", seqs.iter().filter(|(_, s)| s.truncated).count() as f64),
+            ("rollout/response_length", rm.mean_response_tokens.unwrap_or(0.0)),
+            ("rollout/in_group_std", filtered.before.mean_in_group_std),
+            ("rollout/in_group_mean", filtered.before.mean_in_group_mean),
+            ("rollout/in_group_std_kept", filtered.after.mean_in_group_std),
+            ("rollout/kept_trajectories", kept.len() as f64),
+            ("timing_s/rollout", t_rollout),
+            ("timing_s/old_log_prob", t_old),
+            ("timing_s/update", t_update),
+            ("timing_s/step", t0.elapsed().as_secs_f64()),
+            ("throughput/tokens_per_s", tokens as f64 / t0.elapsed().as_secs_f64()),
+            ("throughput/response_tokens", response_tokens as f64),
+        ] {
+            m.values.insert(k.into(), v);
+        }
+        if rm.failed > 0 && rm.failed * 4 > rm.episodes {
+            bail!(
+                "{} of {} trajectories failed in step {} ({}); the env plugin {} is faulting too often",
+                rm.failed,
+                rm.episodes,
+                self.state.step + 1,
+                trajs.iter().find_map(|t| t.failure.as_deref()).unwrap_or(""),
+                cfg.env.plugin.display()
+            );
+        }
+        Ok(m)
+    }
+}
+
+fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
+    Ok(LoadOptions { device: vagen_model::parse_device(&cfg.model.device)?, dtype: cfg.model.dtype.parse::<DType>()? })
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    let style = format!("{{bar:30}} {{pos}}/{{len}} {what} [{{elapsed}}<{{eta}}] {{msg}}");
+    bar.set_style(ProgressStyle::with_template(&style).expect("valid template"));
+    bar
+}
+
+fn base_row(s: &TrainingSequence) -> Row {
+    let n = s.ids.len();
+    Row {
+        ids: s.ids.clone(),
+        loss_mask: s.loss_mask.clone(),
+        old_logprobs: vec![0.0; n],
+        advantages: vec![0.0; n],
+        returns: vec![0.0; n],
+        old_values: vec![0.0; n],
+        value_mask: vec![false; n],
+    }
+}
+
+fn sft_row(s: &TrainingSequence) -> Row {
+    base_row(s)
+}
+
+/// Epoch averages: each value weighted by its micro-batch's share of its mini-batch, then
+/// averaged over mini-batches (not the last mini-batch's value).
+#[derive(Default)]
+struct Accumulator {
+    sums: std::collections::BTreeMap<String, (f64, f64)>,
+}
+
+impl Accumulator {
+    fn add(&mut self, key: &str, value: f64, weight: f64) {
+        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
+        e.0 += value * weight;
+        e.1 += weight;
+    }
+    fn count(&mut self, key: &str, hit: bool) {
+        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
+        e.0 += hit as u8 as f64;
+        e.1 = 1.0;
+    }
+    fn means(&self) -> impl Iterator<Item = (String, f64)> + '_ {
+        self.sums.iter().map(|(k, (s, w))| (k.clone(), if *w > 0.0 { s / w } else { 0.0 }))
+    }
+}
+
+/// Fisher–Yates with a 64-bit LCG: the order depends only on the step and the seed.
+fn shuffle(v: &mut [usize], state: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let j = ((*state >> 33) % (i as u64 + 1)) as usize;
+        v.swap(i, j);
+    }
+}
