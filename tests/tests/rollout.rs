@@ -1,7 +1,6 @@
 //! The rollout driver end to end on real plugins: every policy through prompt → parse →
 //! step; groups share seeds; faults fail only their trajectory; model rollouts lay out.
 
-use std::sync::Arc;
 use vagen_model::{GenerateOptions, LoadOptions, Model};
 use vagen_rollout::{
     Format, History, LayoutOptions, ModelPolicy, OraclePolicy, RandomPolicy, RolloutConfig, ScriptedPolicy, layout,
@@ -132,7 +131,7 @@ fn an_env_fault_fails_only_its_trajectory() {
 #[test]
 fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let model = Arc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
+    let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
     let options = GenerateOptions {
         max_new_tokens: 24,
         temperature: 1.0,

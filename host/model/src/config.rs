@@ -98,11 +98,11 @@ impl Qwen2Config {
         let rope_theta = r.rope_parameters.as_ref().and_then(|p| p.rope_theta).or(r.rope_theta).unwrap_or(10000.0);
         let heads = r.num_attention_heads;
         let kv_heads = r.num_key_value_heads.unwrap_or(heads);
-        if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
             return Err(format!("num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}"));
         }
         let head_dim = r.head_dim.unwrap_or(r.hidden_size / heads);
-        if head_dim == 0 || head_dim % 2 != 0 {
+        if head_dim == 0 || !head_dim.is_multiple_of(2) {
             return Err(format!("head_dim {head_dim} must be even and positive"));
         }
         let eos_token_ids = match &r.eos_token_id {

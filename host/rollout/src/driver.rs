@@ -48,6 +48,9 @@ pub struct RolloutConfig {
     pub max_actions_per_episode: usize,
     pub history: History,
     pub format_reward: FormatReward,
+    /// Replaces the env's system prompt (the format instructions are still appended), e.g.
+    /// a short one for a small model that cannot use the rules' prose anyway.
+    pub system_prompt: Option<String>,
 }
 
 impl Default for RolloutConfig {
@@ -60,6 +63,7 @@ impl Default for RolloutConfig {
             max_actions_per_episode: 0,
             history: History::All,
             format_reward: FormatReward::default(),
+            system_prompt: None,
         }
     }
 }
@@ -184,6 +188,7 @@ pub fn rollout(
     for (t, start) in trajs.iter_mut().zip(starts) {
         match start {
             Ok((system, obs)) => {
+                let system = config.system_prompt.as_deref().unwrap_or(&system);
                 t.system = format!("{system}\n\n{instructions}");
                 current.push(Some((format!("{}\n{}", obs.text, config.format.reminder()), obs.images)));
             }

@@ -5,6 +5,7 @@
 use crate::Format;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
+use std::rc::Rc;
 use std::sync::Arc;
 use vagen_model::{GenerateOptions, Message, Model};
 use vagen_runtime::{Manifest, random_answer};
@@ -114,7 +115,7 @@ impl Policy for ScriptedPolicy {
 
 /// A language model through its chat template and the generation engine.
 pub struct ModelPolicy {
-    pub model: Arc<Model>,
+    pub model: Rc<Model>,
     pub options: GenerateOptions,
 }
 

@@ -201,7 +201,7 @@ fn real_template_path_matches_retokenisation_except_where_sampled_ids_differ() {
     let ids = odd[0].token_ids.as_mut().unwrap();
     let letters = |id: u32| model.tokenizer.decode(&[id]).unwrap();
     let at = ids.iter().position(|&id| letters(id).len() >= 2 && letters(id).chars().all(char::is_alphabetic)).unwrap();
-    let canonical = vec![ids[at]];
+    let canonical = [ids[at]];
     let spelled: Vec<u32> =
         letters(ids[at]).chars().map(|c| model.tokenizer.token_to_id(&c.to_string()).unwrap()).collect();
     ids.splice(at..at + 1, spelled.iter().copied());

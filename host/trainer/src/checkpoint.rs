@@ -70,5 +70,5 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
 pub fn read_state(ckpt: &Path) -> Result<TrainerState> {
     let path = ckpt.join("state.json");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(serde_json::from_str(&text).with_context(|| format!("{} is not a trainer state", path.display()))?)
+    serde_json::from_str(&text).with_context(|| format!("{} is not a trainer state", path.display()))
 }

@@ -107,6 +107,8 @@ pub struct RolloutSection {
     pub max_sequence_tokens: usize,
     pub format_reward: FormatReward,
     pub rewards: RewardPlacement,
+    /// Replaces the env's system prompt (format instructions are still appended).
+    pub system_prompt: Option<String>,
 }
 
 impl Default for RolloutSection {
@@ -122,6 +124,7 @@ impl Default for RolloutSection {
             max_sequence_tokens: 4096,
             format_reward: FormatReward::default(),
             rewards: RewardPlacement::PerTurn,
+            system_prompt: None,
         }
     }
 }
@@ -270,7 +273,7 @@ impl TrainConfig {
             return bad("env.val_seed_start", "training seeds would reach the held-out seeds".into());
         }
         let o = &self.optim;
-        if o.micro_batch == 0 || o.mini_batch == 0 || o.mini_batch % o.micro_batch != 0 {
+        if o.micro_batch == 0 || o.mini_batch == 0 || !o.mini_batch.is_multiple_of(o.micro_batch) {
             return bad("optim.micro_batch", format!("must divide optim.mini_batch ({})", o.mini_batch));
         }
         if o.epochs == 0 {

@@ -10,6 +10,8 @@ pub struct NoisyOracle {
     pub format: Format,
     /// Probability that a turn's oracle answer is replaced by a random one.
     pub noise: f64,
+    /// (trajectory, turn) pairs that got a random answer: not imitation targets.
+    pub noisy: std::collections::HashSet<(usize, usize)>,
 }
 
 impl Policy for NoisyOracle {
@@ -20,15 +22,17 @@ impl Policy for NoisyOracle {
         true
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        Ok(requests
-            .iter()
-            .map(|r| {
-                let mut rng = ChaCha8Rng::seed_from_u64(r.seed);
-                let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-                let answer = if draw < self.noise { random_answer(&r.manifest, &mut rng) } else { None };
-                let answer = answer.or_else(|| r.oracle.clone()).unwrap_or_default();
-                Response::text(self.format.wrap(&answer))
-            })
-            .collect())
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            let mut rng = ChaCha8Rng::seed_from_u64(r.seed);
+            let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let random = if draw < self.noise { random_answer(&r.manifest, &mut rng) } else { None };
+            if random.is_some() {
+                self.noisy.insert((r.trajectory, r.turn));
+            }
+            let answer = random.or_else(|| r.oracle.clone()).unwrap_or_default();
+            out.push(Response::text(self.format.wrap(&answer)));
+        }
+        Ok(out)
     }
 }

@@ -11,6 +11,7 @@ use crate::{PolicyLossInput, policy_loss, value_loss};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
@@ -28,7 +29,7 @@ pub struct Trainer {
     pub cfg: TrainConfig,
     pub run_dir: PathBuf,
     plugin: Arc<dyn Plugin>,
-    pub actor: Arc<Model>,
+    pub actor: Rc<Model>,
     critic: Option<ValueModel>,
     actor_opt: AdamW,
     critic_opt: Option<AdamW>,
@@ -102,7 +103,7 @@ impl Trainer {
             cfg,
             run_dir: run_dir.to_path_buf(),
             plugin,
-            actor: Arc::new(actor),
+            actor: Rc::new(actor),
             critic,
             actor_opt,
             critic_opt,
@@ -130,7 +131,7 @@ impl Trainer {
             let mut m = self.rl_step()?;
             self.state.step += 1;
             let s = self.state.step;
-            let every = |k: usize| k > 0 && s % k == 0;
+            let every = |k: usize| k > 0 && s.is_multiple_of(k);
             if every(self.cfg.schedule.eval_every) || s == self.cfg.schedule.steps {
                 let success = self.evaluate()?;
                 m.values.insert("val/success".into(), success);
@@ -185,11 +186,26 @@ impl Trainer {
             let seeds: Vec<u64> = (0..cfg.sft.episodes_per_step as u64)
                 .map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i)
                 .collect();
-            let mut policy = NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise };
+            let mut policy =
+                NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise, noisy: Default::default() };
             let trajs =
                 rollout(self.plugin.as_ref(), &cfg.env_config_json(), &seeds, &self.rollout_config(1), &mut policy)?;
             let seqs = self.layout_all(&trajs)?;
-            let rows: Vec<Row> = seqs.iter().map(|(_, s)| sft_row(s)).collect();
+            // Turns whose action was a random replacement move the episode but are not
+            // imitated: only the oracle's answers are targets.
+            let rows: Vec<Row> = seqs
+                .iter()
+                .map(|(i, s)| {
+                    let mut row = sft_row(s);
+                    for k in 0..s.turn_ends.len() {
+                        if policy.noisy.contains(&(*i, k)) {
+                            let start = if k == 0 { 0 } else { s.turn_ends[k - 1] + 1 };
+                            row.loss_mask[start..=s.turn_ends[k]].iter_mut().for_each(|m| *m = false);
+                        }
+                    }
+                    row
+                })
+                .collect();
             let mut total = 0.0;
             let mut tokens = 0usize;
             for chunk in rows.chunks(cfg.optim.micro_batch) {
@@ -229,6 +245,7 @@ impl Trainer {
             max_actions_per_episode: 0,
             history: if r.history == 0 { History::All } else { History::Last(r.history) },
             format_reward: r.format_reward,
+            system_prompt: r.system_prompt.clone(),
         }
     }
 
