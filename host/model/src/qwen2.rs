@@ -215,7 +215,11 @@ impl Qwen2Model {
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.input_layernorm.forward(&x);
             let c = cache.as_deref_mut().map(|c| (c, i));
-            x += layer.self_attn.forward(&h, (&cos, &sin), mask, c);
+            // Not `+=`: an in-place add would overwrite a tensor autograd saved for backward.
+            #[allow(clippy::assign_op_pattern)]
+            {
+                x = x + layer.self_attn.forward(&h, (&cos, &sin), mask, c);
+            }
             x = &x + layer.mlp.forward(&layer.post_attention_layernorm.forward(&x));
         }
         if let Some(c) = cache {

@@ -56,6 +56,14 @@ pub struct EnvSection {
     /// Actions per turn; 0: the env's limit.
     #[serde(default)]
     pub max_actions_per_turn: usize,
+    /// A step whose share of failed trajectories (env faults) is above this stops the run,
+    /// naming the plugin and a reproducer file. Failed trajectories never enter an update.
+    #[serde(default = "default_max_failure_rate")]
+    pub max_failure_rate: f64,
+}
+
+fn default_max_failure_rate() -> f64 {
+    0.25
 }
 
 fn default_val_seed_start() -> u64 {
@@ -284,6 +292,9 @@ impl TrainConfig {
         }
         if est.uses_critic() && !(o.critic_lr > 0.0 && o.critic_lr.is_finite()) {
             return bad("optim.critic_lr", format!("{} is not a positive learning rate", o.critic_lr));
+        }
+        if !(0.0..=1.0).contains(&self.env.max_failure_rate) {
+            return bad("env.max_failure_rate", format!("{} is not a share in [0, 1]", self.env.max_failure_rate));
         }
         if !(0.0..=1.0).contains(&self.sft.action_noise) {
             return bad("sft.action_noise", format!("{} is not a probability", self.sft.action_noise));

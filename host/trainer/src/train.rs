@@ -454,14 +454,29 @@ impl Trainer {
         ] {
             m.values.insert(k.into(), v);
         }
-        if rm.failed > 0 && rm.failed * 4 > rm.episodes {
+        if rm.failed as f64 > cfg.env.max_failure_rate * rm.episodes as f64 {
+            let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
+            let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
+            let reproducer = vagen_runtime::fuzz::Reproducer {
+                plugin: self.plugin.info().path.clone(),
+                sha256: self.plugin.info().sha256.clone(),
+                config: cfg.env_config_json(),
+                kind: Some(vagen_runtime::fuzz::FindingKind::Fault),
+                seed: bad.seed,
+                answers: bad.answers(),
+                repeat: 1,
+            };
+            std::fs::write(&file, serde_json::to_string_pretty(&reproducer)?)?;
             bail!(
-                "{} of {} trajectories failed in step {} ({}); the env plugin {} is faulting too often",
+                "{} of {} trajectories failed in step {} (more than env.max_failure_rate {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
                 rm.failed,
                 rm.episodes,
                 self.state.step + 1,
-                trajs.iter().find_map(|t| t.failure.as_deref()).unwrap_or(""),
-                cfg.env.plugin.display()
+                cfg.env.max_failure_rate,
+                cfg.env.plugin.display(),
+                bad.failure.as_deref().unwrap_or(""),
+                file.display(),
+                file.display()
             );
         }
         Ok(m)

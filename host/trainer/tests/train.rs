@@ -136,6 +136,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["optim.micro_batch=3"], "optim.micro_batch"),
         (good.clone(), vec!["rollout.format=\"free-thinking\""], "free-thinking"),
         (good.clone(), vec!["sft.action_noise=2"], "sft.action_noise"),
+        (good.clone(), vec!["env.max_failure_rate=1.5"], "env.max_failure_rate"),
         (good.clone(), vec!["nonsense"], "nonsense"),
     ];
     for (text, overrides, needle) in cases {
@@ -151,4 +152,30 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
     Trainer::new(cfg.clone(), dir.path()).unwrap();
     let err = Trainer::new(cfg, dir.path()).err().unwrap().to_string();
     assert!(err.contains("already holds a run"), "{err}");
+}
+
+#[test]
+fn a_faulting_plugin_fails_only_its_trajectories_until_the_rate_stops_the_run() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
+    assert!(hostile.is_file(), "run `cargo xtask test`");
+    let text = config("grpo", "").replace(plugin().to_str().unwrap(), hostile.to_str().unwrap());
+    // One step in twenty faults: a few trajectories fail, the run goes on.
+    let flaky = text.replace("[model]", "[env.config]\nmode = \"flaky\"\n[model]");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&flaky, &["env.groups=6", "env.max_turns=3", "schedule.steps=1"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let m = step_line(dir.path(), 1);
+    assert!(m["train/failed_trajectories"].as_f64().unwrap() >= 1.0, "{m}");
+    // Every step faults: the run stops, names the plugin, and leaves a reproducer.
+    let panics = text.replace("[model]", "[env.config]\nmode = \"panic\"\n[model]");
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&panics, &["schedule.steps=1"]).unwrap();
+    let err = Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err().to_string();
+    assert!(err.contains("hostile.wasm") && err.contains("reproducer"), "{err}");
+    let file = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("failure-"));
+    let text = std::fs::read_to_string(file.expect("a reproducer file").path()).unwrap();
+    assert!(text.contains("\"seed\""));
 }
