@@ -165,7 +165,6 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
     let mut report = FuzzReport::default();
     let mut found: BTreeMap<FindingKind, Finding> = BTreeMap::new();
     let (started, mut baseline) = (Instant::now(), None::<(u64, u64)>);
-    let mut history: Vec<Script> = Vec::new();
     loop {
         let enough = opts.stop_on_finding && !found.is_empty();
         if enough
@@ -185,7 +184,6 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
         let played = play(env.as_mut(), &script);
         report.episodes += 1;
         report.steps += played.transcript.len().saturating_sub(1) as u64;
-        history.push(script.clone());
         if let Some(e) = &played.fault {
             *report.outcomes.entry(e.kind()).or_default() += 1;
             if !found.contains_key(&FindingKind::Fault) {
