@@ -109,8 +109,13 @@ pub struct RolloutSection {
     pub val_temperature: f64,
     /// Tokens per response at most (RAGEN 400).
     pub max_new_tokens: usize,
-    /// Earlier turns in each prompt: 0 for all, else the last k.
+    /// Earlier turns in each prompt: 0 for all, else the last k (one-sequence mode).
     pub history: usize,
+    /// Train on one sequence per turn (system prompt + that turn's observation + the
+    /// sampled response: exactly what the model saw, since prompts then carry no history)
+    /// instead of one per trajectory. Cheaper for small models; needs a critic-free
+    /// estimator, and each turn's sequence carries its trajectory's total reward.
+    pub per_turn: bool,
     /// Longest training sequence; whole turns past it are dropped from the end.
     pub max_sequence_tokens: usize,
     pub format_reward: FormatReward,
@@ -129,6 +134,7 @@ impl Default for RolloutSection {
             val_temperature: 0.0,
             max_new_tokens: 128,
             history: 0,
+            per_turn: false,
             max_sequence_tokens: 4096,
             format_reward: FormatReward::default(),
             rewards: RewardPlacement::PerTurn,
@@ -270,6 +276,12 @@ impl TrainConfig {
         let est = self.algorithm.advantage.estimator;
         if est == Estimator::Grpo && self.env.group_size < 2 {
             return bad("env.group_size", "grpo normalises within groups and needs group_size >= 2".into());
+        }
+        if self.rollout.per_turn && est.uses_critic() {
+            return bad(
+                "rollout.per_turn",
+                format!("needs a critic-free estimator (grpo, brpo, reinforce), not {est:?}"),
+            );
         }
         if self.env.groups == 0 || self.env.group_size == 0 {
             return bad("env.groups", "groups and group_size must be at least 1".into());

@@ -195,10 +195,11 @@ impl Trainer {
             // imitated: only the oracle's answers are targets.
             let rows: Vec<Row> = seqs
                 .iter()
-                .map(|(i, s)| {
+                .map(|l| {
+                    let s = &l.seq;
                     let mut row = sft_row(s);
                     for k in 0..s.turn_ends.len() {
-                        if policy.noisy.contains(&(*i, k)) {
+                        if policy.noisy.contains(&(l.traj, l.turn.unwrap_or(k))) {
                             let start = if k == 0 { 0 } else { s.turn_ends[k - 1] + 1 };
                             row.loss_mask[start..=s.turn_ends[k]].iter_mut().for_each(|m| *m = false);
                         }
@@ -243,13 +244,19 @@ impl Trainer {
             max_turns: self.cfg.env.max_turns,
             max_actions_per_turn: self.cfg.env.max_actions_per_turn,
             max_actions_per_episode: 0,
-            history: if r.history == 0 { History::All } else { History::Last(r.history) },
+            history: match (r.per_turn, r.history) {
+                (true, _) => History::Last(0),
+                (false, 0) => History::All,
+                (false, k) => History::Last(k),
+            },
             format_reward: r.format_reward,
             system_prompt: r.system_prompt.clone(),
         }
     }
 
-    fn layout_all(&self, trajs: &[Trajectory]) -> Result<Vec<(usize, TrainingSequence)>> {
+    /// Training sequences: one per trajectory, or one per turn (`rollout.per_turn`), each
+    /// with the index of its trajectory and, per turn, of its turn.
+    fn layout_all(&self, trajs: &[Trajectory]) -> Result<Vec<Laid>> {
         let options =
             LayoutOptions { max_tokens: self.cfg.rollout.max_sequence_tokens, rewards: self.cfg.rollout.rewards };
         let mut out = Vec::new();
@@ -257,7 +264,17 @@ impl Trainer {
             if t.failure.is_some() || t.turns.is_empty() {
                 continue;
             }
-            out.push((i, layout(self.actor.as_ref(), &t.system, &t.assistant_turns(), &options)?));
+            let turns = t.assistant_turns();
+            if self.cfg.rollout.per_turn {
+                let total: f32 = turns.iter().map(|x| x.reward).sum();
+                for (k, turn) in turns.into_iter().enumerate() {
+                    let one = vagen_rollout::AssistantTurn { reward: total, ..turn };
+                    let seq = layout(self.actor.as_ref(), &t.system, &[one], &options)?;
+                    out.push(Laid { traj: i, turn: Some(k), seq });
+                }
+            } else {
+                out.push(Laid { traj: i, turn: None, seq: layout(self.actor.as_ref(), &t.system, &turns, &options)? });
+            }
         }
         Ok(out)
     }
@@ -312,7 +329,7 @@ impl Trainer {
         // Old log-probs and values from one no-grad forward, with the training code path.
         let t1 = Instant::now();
         let temperature = cfg.rollout.temperature.max(1e-6);
-        let mut rows: Vec<Row> = seqs.iter().map(|(_, s)| base_row(s)).collect();
+        let mut rows: Vec<Row> = seqs.iter().map(|l| base_row(&l.seq)).collect();
         {
             let _g = tch::no_grad_guard();
             for chunk in rows.chunks_mut(cfg.optim.micro_batch) {
@@ -343,17 +360,17 @@ impl Trainer {
         // Advantages.
         let values_f64: Vec<Vec<f64>> = rows.iter().map(|r| r.old_values.iter().map(|&v| v as f64).collect()).collect();
         let rewards_f64: Vec<Vec<f64>> =
-            seqs.iter().map(|(_, s)| s.rewards.iter().map(|&v| v as f64).collect()).collect();
+            seqs.iter().map(|l| l.seq.rewards.iter().map(|&v| v as f64).collect()).collect();
         let algo: Vec<AlgoTrajectory> = seqs
             .iter()
             .enumerate()
-            .map(|(k, (i, s))| AlgoTrajectory {
+            .map(|(k, l)| AlgoTrajectory {
                 rewards: &rewards_f64[k],
                 values: &values_f64[k],
-                loss_mask: &s.loss_mask,
-                adv_mask: &s.advantage_mask,
-                turn_ends: &s.turn_ends,
-                group: trajs[*i].group as u64,
+                loss_mask: &l.seq.loss_mask,
+                adv_mask: &l.seq.advantage_mask,
+                turn_ends: &l.seq.turn_ends,
+                group: trajs[l.traj].group as u64,
             })
             .collect();
         let advantages = compute_advantages(&cfg.algorithm.advantage, &algo)?;
@@ -429,8 +446,8 @@ impl Trainer {
 
         let mut m = StepMetrics::new(self.state.step + 1);
         m.values.extend(acc.means());
-        let tokens: usize = seqs.iter().map(|(_, s)| s.ids.len()).sum();
-        let response_tokens: usize = seqs.iter().map(|(_, s)| s.loss_mask.iter().filter(|&&x| x).count()).sum();
+        let tokens: usize = seqs.iter().map(|l| l.seq.ids.len()).sum();
+        let response_tokens: usize = seqs.iter().map(|l| l.seq.loss_mask.iter().filter(|&&x| x).count()).sum();
         for (k, v) in [
             ("train/success", rm.success),
             ("train/pass_at_group", rm.pass_at_group),
@@ -439,7 +456,7 @@ impl Trainer {
             ("train/valid_action_rate", rm.valid_action_rate),
             ("train/format_correct_rate", rm.format_correct_rate),
             ("train/failed_trajectories", rm.failed as f64),
-            ("train/truncated_sequences", seqs.iter().filter(|(_, s)| s.truncated).count() as f64),
+            ("train/truncated_sequences", seqs.iter().filter(|l| l.seq.truncated).count() as f64),
             ("rollout/response_length", rm.mean_response_tokens.unwrap_or(0.0)),
             ("rollout/in_group_std", filtered.before.mean_in_group_std),
             ("rollout/in_group_mean", filtered.before.mean_in_group_mean),
@@ -481,6 +498,14 @@ impl Trainer {
         }
         Ok(m)
     }
+}
+
+/// A training sequence and where it came from.
+struct Laid {
+    traj: usize,
+    /// The turn, when sequences are per turn.
+    turn: Option<usize>,
+    seq: TrainingSequence,
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {

@@ -85,6 +85,20 @@ fn two_steps_of_each_estimator_have_finite_losses() {
     }
 }
 
+#[test]
+fn per_turn_sequences_train_and_carry_the_trajectory_reward() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&config("grpo", ""), &["rollout.per_turn=true", "sft.steps=2", "sft.episodes_per_step=4"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let m = step_line(dir.path(), 2);
+    assert!(m["actor/pg_loss"].as_f64().unwrap().is_finite());
+    // One sequence per turn: as many kept sequences as turns played.
+    let turns = m["train/turns"].as_f64().unwrap() * 4.0;
+    assert_eq!(m["rollout/kept_trajectories"].as_f64().unwrap(), turns, "{m}");
+    let sft: Vec<_> = metrics(dir.path()).into_iter().filter(|m| m.get("sft/loss").is_some()).collect();
+    assert_eq!(sft.len(), 2);
+}
+
 fn logits(model: &Model) -> Tensor {
     let ids = Tensor::from_slice(&[5i64, 17, 300, 42]).unsqueeze(0);
     let pos = Tensor::arange(4, tch::kind::INT64_CPU).unsqueeze(0);
@@ -137,6 +151,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["rollout.format=\"free-thinking\""], "free-thinking"),
         (good.clone(), vec!["sft.action_noise=2"], "sft.action_noise"),
         (good.clone(), vec!["env.max_failure_rate=1.5"], "env.max_failure_rate"),
+        (config("gae", ""), vec!["rollout.per_turn=true"], "rollout.per_turn"),
         (good.clone(), vec!["nonsense"], "nonsense"),
     ];
     for (text, overrides, needle) in cases {
