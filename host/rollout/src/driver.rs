@@ -51,6 +51,9 @@ pub struct RolloutConfig {
     /// Replaces the env's system prompt (the format instructions are still appended), e.g.
     /// a short one for a small model that cannot use the rules' prose anyway.
     pub system_prompt: Option<String>,
+    /// Add the env's `describe_state` text to every observation (a grounded observation:
+    /// easier for small models than reading a grid).
+    pub describe_state: bool,
 }
 
 impl Default for RolloutConfig {
@@ -64,6 +67,7 @@ impl Default for RolloutConfig {
             history: History::All,
             format_reward: FormatReward::default(),
             system_prompt: None,
+            describe_state: false,
         }
     }
 }
@@ -180,8 +184,11 @@ pub fn rollout(
     let example = manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
     let instructions = config.format.instructions(&example);
     let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), String> {
-        let obs = env.reset(episode_seed(i)).map_err(|e| e.to_string())?;
+        let mut obs = env.reset(episode_seed(i)).map_err(|e| e.to_string())?;
         let system = env.system_prompt().map_err(|e| e.to_string())?;
+        if config.describe_state {
+            obs.text = format!("{}\n{}", obs.text, env.describe_state().map_err(|e| e.to_string())?);
+        }
         Ok((system, obs))
     });
     let mut current: Vec<Option<(String, Vec<Image>)>> = Vec::with_capacity(n);
@@ -242,7 +249,20 @@ pub fn rollout(
             answers[i] = Some(p.step_answer(&separator_with_space(&manifest)));
             parsed[i] = Some(p);
         }
-        let results = pool.step_all(&answers);
+        let mut results = pool.step_all(&answers);
+        if config.describe_state {
+            let states = pool.for_each(|i, env| match &results[i] {
+                Some(Ok(step)) if !step.done => Some(env.describe_state()),
+                _ => None,
+            });
+            for (r, state) in results.iter_mut().zip(states) {
+                match (r, state) {
+                    (Some(Ok(step)), Some(Ok(text))) => step.observation.text = format!("{}\n{text}", step.observation.text),
+                    (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
+                    _ => {}
+                }
+            }
+        }
         for (&i, response) in active.iter().zip(responses) {
             let p = parsed[i].take().expect("parsed for every active env");
             let (user, images) = current[i].take().expect("active");

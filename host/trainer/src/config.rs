@@ -122,6 +122,8 @@ pub struct RolloutSection {
     pub rewards: RewardPlacement,
     /// Replaces the env's system prompt (format instructions are still appended).
     pub system_prompt: Option<String>,
+    /// Append the env's `describe_state` text to every observation.
+    pub describe_state: bool,
 }
 
 impl Default for RolloutSection {
@@ -139,6 +141,7 @@ impl Default for RolloutSection {
             format_reward: FormatReward::default(),
             rewards: RewardPlacement::PerTurn,
             system_prompt: None,
+            describe_state: false,
         }
     }
 }

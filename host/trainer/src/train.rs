@@ -251,6 +251,7 @@ impl Trainer {
             },
             format_reward: r.format_reward,
             system_prompt: r.system_prompt.clone(),
+            describe_state: r.describe_state,
         }
     }
 
