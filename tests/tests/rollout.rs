@@ -155,3 +155,18 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
     }
     assert!(metrics(&trajs).mean_response_tokens.unwrap() > 0.0);
 }
+
+#[test]
+fn observations_can_carry_the_env_state_description() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let config = RolloutConfig { describe_state: true, max_turns: 3, ..Default::default() };
+    let trajs =
+        rollout(plugin.as_ref(), "", &[4, 5], &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    for t in &trajs {
+        assert!(t.turns.iter().all(|x| x.user.contains("The goal is")), "{:?}", t.turns[0].user);
+    }
+    let plain =
+        rollout(plugin.as_ref(), "", &[4], &RolloutConfig::default(), &mut RandomPolicy { format: Format::FreeThink })
+            .unwrap();
+    assert!(!plain[0].turns[0].user.contains("The goal is"));
+}

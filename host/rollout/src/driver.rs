@@ -257,7 +257,9 @@ pub fn rollout(
             });
             for (r, state) in results.iter_mut().zip(states) {
                 match (r, state) {
-                    (Some(Ok(step)), Some(Ok(text))) => step.observation.text = format!("{}\n{text}", step.observation.text),
+                    (Some(Ok(step)), Some(Ok(text))) => {
+                        step.observation.text = format!("{}\n{text}", step.observation.text)
+                    }
                     (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
                     _ => {}
                 }
