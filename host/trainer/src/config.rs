@@ -232,11 +232,14 @@ pub struct SftSection {
     /// Probability that an oracle answer is replaced by a random one (more varied data, and
     /// a warm start that leaves RL something to improve).
     pub action_noise: f64,
+    /// 0: fresh episodes every step. n: the episodes of the first n steps, cycled (a fixed
+    /// dataset, e.g. to check that the model can fit it).
+    pub dataset_steps: usize,
 }
 
 impl Default for SftSection {
     fn default() -> Self {
-        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0 }
+        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0, dataset_steps: 0 }
     }
 }
 

@@ -182,7 +182,11 @@ impl Trainer {
         let bar = bar(cfg.sft.steps as u64, "SFT steps");
         bar.set_position(self.state.sft_steps_done as u64);
         while self.state.sft_steps_done < cfg.sft.steps {
-            let k = self.state.sft_steps_done as u64;
+            // With a fixed dataset, every step replays the same episodes.
+            let k = match cfg.sft.dataset_steps {
+                0 => self.state.sft_steps_done as u64,
+                n => (self.state.sft_steps_done % n) as u64,
+            };
             let seeds: Vec<u64> = (0..cfg.sft.episodes_per_step as u64)
                 .map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i)
                 .collect();

@@ -99,6 +99,28 @@ fn per_turn_sequences_train_and_carry_the_trajectory_reward() {
     assert_eq!(sft.len(), 2);
 }
 
+/// A fixed handful of oracle turns must be memorised: the policy conditions on the prompt.
+#[test]
+fn sft_fits_a_small_fixed_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [
+        "rollout.per_turn=true",
+        "sft.steps=60",
+        "sft.lr=1e-3",
+        "sft.episodes_per_step=4",
+        "sft.dataset_steps=1",
+        "schedule.steps=0",
+        "env.val_episodes=1",
+    ];
+    let cfg = parse(&config("grpo", ""), &overrides).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let losses: Vec<f64> =
+        metrics(dir.path()).iter().filter_map(|m| m.get("sft/loss").and_then(|v| v.as_f64())).collect();
+    assert_eq!(losses.len(), 60);
+    let last = losses.last().unwrap();
+    assert!(*last < 0.05, "loss {} -> {last}", losses[0]);
+}
+
 fn logits(model: &Model) -> Tensor {
     let ids = Tensor::from_slice(&[5i64, 17, 300, 42]).unsqueeze(0);
     let pos = Tensor::arange(4, tch::kind::INT64_CPU).unsqueeze(0);
