@@ -201,7 +201,7 @@ impl Trainer {
                 .iter()
                 .map(|l| {
                     let s = &l.seq;
-                    let mut row = sft_row(s);
+                    let mut row = base_row(s);
                     for k in 0..s.turn_ends.len() {
                         if policy.noisy.contains(&(l.traj, l.turn.unwrap_or(k))) {
                             let start = if k == 0 { 0 } else { s.turn_ends[k - 1] + 1 };
@@ -213,6 +213,7 @@ impl Trainer {
                 .collect();
             let mut total = 0.0;
             let mut tokens = 0usize;
+            let all_tokens = rows.iter().map(|r| r.loss_mask.iter().filter(|&&m| m).count()).sum::<usize>().max(1);
             for chunk in rows.chunks(cfg.optim.micro_batch) {
                 let refs: Vec<&Row> = chunk.iter().collect();
                 let micro = Micro::new(&refs, self.actor.device());
@@ -221,11 +222,7 @@ impl Trainer {
                 let loss = -(logp * &micro.loss_mask).sum(Kind::Float) / n;
                 total += loss.double_value(&[]) * micro.tokens as f64;
                 tokens += micro.tokens;
-                (loss
-                    * (micro.tokens as f64
-                        / rows.iter().map(|r| r.loss_mask.iter().filter(|&&m| m).count()).sum::<usize>().max(1)
-                            as f64))
-                    .backward();
+                (loss * (micro.tokens as f64 / all_tokens as f64)).backward();
             }
             let report = self.actor_opt.step(cfg.sft.lr, cfg.optim.grad_clip);
             self.state.sft_steps_done += 1;
@@ -535,10 +532,6 @@ fn base_row(s: &TrainingSequence) -> Row {
         old_values: vec![0.0; n],
         value_mask: vec![false; n],
     }
-}
-
-fn sft_row(s: &TrainingSequence) -> Row {
-    base_row(s)
 }
 
 /// Epoch averages: each value weighted by its micro-batch's share of its mini-batch, then
