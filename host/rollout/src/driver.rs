@@ -218,7 +218,7 @@ pub fn rollout(
             break;
         }
         let oracles = if policy.needs_oracle() {
-            pool.for_each(|i, env| if active.contains(&i) { env.oracle().ok().flatten() } else { None })
+            pool.for_each(|i, env| if current[i].is_some() { env.oracle().ok().flatten() } else { None })
         } else {
             vec![None; n]
         };

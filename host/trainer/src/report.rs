@@ -86,13 +86,12 @@ pub fn write(run_dir: &Path) -> Result<()> {
     let mut samples: Vec<_> =
         std::fs::read_dir(run_dir.join("samples")).map(|d| d.flatten().collect()).unwrap_or_default();
     samples.sort_by_key(|e: &std::fs::DirEntry| e.file_name());
-    for s in [samples.first(), samples.last()].into_iter().flatten() {
+    // The first and the last evaluation (one, when there was only one).
+    let last = samples.last().filter(|_| samples.len() > 1);
+    for s in samples.first().into_iter().chain(last) {
         let name = s.file_name().to_string_lossy().trim_end_matches(".html").to_string();
         let body = std::fs::read_to_string(s.path())?;
         let _ = write!(html, "<h3>{name}</h3>{body}");
-        if samples.len() == 1 {
-            break;
-        }
     }
     let path = run_dir.join("report.html");
     std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))

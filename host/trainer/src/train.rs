@@ -385,7 +385,7 @@ impl Trainer {
         let scores: Vec<f64> = algo.iter().map(|t| t.score()).collect();
         let groups: Vec<u64> = algo.iter().map(|t| t.group).collect();
         let filtered = filter_groups(&scores, &groups, &cfg.algorithm.filter)?;
-        let kept: Vec<Row> = rows.iter().zip(&filtered.keep).filter(|(_, k)| **k).map(|(r, _)| r.clone()).collect();
+        let kept: Vec<Row> = rows.into_iter().zip(&filtered.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
 
         // PPO epochs over mini-batches, gradients accumulated over micro-batches.
         let t2 = Instant::now();
