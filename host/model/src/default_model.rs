@@ -29,7 +29,7 @@ pub fn default_config() -> Qwen2Config {
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "max_position_embeddings": 4096,
-        "rope_theta": 1000000.0,
+        "rope_theta": 10000.0,
         "rms_norm_eps": 1e-6,
         "tie_word_embeddings": true,
         "hidden_act": "silu",

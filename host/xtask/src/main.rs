@@ -97,7 +97,17 @@ fn setup_torch() -> Result<()> {
         run(cmd)?;
     }
     let mut pip = Command::new(venv_python());
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", TORCH, NUMPY, TRANSFORMERS]);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-cache-dir",
+        TORCH,
+        NUMPY,
+        TRANSFORMERS,
+    ]);
     run(pip)
 }
 

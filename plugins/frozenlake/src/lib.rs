@@ -138,15 +138,23 @@ impl Env for FrozenLake {
         )
     }
 
+    /// The goal relative to the player, then what each move would reach, in action order:
+    /// a fixed shape a small model can read (a list of every hole's position was not
+    /// learnable by the embedded model within the CPU demo's budget; the grid shows them).
     fn describe_state(&self) -> String {
-        let mut s = format!("The goal is {}.", relative_position(self.player, self.map.goal));
-        let holes: Vec<String> = self.map.holes().map(|h| relative_position(self.player, h)).collect();
-        if holes.is_empty() {
-            s.push_str(" There are no holes.");
-        } else {
-            s.push_str(&format!(" Holes: {}.", holes.join("; ")));
-        }
-        s
+        let around: Vec<String> = Move::ALL
+            .iter()
+            .map(|&m| {
+                let what = match self.map.neighbour(self.player, m).map(|p| self.map.tile(p)) {
+                    None => "edge",
+                    Some(Tile::Frozen) => "ice",
+                    Some(Tile::Hole) => "hole",
+                    Some(Tile::Goal) => "goal",
+                };
+                format!("{}: {what}", ACTIONS[m as usize])
+            })
+            .collect();
+        format!("The goal is {}. {}.", relative_position(self.player, self.map.goal), around.join(", "))
     }
 
     fn oracle(&self) -> Option<String> {

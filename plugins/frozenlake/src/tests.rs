@@ -108,12 +108,23 @@ fn image_observations_match_their_markers() {
 }
 
 #[test]
-fn describe_state_speaks_relative_to_the_player() {
+fn describe_state_names_the_goal_and_what_each_move_reaches() {
     let mut e = env(Config::default());
     e.reset(0);
     e.player = (1, 1);
     e.map.goal = (2, 3);
-    assert!(e.describe_state().starts_with("The goal is 2 rows below and 1 column to the right of you."));
+    e.map.tiles = vec![Tile::Frozen; 16];
+    e.map.tiles[e.map.goal.1 * 4 + e.map.goal.0] = Tile::Goal;
+    e.map.tiles[4] = Tile::Hole; // (0, 1): left of the player
+    assert_eq!(
+        e.describe_state(),
+        "The goal is 2 rows below and 1 column to the right of you. Left: hole, Down: ice, Right: ice, Up: ice."
+    );
+    e.player = (3, 3);
+    assert_eq!(
+        e.describe_state(),
+        "The goal is 1 column to the left of you (same row). Left: goal, Down: edge, Right: edge, Up: ice."
+    );
 }
 
 #[test]
