@@ -68,13 +68,19 @@ impl Micro {
 }
 
 /// Log-probs of the targets and per-token entropy, `[rows, longest - 1]`, under the policy
-/// at `temperature`; with gradients unless called under `no_grad`.
+/// at `temperature`; with gradients unless called under `no_grad`. Only positions inside the
+/// loss mask are computed (the rest are 0): the LM head, softmax and entropy over the whole
+/// vocabulary at every prompt position would cost more than the assistant tokens need.
 pub fn logprobs_and_entropy(lm: &Qwen2ForCausalLM, m: &Micro, temperature: f64) -> (Tensor, Tensor) {
-    let logits = lm.forward(&m.ids, &m.positions(), None, None).expect("no cache, no capacity limit");
-    let n = logits.size()[1];
-    let logits = logits.narrow(1, 0, n - 1) / temperature.max(1e-6);
+    let hidden = lm.model.forward(&m.ids, &m.positions(), None, None).expect("no cache, no capacity limit");
+    let (b, n) = (m.targets.size()[0], m.targets.size()[1]);
+    let hidden = hidden.narrow(1, 0, n).reshape([b * n, -1]);
+    let at = m.loss_mask.reshape([b * n]).nonzero().squeeze_dim(1);
+    let logits = lm.logits(&hidden.index_select(0, &at)) / temperature.max(1e-6);
     let logp_all = logits.log_softmax(-1, Kind::Float);
-    let logp = logp_all.gather(-1, &m.targets.unsqueeze(-1), false).squeeze_dim(-1);
+    let targets = m.targets.reshape([b * n]).index_select(0, &at);
+    let logp = logp_all.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1);
     let entropy = -(logp_all.exp() * &logp_all).sum_dim_intlist([-1i64].as_slice(), false, Kind::Float);
-    (logp, entropy)
+    let spread = |x: Tensor| Tensor::zeros([b * n], (Kind::Float, x.device())).index_copy(0, &at, &x).view([b, n]);
+    (spread(logp), spread(entropy))
 }

@@ -272,16 +272,13 @@ fn demo() -> Result<()> {
     let mut build = cargo();
     build.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
     run(build)?;
-    let host = root().join("target/release/vagen-host");
-    let runs = [("frozenlake", "random", "1000"), ("frozenlake", "oracle", "200"), ("sokoban", "oracle", "200")];
-    for (env, policy, episodes) in runs {
-        let mut cmd = Command::new(&host);
-        cmd.current_dir(root()).args(["run", "--plugin"]).arg(root().join(format!("target/plugins/{env}.wasm")));
-        cmd.args(["--policy", policy, "--episodes", episodes, "--out"]).arg(format!("runs/demo/{env}-{policy}.jsonl"));
-        run(cmd)?;
+    // The main job: SFT warm start, then RL, on FrozenLake with the embedded model; prints
+    // held-out success before and after RL. A previous demo run is replaced, not resumed.
+    let run_dir = root().join("runs/frozenlake-cpu");
+    if run_dir.exists() {
+        std::fs::remove_dir_all(&run_dir).map_err(|e| format!("removing {}: {e}", run_dir.display()))?;
     }
-    // The embedded default model (random weights from a seed: the text is noise until trained).
-    let mut generate = Command::new(&host);
-    generate.args(["generate", "--prompt", "Which way to the goal?", "--chat", "--max-new-tokens", "16"]);
-    run(generate)
+    let mut train = Command::new(root().join("target/release/vagen-host"));
+    train.current_dir(root()).args(["train", "--config", "examples/frozenlake-cpu.toml", "--run-dir"]).arg(&run_dir);
+    run(train)
 }
