@@ -319,15 +319,7 @@ fn save_reproducer(plugin: &dyn Plugin, a: &RunArgs, ep: &Episode) -> Result<Pat
 
 /// Writes a failed episode's seed and answers where `--out` goes (or the working folder).
 pub fn save_answers(plugin: &dyn Plugin, a: &RunArgs, seed: u64, answers: &[String]) -> Result<PathBuf> {
-    let r = Reproducer {
-        plugin: plugin.info().path.clone(),
-        sha256: plugin.info().sha256.clone(),
-        config: a.env_config.clone(),
-        kind: Some(vagen_runtime::fuzz::FindingKind::Fault),
-        seed,
-        answers: answers.to_vec(),
-        repeat: 1,
-    };
+    let r = Reproducer::fault(plugin, &a.env_config, seed, answers.to_vec());
     let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, seed));
     std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;

@@ -326,6 +326,29 @@ impl Trainer {
         )?;
         let t_rollout = t0.elapsed().as_secs_f64();
         let rm = vagen_rollout::metrics(&trajs);
+        // Judged before any work on the batch: a run that stops here has not updated on it.
+        if rm.failed as f64 > cfg.env.max_failure_rate * rm.episodes as f64 {
+            let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
+            let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
+            let reproducer = vagen_runtime::fuzz::Reproducer::fault(
+                self.plugin.as_ref(),
+                &cfg.env_config_json(),
+                bad.seed,
+                bad.answers(),
+            );
+            std::fs::write(&file, serde_json::to_string_pretty(&reproducer)?)?;
+            bail!(
+                "{} of {} trajectories failed in step {} (more than env.max_failure_rate {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+                rm.failed,
+                rm.episodes,
+                self.state.step + 1,
+                cfg.env.max_failure_rate,
+                cfg.env.plugin.display(),
+                bad.failure.as_deref().unwrap_or(""),
+                file.display(),
+                file.display()
+            );
+        }
         let seqs = self.layout_all(&trajs)?;
 
         // Old log-probs and values from one no-grad forward, with the training code path.
@@ -446,6 +469,7 @@ impl Trainer {
         }
         let t_update = t2.elapsed().as_secs_f64();
 
+        let t_step = t0.elapsed().as_secs_f64();
         let mut m = StepMetrics::new(self.state.step + 1);
         m.values.extend(acc.means());
         let tokens: usize = seqs.iter().map(|l| l.seq.ids.len()).sum();
@@ -467,36 +491,11 @@ impl Trainer {
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),
-            ("timing_s/step", t0.elapsed().as_secs_f64()),
-            ("throughput/tokens_per_s", tokens as f64 / t0.elapsed().as_secs_f64()),
+            ("timing_s/step", t_step),
+            ("throughput/tokens_per_s", tokens as f64 / t_step),
             ("throughput/response_tokens", response_tokens as f64),
         ] {
             m.values.insert(k.into(), v);
-        }
-        if rm.failed as f64 > cfg.env.max_failure_rate * rm.episodes as f64 {
-            let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
-            let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
-            let reproducer = vagen_runtime::fuzz::Reproducer {
-                plugin: self.plugin.info().path.clone(),
-                sha256: self.plugin.info().sha256.clone(),
-                config: cfg.env_config_json(),
-                kind: Some(vagen_runtime::fuzz::FindingKind::Fault),
-                seed: bad.seed,
-                answers: bad.answers(),
-                repeat: 1,
-            };
-            std::fs::write(&file, serde_json::to_string_pretty(&reproducer)?)?;
-            bail!(
-                "{} of {} trajectories failed in step {} (more than env.max_failure_rate {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-                rm.failed,
-                rm.episodes,
-                self.state.step + 1,
-                cfg.env.max_failure_rate,
-                cfg.env.plugin.display(),
-                bad.failure.as_deref().unwrap_or(""),
-                file.display(),
-                file.display()
-            );
         }
         Ok(m)
     }

@@ -29,6 +29,12 @@ impl Reproducer {
             repeat: repeat.max(1),
         }
     }
+
+    /// A failed episode seen outside fuzzing (a run or a training step): its seed and the
+    /// answers that were played, to replay once.
+    pub fn fault(plugin: &dyn Plugin, config: &str, seed: u64, answers: Vec<String>) -> Self {
+        Self::new(plugin, config, FindingKind::Fault, &Script { seed, answers }, 1)
+    }
 }
 
 /// What a replay showed.
