@@ -211,23 +211,21 @@ impl Trainer {
                     row
                 })
                 .collect();
+            // Mean cross-entropy over the step's assistant tokens, accumulated as sums.
             let mut total = 0.0;
-            let mut tokens = 0usize;
             let all_tokens = rows.iter().map(|r| r.loss_mask.iter().filter(|&&m| m).count()).sum::<usize>().max(1);
             for chunk in rows.chunks(cfg.optim.micro_batch) {
                 let refs: Vec<&Row> = chunk.iter().collect();
                 let micro = Micro::new(&refs, self.actor.device());
                 let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, 1.0);
-                let n = micro.loss_mask.sum(Kind::Float).clamp_min(1.0);
-                let loss = -(logp * &micro.loss_mask).sum(Kind::Float) / n;
-                total += loss.double_value(&[]) * micro.tokens as f64;
-                tokens += micro.tokens;
-                (loss * (micro.tokens as f64 / all_tokens as f64)).backward();
+                let nll = -(logp * &micro.loss_mask).sum(Kind::Float);
+                total += nll.double_value(&[]);
+                (nll / all_tokens as f64).backward();
             }
             let report = self.actor_opt.step(cfg.sft.lr, cfg.optim.grad_clip);
             self.state.sft_steps_done += 1;
             let mut m = StepMetrics::new(0);
-            m.values.insert("sft/loss".into(), total / tokens.max(1) as f64);
+            m.values.insert("sft/loss".into(), total / all_tokens as f64);
             m.values.insert("sft/grad_norm".into(), report.grad_norm);
             m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
             self.log.write(&m)?;
