@@ -55,16 +55,15 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Ok(None);
     };
-    let mut found: Vec<(usize, PathBuf)> = entries
+    let newest = entries
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let step = name.strip_prefix("step-")?.parse().ok()?;
+            let step: usize = name.strip_prefix("step-")?.parse().ok()?;
             e.path().join("state.json").is_file().then(|| (step, e.path()))
         })
-        .collect();
-    found.sort();
-    Ok(found.pop().map(|(_, p)| p))
+        .max_by_key(|(step, _)| *step);
+    Ok(newest.map(|(_, p)| p))
 }
 
 pub fn read_state(ckpt: &Path) -> Result<TrainerState> {
