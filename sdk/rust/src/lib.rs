@@ -73,6 +73,12 @@ pub trait Env: Sized + 'static {
     }
 }
 
+/// What the host's JSON config becomes for `E`: defaults, then the `"preset"` it names,
+/// then its own fields (as `create` resolves it; handy in an env's tests).
+pub fn resolve_config<E: Env>(json: &str) -> Result<E::Config, EnvError> {
+    config::resolve::<E::Config>(json, E::presets())
+}
+
 /// Exports an [`Env`] implementation: built for WebAssembly, as the component's
 /// `vagen:env/env` interface; built natively (a `cdylib`), as the versioned C ABI of
 /// native plugins (see the `vagen-abi` crate).
