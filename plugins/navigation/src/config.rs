@@ -68,7 +68,7 @@ impl Default for Config {
             objects_per_room: [4, 6],
             instruction: Instruction::Name,
             target_in_other_room: false,
-            min_start_distance: 2.0,
+            min_start_distance: 3.0,
             step_size: 0.5,
             success_distance: 1.5,
             success_reward: 10.0,

@@ -6,7 +6,7 @@ use crate::config::{Config, Instruction};
 use crate::mesh::Tri;
 use crate::objects::{Colour, Kind, Placement};
 use crate::scene::{Layout, Near, Object, WALL_HALF, place_object};
-use crate::walk::{Pose, Walk};
+use crate::walk::{Action, Pose, Walk};
 use vagen_sdk::Rng;
 
 pub struct Task {
@@ -118,7 +118,15 @@ fn attempt_task(rng: &mut Rng, config: &Config, relaxed: bool) -> Option<Task> {
     rng.shuffle(&mut cells);
     let mut start = None;
     for &(i, j) in cells.iter().take(8) {
-        let pose = Pose { i, j, heading: rng.below(4) as u8, pitch: 0 };
+        // Facing open floor: a first view of a wall or a fridge door from 20 cm shows nothing.
+        let open: Vec<u8> = (0..4u8)
+            .filter(|&h| {
+                let p = Pose { i, j, heading: h, pitch: 0 };
+                walk.apply(p, Action::MoveAhead).and_then(|q| walk.apply(q, Action::MoveAhead)).is_some()
+            })
+            .collect();
+        let heading = rng.choose(&open).copied().unwrap_or_else(|| rng.below(4) as u8);
+        let pose = Pose { i, j, heading, pitch: 0 };
         let reached = |x: f32, z: f32| t.distance(x, z) <= reach;
         if walk.plan(pose, reached).is_some_and(|p| p.len() <= config.max_actions_per_episode as usize) {
             start = Some(pose);

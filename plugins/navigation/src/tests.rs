@@ -113,14 +113,16 @@ fn the_view_shows_the_room_and_its_furniture() {
     for seed in 0..20 {
         let obs = e.reset(seed);
         let img = &obs.images[0];
-        // Walls, floor, ceiling and objects: many distinct colours, no background showing.
+        // Even a bare wall shows two paint bands, skirting, floor tiles and ceiling, and
+        // no background pixel shows through anywhere.
         let distinct: std::collections::BTreeSet<&[u8]> = img.rgb.chunks_exact(3).collect();
         colours_seen.insert(distinct.len());
-        assert!(distinct.len() >= 8, "seed {seed}: {} colours", distinct.len());
+        assert!(distinct.len() >= 5, "seed {seed}: {} colours", distinct.len());
         assert!(img.rgb.chunks_exact(3).all(|p| p != BACKGROUND), "seed {seed}: a hole in the room");
         objects_seen += e.visible.len();
     }
     assert!(objects_seen >= 20, "{objects_seen} objects in view over 20 starts");
+    assert!(colours_seen.iter().any(|&n| n >= 30), "furniture adds colours: {colours_seen:?}");
 }
 
 #[test]
