@@ -140,9 +140,11 @@ impl Walk {
         }
     }
 
-    /// Fewest actions from `from` to a cell where `goal` holds (ties: fewest actions other
-    /// than moveahead, so the agent mostly walks forwards). Pitch never matters for getting
-    /// there and is left as it is. `None`: unreachable.
+    /// The cheapest actions from `from` to a cell where `goal` holds, walking as a person
+    /// does: forwards (cost 2) and turning (3) are preferred over sidestepping or backing up
+    /// (5), so a demonstration mostly looks where it goes; a single sidestep still beats
+    /// turning, stepping and turning back. Pitch never matters for getting there and is left
+    /// as it is. `None`: unreachable.
     pub fn plan(&self, from: Pose, goal: impl Fn(f32, f32) -> bool) -> Option<Vec<Action>> {
         const MOVES: [Action; 6] = [
             Action::MoveAhead,
@@ -181,7 +183,11 @@ impl Walk {
             for a in MOVES {
                 let Some(q) = self.apply(p, a) else { continue };
                 let nk = index(&q);
-                let nc = c + 1000 + u32::from(a != Action::MoveAhead);
+                let nc = c + match a {
+                    Action::MoveAhead => 2,
+                    Action::RotateLeft | Action::RotateRight => 3,
+                    _ => 5,
+                };
                 if nc < cost[nk] {
                     cost[nk] = nc;
                     came[nk] = Some((k, a));
@@ -235,7 +241,17 @@ mod tests {
             p = w.apply(p, a).expect("every planned action is executable");
         }
         assert_eq!((p.i, p.j), (3, 7));
-        assert_eq!(plan.len(), 9, "{plan:?}: 7 cells north, plus a step aside and back around the pillar");
+        assert_eq!(plan.len(), 9, "{plan:?}: 7 cells north, plus a sidestep and back around the pillar");
+        assert!(plan.iter().all(|a| matches!(a, Action::MoveAhead | Action::MoveLeft | Action::MoveRight)));
         assert!(w.plan(from, |x, _| x > 10.0).is_none());
+    }
+
+    #[test]
+    fn the_plan_turns_round_instead_of_backing_up() {
+        let w = room_with_pillar();
+        let from = Pose { i: 7, j: 6, heading: 0, pitch: 0 };
+        let plan = w.plan(from, |_, z| z < 1.0).unwrap();
+        assert!(plan[..2].iter().all(|a| matches!(a, Action::RotateLeft | Action::RotateRight)), "{plan:?}");
+        assert!(plan[2..].iter().all(|&a| a == Action::MoveAhead), "{plan:?}");
     }
 }

@@ -7,7 +7,7 @@ mod reproducer;
 
 pub use reproducer::{Replay, Reproducer, replay};
 
-use crate::{Environment, Error, Plugin};
+use crate::{Environment, Error, Observation, Plugin, StepResult};
 use answers::AnswerGen;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -114,7 +114,7 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
     let reset = env.reset(s.seed);
     p.slowest = (t.elapsed(), "reset");
     match reset {
-        Ok(obs) => p.transcript.push(format!("{obs:?}")),
+        Ok(obs) => p.transcript.push(fingerprint(&obs, None)),
         Err(e) => {
             p.transcript.push(format!("reset error {}", e.kind()));
             if e.is_fault() {
@@ -132,7 +132,7 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
         match r {
             Ok(step) => {
                 let done = step.done;
-                p.transcript.push(format!("{step:?}"));
+                p.transcript.push(fingerprint(&step.observation, Some(&step)));
                 if done {
                     let after = env.step(s.answers.get(i + 1).map_or("", String::as_str));
                     p.step_after_done_accepted = after.is_ok();
@@ -154,6 +154,22 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
         }
     }
     p
+}
+
+/// One transcript entry: the text and outcome as written, each image as its size and a
+/// SHA-256 of its pixels. (Debug-printing a 256×256 frame is a megabyte of digits per step,
+/// which made image envs fuzz ten times slower than they step.)
+fn fingerprint(obs: &Observation, step: Option<&StepResult>) -> String {
+    use sha2::{Digest, Sha256};
+    let images: Vec<String> =
+        obs.images.iter().map(|i| format!("{}x{} {}", i.width, i.height, hex::encode(Sha256::digest(&i.rgb)))).collect();
+    let outcome = step.map(|s| {
+        format!(
+            " reward {:?} done {} success {} valid {} effective {} metrics {:?}",
+            s.reward, s.done, s.success, s.valid_actions, s.effective_actions, s.metrics
+        )
+    });
+    format!("{:?} images {images:?}{}", obs.text, outcome.unwrap_or_default())
 }
 
 pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error> {
