@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vagen_runtime::{Limits, Plugin, Runtime};
+use vagen_runtime::{Environment, Limits, Plugin, Runtime};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
@@ -46,4 +46,18 @@ pub fn load(name: &str, limits: Limits) -> (Arc<dyn Plugin>, tempfile::TempDir) 
     let (rt, dir) = runtime(limits);
     let plugin = rt.load(plugin_path(name)).unwrap_or_else(|e| panic!("loading {name}: {e}"));
     (plugin, dir)
+}
+
+/// Plays one episode from `seed` for at most the manifest's turn limit, `answer` choosing
+/// each answer; whether it ended in success.
+pub fn play(env: &mut dyn Environment, seed: u64, mut answer: impl FnMut(&mut dyn Environment) -> String) -> bool {
+    env.reset(seed).unwrap();
+    for _ in 0..env.manifest().default_max_turns {
+        let a = answer(env);
+        let s = env.step(&a).unwrap();
+        if s.done {
+            return s.success;
+        }
+    }
+    false
 }

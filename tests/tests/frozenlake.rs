@@ -1,20 +1,8 @@
 //! FrozenLake as a `.wasm` plugin: the oracle always wins on non-slippery ice, a random
 //! policy does clearly worse.
 
-use vagen_runtime::{Environment, Limits};
-use vagen_tests::load;
-
-fn play(env: &mut dyn Environment, seed: u64, mut answer: impl FnMut(&mut dyn Environment) -> String) -> bool {
-    env.reset(seed).unwrap();
-    for _ in 0..env.manifest().default_max_turns {
-        let a = answer(env);
-        let s = env.step(&a).unwrap();
-        if s.done {
-            return s.success;
-        }
-    }
-    false
-}
+use vagen_runtime::Limits;
+use vagen_tests::{load, play};
 
 #[test]
 fn oracle_solves_200_seeds_and_random_does_clearly_worse() {

@@ -2,22 +2,10 @@
 //! does, the seed alone decides every frame, and the native build draws the same bytes.
 
 use vagen_runtime::{Environment, Limits};
-use vagen_tests::load;
+use vagen_tests::{load, play};
 
 const ACTIONS: [&str; 8] =
     ["moveahead", "moveback", "moveright", "moveleft", "rotateright", "rotateleft", "lookup", "lookdown"];
-
-fn play(env: &mut dyn Environment, seed: u64, mut answer: impl FnMut(&mut dyn Environment) -> String) -> bool {
-    env.reset(seed).unwrap();
-    for _ in 0..env.manifest().default_max_turns {
-        let a = answer(env);
-        let s = env.step(&a).unwrap();
-        if s.done {
-            return s.success;
-        }
-    }
-    false
-}
 
 /// A fixed pseudo-random walk of five actions a turn: deterministic, no smarts.
 fn random_walk(k: &mut usize) -> String {

@@ -64,7 +64,12 @@ impl Navigation {
         let (x, z) = self.position();
         let (hx, hz) = walk::HEADINGS[self.pose.heading as usize];
         let pitch = -(self.pose.pitch as f32) * 30f32.to_radians();
-        let camera = Camera::new(v3(x, EYE_HEIGHT, z), (hx as f32, hz as f32), pitch, (self.config.fov_degrees as f32).to_radians());
+        let camera = Camera::new(
+            v3(x, EYE_HEIGHT, z),
+            (hx as f32, hz as f32),
+            pitch,
+            (self.config.fov_degrees as f32).to_radians(),
+        );
         self.frame.render(&self.task.tris, &camera, BACKGROUND);
         let counts = self.frame.id_counts(self.task.objects.len() + 1);
         // Enough pixels to make the object out: 1/2000 of the frame, at least 4.

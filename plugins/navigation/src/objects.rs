@@ -273,7 +273,7 @@ impl Kind {
 /// Where a quarter-turned footprint reaches, as half extents (x, z).
 pub fn half_extents(kind: Kind, quarter_turns: u8) -> (f32, f32) {
     let (w, d) = kind.size();
-    if quarter_turns % 2 == 0 { (w / 2.0, d / 2.0) } else { (d / 2.0, w / 2.0) }
+    if quarter_turns.is_multiple_of(2) { (w / 2.0, d / 2.0) } else { (d / 2.0, w / 2.0) }
 }
 
 /// Lifts an object's mesh to its place: turned, moved to (x, y, z).

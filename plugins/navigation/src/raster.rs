@@ -35,7 +35,7 @@ impl Camera {
         }
     }
 
-    fn to_view(&self, p: V3) -> V3 {
+    fn to_view(self, p: V3) -> V3 {
         let d = p - self.eye;
         v3(d.dot(self.right), d.dot(self.up), d.dot(self.forward))
     }
@@ -101,7 +101,9 @@ impl Frame {
     }
 
     /// One screen-space triangle (x, y, 1/z per corner); pixel centres inside it whose
-    /// depth beats the buffer take `color` and `id`.
+    /// depth beats the buffer take `color` and `id`. (The negated comparisons also reject
+    /// NaN from degenerate input.)
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
     fn fill(&mut self, tri: [[f32; 3]; 3], color: Rgb, id: u8) {
         let [a, mut b, mut c] = tri;
         let mut area = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0]);
@@ -113,12 +115,11 @@ impl Frame {
             area = -area;
         }
         // e(x, y) = ex·x + ey·y + e0, positive inside, for the edges ab, bc, ca.
-        let edge = |p: [f32; 3], q: [f32; 3]| [-(q[1] - p[1]), q[0] - p[0], (q[1] - p[1]) * p[0] - (q[0] - p[0]) * p[1]];
+        let edge =
+            |p: [f32; 3], q: [f32; 3]| [-(q[1] - p[1]), q[0] - p[0], (q[1] - p[1]) * p[0] - (q[0] - p[0]) * p[1]];
         let edges = [edge(a, b), edge(b, c), edge(c, a)];
         // 1/z is linear in screen space: weights are the opposite edges over the area.
-        let plane = |k: usize| {
-            (edges[1][k] * a[2] + edges[2][k] * b[2] + edges[0][k] * c[2]) / area
-        };
+        let plane = |k: usize| (edges[1][k] * a[2] + edges[2][k] * b[2] + edges[0][k] * c[2]) / area;
         let (wx, wy, w0) = (plane(0), plane(1), plane(2));
         let min = |i: usize| a[i].min(b[i]).min(c[i]);
         let max = |i: usize| a[i].max(b[i]).max(c[i]);
@@ -235,7 +236,11 @@ mod tests {
     fn a_floor_crossing_the_near_plane_fills_the_lower_half() {
         let mut m = Mesh::new(3);
         let inside = v3(0.0, -1.0, 0.0);
-        m.face(&[v3(-50.0, 0.0, -50.0), v3(50.0, 0.0, -50.0), v3(50.0, 0.0, 50.0), v3(-50.0, 0.0, 50.0)], inside, [9; 3]);
+        m.face(
+            &[v3(-50.0, 0.0, -50.0), v3(50.0, 0.0, -50.0), v3(50.0, 0.0, 50.0), v3(-50.0, 0.0, 50.0)],
+            inside,
+            [9; 3],
+        );
         let mut f = Frame::new(32, 32);
         f.render(&m.tris, &north_camera(0.0), [0, 0, 0]);
         assert_eq!(count(&f, 3), 32 * 16, "every pixel below the horizon, none above");

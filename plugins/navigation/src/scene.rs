@@ -204,7 +204,8 @@ impl Layout {
             }
             for (t, out) in [(wall.a, -1.0f32), (wall.b, 1.0)] {
                 let h = WALL_HALF;
-                let cap = [wall.at(t, -h, 0.0), wall.at(t, h, 0.0), wall.at(t, h, WALL_HEIGHT), wall.at(t, -h, WALL_HEIGHT)];
+                let cap =
+                    [wall.at(t, -h, 0.0), wall.at(t, h, 0.0), wall.at(t, h, WALL_HEIGHT), wall.at(t, -h, WALL_HEIGHT)];
                 m.face(&cap, wall.at(t - out, 0.0, 1.0), TRIM);
             }
         }
@@ -232,7 +233,11 @@ impl Layout {
             }
             let inside = wall.at((a + b) * 0.5, -side, 1.0);
             let skirting = room.wall[0].map(|c| (c as f32 * 0.45) as u8);
-            m.face(&[wall.at(a, off, 0.0), wall.at(b, off, 0.0), wall.at(b, off, 0.12), wall.at(a, off, 0.12)], inside, skirting);
+            m.face(
+                &[wall.at(a, off, 0.0), wall.at(b, off, 0.0), wall.at(b, off, 0.12), wall.at(a, off, 0.12)],
+                inside,
+                skirting,
+            );
             let mut t = a;
             while t < b {
                 let next = ((t / 0.5).floor() + 1.0) * 0.5;
@@ -305,7 +310,8 @@ pub fn place_object(
 ) -> Option<Object> {
     let inner = layout.rooms[room].interior();
     // A walkway through every door stays clear.
-    let door_zones: Vec<Rect> = layout.doors.iter().map(|d| Segment { a: d.a - 0.2, b: d.b + 0.2, ..*d }.rect(1.0)).collect();
+    let door_zones: Vec<Rect> =
+        layout.doors.iter().map(|d| Segment { a: d.a - 0.2, b: d.b + 0.2, ..*d }.rect(1.0)).collect();
     let span = |rng: &mut Rng, lo: f32, hi: f32| if hi <= lo { None } else { Some(lo + rng.unit() as f32 * (hi - lo)) };
     for _ in 0..60 {
         let candidate = match kind.placement() {
@@ -335,7 +341,7 @@ pub fn place_object(
             }
             Placement::OnTable => {
                 let tables: Vec<&Object> = objects.iter().filter(|o| o.kind == Kind::Table && o.room == room).collect();
-                let Some(table) = rng.choose(&tables) else { return None };
+                let table = rng.choose(&tables)?;
                 let top = table.footprint().grow(-0.05);
                 let turns = rng.below(4) as u8;
                 let (hx, hz) = half_extents(kind, turns);
@@ -346,7 +352,8 @@ pub fn place_object(
             }
         };
         let fp = candidate.footprint();
-        let clashes = objects.iter().any(|o| o.obstacle() == candidate.obstacle() && o.footprint().grow(0.05).overlaps(&fp));
+        let clashes =
+            objects.iter().any(|o| o.obstacle() == candidate.obstacle() && o.footprint().grow(0.05).overlaps(&fp));
         let in_doorway = candidate.obstacle() && door_zones.iter().any(|z| z.overlaps(&fp));
         let near_ok = near.within.is_none_or(|(x, z, d)| candidate.distance(x, z) <= d)
             && near.beyond.is_none_or(|(x, z, d)| candidate.distance(x, z) >= d);

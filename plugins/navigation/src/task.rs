@@ -33,7 +33,9 @@ impl Task {
                 return task;
             }
         }
-        panic!("no episode satisfies this config after {ATTEMPTS} attempts (seed {seed}): use bigger rooms, fewer objects or a larger action budget")
+        panic!(
+            "no episode satisfies this config after {ATTEMPTS} attempts (seed {seed}): use bigger rooms, fewer objects or a larger action budget"
+        )
     }
 
     pub fn target(&self) -> &Object {
@@ -83,7 +85,8 @@ fn attempt_task(rng: &mut Rng, config: &Config, relaxed: bool) -> Option<Task> {
             }
         }
         Instruction::Relation => {
-            let a_kind = *kinds.iter().find(|&&k| k != kind && k.placement() != Placement::OnTable && k != Kind::Table)?;
+            let a_kind =
+                *kinds.iter().find(|&&k| k != kind && k.placement() != Placement::OnTable && k != Kind::Table)?;
             let colour = *rng.choose(a_kind.colours())?;
             let a = put(rng, &mut objects, a_kind, colour, target_room, Near::default())?;
             let (ax, az) = (objects[a].x, objects[a].z);
@@ -144,7 +147,14 @@ fn attempt_task(rng: &mut Rng, config: &Config, relaxed: bool) -> Option<Task> {
 
 /// Adds filler furniture to every room up to its drawn count, never repeating `unique`
 /// kinds; a kind that does not fit is skipped.
-fn furnish(rng: &mut Rng, layout: &Layout, objects: &mut Vec<Object>, kinds: &[Kind], unique: &[Kind], per_room: [u32; 2]) {
+fn furnish(
+    rng: &mut Rng,
+    layout: &Layout,
+    objects: &mut Vec<Object>,
+    kinds: &[Kind],
+    unique: &[Kind],
+    per_room: [u32; 2],
+) {
     let mut bag: Vec<Kind> = Vec::new();
     for room in 0..layout.rooms.len() {
         let want = per_room[0] as usize + rng.below((per_room[1] - per_room[0] + 1) as usize);
@@ -232,7 +242,11 @@ mod tests {
                     assert!(task.instruction.contains(t.colour.name()));
                 }
                 if how == Instruction::Relation {
-                    let a = task.objects.iter().find(|o| task.instruction.ends_with(&format!("next to the {}.", o.kind.name()))).unwrap();
+                    let a = task
+                        .objects
+                        .iter()
+                        .find(|o| task.instruction.ends_with(&format!("next to the {}.", o.kind.name())))
+                        .unwrap();
                     for other in same.iter().filter(|o| **o != t) {
                         assert!(other.distance(a.x, a.z) >= t.distance(a.x, a.z) + 1.5, "seed {seed}");
                     }

@@ -13,14 +13,12 @@ pub fn direction(from: (f32, f32), heading: u8, to: (f32, f32)) -> &'static str 
     // Right of a heading (fx, fz) is (fz, −fx).
     let right = dx * fz as f64 - dz * fx as f64;
     let angle = right.atan2(ahead).to_degrees();
-    match angle {
-        a if a.abs() <= 22.5 => "ahead",
-        a if a > 0.0 && a <= 67.5 => "ahead to the right",
-        a if a < 0.0 && a >= -67.5 => "ahead to the left",
-        a if a > 0.0 && a <= 112.5 => "to the right",
-        a if a < 0.0 && a >= -112.5 => "to the left",
-        a if a > 0.0 && a <= 157.5 => "behind to the right",
-        a if a < 0.0 && a >= -157.5 => "behind to the left",
+    let side = |right: &'static str, left: &'static str| if angle > 0.0 { right } else { left };
+    match angle.abs() {
+        a if a <= 22.5 => "ahead",
+        a if a <= 67.5 => side("ahead to the right", "ahead to the left"),
+        a if a <= 112.5 => side("to the right", "to the left"),
+        a if a <= 157.5 => side("behind to the right", "behind to the left"),
         _ => "behind",
     }
 }

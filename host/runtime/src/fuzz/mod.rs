@@ -161,8 +161,11 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
 /// which made image envs fuzz ten times slower than they step.)
 fn fingerprint(obs: &Observation, step: Option<&StepResult>) -> String {
     use sha2::{Digest, Sha256};
-    let images: Vec<String> =
-        obs.images.iter().map(|i| format!("{}x{} {}", i.width, i.height, hex::encode(Sha256::digest(&i.rgb)))).collect();
+    let images: Vec<String> = obs
+        .images
+        .iter()
+        .map(|i| format!("{}x{} {}", i.width, i.height, hex::encode(Sha256::digest(&i.rgb))))
+        .collect();
     let outcome = step.map(|s| {
         format!(
             " reward {:?} done {} success {} valid {} effective {} metrics {:?}",
