@@ -14,6 +14,7 @@ mod policy;
 mod record;
 mod rollout_run;
 mod run;
+mod sdk_tools;
 mod train;
 
 use anyhow::Result;
@@ -54,6 +55,12 @@ enum Command {
     Sft(train::TrainArgs),
     /// Held-out success of a model (a checkpoint's `actor/` folder, or `default`) on a plugin.
     Eval(eval::EvalArgs),
+    /// For C (or any language compiling to a core module): write the C bindings of the env
+    /// contract (`environment.h`, `environment.c`, `environment_component_type.o`).
+    CBindings(sdk_tools::CBindingsArgs),
+    /// Wrap a core WebAssembly module (built with the C bindings) into an env component,
+    /// adapting WASI preview 1 to preview 2.
+    Componentize(sdk_tools::ComponentizeArgs),
 }
 
 fn main() {
@@ -80,6 +87,8 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),
+        (Some(Command::CBindings(a)), _) => sdk_tools::c_bindings(a),
+        (Some(Command::Componentize(a)), _) => sdk_tools::componentize(a),
         (None, None) => {
             use clap::CommandFactory;
             Cli::command().print_help()?;
