@@ -208,7 +208,8 @@ bool exports_vagen_env_env_method_environment_step(exports_vagen_env_env_borrow_
 void exports_vagen_env_env_method_environment_describe_state(exports_vagen_env_env_borrow_environment_t self,
                                                              environment_string_t *ret) {
     vagen_text t = {0};
-    vagen_describe_state(self->env, &t);
+    /* Nothing to describe before the first episode; the author's code never sees that call. */
+    if (self->phase != BEFORE_RESET) vagen_describe_state(self->env, &t);
     give_text(ret, &t);
 }
 

@@ -89,7 +89,8 @@ class Environment(wit_env.Environment):
         )
 
     def describe_state(self):
-        return self.session.env.describe_state()
+        # Nothing to describe before the first episode; the author's code never sees that call.
+        return "" if self.session.phase == "before-reset" else self.session.env.describe_state()
 
     def oracle(self):
         return self.session.oracle()
