@@ -24,10 +24,15 @@ fi
 tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}
 if [ -z "${CC:-}" ]; then
     venv=$tools/python
-    if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ziglang" 2>/dev/null; then
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install --no-cache-dir --quiet ziglang==0.15.1
-    fi
+    mkdir -p "$tools"
+    # One installer at a time (builds may run in parallel, e.g. in tests).
+    (
+        flock 9
+        if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ziglang" 2>/dev/null; then
+            [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+            "$venv/bin/pip" install --no-cache-dir --quiet ziglang==0.15.1
+        fi
+    ) 9>"$tools/.install.lock"
     export ZIG_GLOBAL_CACHE_DIR=$tools/zig-cache ZIG_LOCAL_CACHE_DIR=$tools/zig-cache
     cc=("$venv/bin/python" -m ziglang cc --target=wasm32-wasi)
 else

@@ -22,11 +22,15 @@ for tool in node npm; do
     command -v $tool >/dev/null || { echo "$tool is needed to build JavaScript environments" >&2; exit 2; }
 done
 tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}/node
-if [ ! -x "$tools/node_modules/.bin/componentize-js" ] || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
-    mkdir -p "$tools"
-    npm install --prefix "$tools" --no-save --no-audit --no-fund --loglevel=error \
-        @bytecodealliance/componentize-js@0.23.0 esbuild@0.28.2
-fi
+mkdir -p "$tools"
+# One installer at a time (builds may run in parallel, e.g. in tests).
+(
+    flock 9
+    if [ ! -x "$tools/node_modules/.bin/componentize-js" ] || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
+        npm install --prefix "$tools" --no-save --no-audit --no-fund --loglevel=error \
+            @bytecodealliance/componentize-js@0.23.0 esbuild@0.28.2
+    fi
+) 9>"$tools/.install.lock"
 # componentize-js wants the WIT folder inside its working directory.
 build=$(mktemp -d "$tools/build.XXXXXX")
 trap 'rm -rf "$build"' EXIT

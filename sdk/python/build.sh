@@ -19,10 +19,15 @@ if [ ! -f "$env_dir/app.py" ]; then
 fi
 tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}
 venv=$tools/python
-if [ ! -x "$venv/bin/componentize-py" ]; then
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --no-cache-dir --quiet componentize-py==0.25.1
-fi
+mkdir -p "$tools"
+# One installer at a time (builds may run in parallel, e.g. in tests).
+(
+    flock 9
+    if [ ! -x "$venv/bin/componentize-py" ]; then
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --no-cache-dir --quiet componentize-py==0.25.1
+    fi
+) 9>"$tools/.install.lock"
 mkdir -p "$(dirname "$out")"
 "$venv/bin/componentize-py" --quiet -d "$root/wit/v0.1.0" -w environment componentize env \
     -p "$env_dir" -p "$here" -o "$out"
