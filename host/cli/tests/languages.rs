@@ -108,6 +108,12 @@ fn the_three_templates_build_pass_check_and_play_the_same_seeded_episodes() {
         ok(host(&cache, &[&args[..], &[log.to_str().unwrap()]].concat()), sdk);
         plays.push(outcomes(&std::fs::read_to_string(&log).unwrap()));
     }
+    // The walk-through in the docs shows these very files.
+    let docs = std::fs::read_to_string(root().join("docs/writing-an-environment.md")).unwrap();
+    for file in ["sdk/python/template/app.py", "sdk/js/template/app.js", "sdk/c/template/corridor.c"] {
+        let text = std::fs::read_to_string(root().join(file)).unwrap();
+        assert!(docs.contains(text.trim_end()), "docs/writing-an-environment.md does not show {file} as it is");
+    }
     // One Rng (SplitMix64) in all three SDKs: the same seeds give the same corridors.
     assert!(plays[0].len() > 5);
     assert_eq!(plays[0], plays[1], "python vs javascript");
