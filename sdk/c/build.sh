@@ -8,24 +8,15 @@
 # VAGEN_SDK_TOOLS); set CC to use another WASI-capable clang instead. vagen-host is
 # target/release/vagen-host unless VAGEN_HOST says otherwise.
 set -euo pipefail
-if [ $# -ne 2 ]; then
-    echo "usage: $0 ENV_DIR OUT.wasm" >&2
-    exit 2
-fi
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-env_dir=$(cd "$1" && pwd)
-out=$2
+source "$(dirname "$0")/../build-args.sh"
 host=${VAGEN_HOST:-$root/target/release/vagen-host}
 if [ ! -x "$host" ]; then
     echo "$host not found: build it with 'cargo build --release -p vagen-host' or set VAGEN_HOST" >&2
     exit 2
 fi
-tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}
 if [ -z "${CC:-}" ]; then
     venv=$tools/python
-    mkdir -p "$tools"
-    # One installer at a time (builds may run in parallel, e.g. in tests).
+        # One installer at a time (builds may run in parallel, e.g. in tests).
     (
         flock 9
         if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ziglang" 2>/dev/null; then
@@ -50,6 +41,5 @@ fi
 "${cc[@]}" -mexec-model=reactor -O2 -s -Wall -Werror -I"$here" -I"$build/gen" \
     "${sources[@]}" "$here/vagen.c" "$build/gen/environment.c" "$build/gen/environment_component_type.o" \
     -o "$build/core.wasm"
-mkdir -p "$(dirname "$out")"
 "$host" componentize "$build/core.wasm" -o "$out" >/dev/null
 echo "built $out"

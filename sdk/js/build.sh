@@ -6,14 +6,7 @@
 # both from npm, installed on first use into target/sdk-tools/node (override with
 # VAGEN_SDK_TOOLS). Needs node and npm.
 set -euo pipefail
-if [ $# -ne 2 ]; then
-    echo "usage: $0 ENV_DIR OUT.wasm" >&2
-    exit 2
-fi
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-env_dir=$(cd "$1" && pwd)
-out=$(realpath -m "$2")
+source "$(dirname "$0")/../build-args.sh"
 if [ ! -f "$env_dir/app.js" ]; then
     echo "$env_dir has no app.js" >&2
     exit 2
@@ -21,7 +14,7 @@ fi
 for tool in node npm; do
     command -v $tool >/dev/null || { echo "$tool is needed to build JavaScript environments" >&2; exit 2; }
 done
-tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}/node
+tools=$tools/node
 mkdir -p "$tools"
 # One installer at a time (builds may run in parallel, e.g. in tests).
 (
@@ -38,7 +31,6 @@ cp -r "$root/wit/v0.1.0" "$build/wit"
 printf 'import "%s";\nexport { env } from "vagen";\n' "$env_dir/app.js" > "$build/entry.js"
 "$tools/node_modules/.bin/esbuild" "$build/entry.js" --bundle --format=esm --platform=neutral \
     --alias:vagen="$here/vagen.js" --outfile="$build/bundle.js" --log-level=warning
-mkdir -p "$(dirname "$out")"
 # No WASI stdio, clocks, randomness or HTTP imports: the env gets nothing from outside.
 (cd "$build" && "$tools/node_modules/.bin/componentize-js" bundle.js --wit wit -n environment \
     -d stdio random clocks http fetch-event -o "$out" >/dev/null)
