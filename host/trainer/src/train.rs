@@ -31,6 +31,10 @@ pub struct Trainer {
     plugin: Arc<dyn Plugin>,
     pub actor: Rc<Model>,
     critic: Option<ValueModel>,
+    /// The frozen policy the KL penalty pulls towards: the actor as RL began (after SFT),
+    /// kept in `run_dir/reference/` so a resumed run uses the same one. Only with a KL
+    /// penalty configured.
+    reference: Option<Model>,
     actor_opt: AdamW,
     critic_opt: Option<AdamW>,
     pub state: TrainerState,
@@ -105,6 +109,7 @@ impl Trainer {
             plugin,
             actor: Rc::new(actor),
             critic,
+            reference: None,
             actor_opt,
             critic_opt,
             state,
@@ -298,9 +303,30 @@ impl Trainer {
         Ok(vagen_rollout::metrics(&trajs).success)
     }
 
+    /// Loads the KL reference, first saving the current actor as it when the run has none
+    /// yet (RL is starting). No-op without a KL penalty.
+    fn ensure_reference(&mut self) -> Result<()> {
+        if self.cfg.algorithm.policy_loss.kl.is_none() || self.reference.is_some() {
+            return Ok(());
+        }
+        let dir = self.run_dir.join("reference");
+        if !dir.join("config.json").is_file() {
+            // Written aside and renamed, so a crash never leaves half a reference behind.
+            let tmp = self.run_dir.join("reference.partial");
+            let _ = std::fs::remove_dir_all(&tmp);
+            self.actor.save(&tmp).context("saving the KL reference policy")?;
+            std::fs::rename(&tmp, &dir).with_context(|| format!("moving the KL reference to {}", dir.display()))?;
+        }
+        let reference = Model::load(&dir, load_options(&self.cfg)?)
+            .with_context(|| format!("loading the KL reference policy from {}", dir.display()))?;
+        self.reference = Some(reference);
+        Ok(())
+    }
+
     /// One RL step. Everything random in it derives from the step number, so a resumed run
     /// makes the same rollouts.
     pub fn rl_step(&mut self) -> Result<StepMetrics> {
+        self.ensure_reference()?;
         let cfg = self.cfg.clone();
         let step = self.state.step as u64;
         let t0 = Instant::now();
@@ -424,6 +450,10 @@ impl Trainer {
                     let micro = Micro::new(&refs, self.actor.device());
                     let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
                     let (logp, entropy) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
+                    let ref_logp = self.reference.as_ref().map(|r| {
+                        let _g = tch::no_grad_guard();
+                        logprobs_and_entropy(&r.lm, &micro, temperature).0
+                    });
                     let out = policy_loss(
                         &cfg.algorithm.policy_loss,
                         &PolicyLossInput {
@@ -432,9 +462,12 @@ impl Trainer {
                             advantages: &micro.advantages,
                             mask: &micro.loss_mask,
                             entropy: Some(&entropy),
-                            ref_log_probs: None,
+                            ref_log_probs: ref_logp.as_ref(),
                         },
                     );
+                    if ref_logp.is_some() {
+                        acc.add("actor/kl", out.kl, weight);
+                    }
                     (out.loss * weight).backward();
                     acc.add("actor/pg_loss", out.pg_loss, weight);
                     acc.add("actor/pg_clipfrac", out.clip_frac_high + out.clip_frac_low, weight);

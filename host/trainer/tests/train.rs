@@ -99,6 +99,28 @@ fn per_turn_sequences_train_and_carry_the_trajectory_reward() {
     assert_eq!(sft.len(), 2);
 }
 
+#[test]
+fn a_kl_penalty_pulls_towards_the_policy_rl_started_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "[algorithm.policy_loss.kl]\nkind = \"k3\"\ncoef = 0.1\n";
+    let cfg = parse(&config("grpo", extra), &["optim.actor_lr=1e-2", "schedule.steps=2"]).unwrap();
+    let mut t = Trainer::new(cfg, dir.path()).unwrap();
+    let start = logits(&t.actor);
+    t.run().unwrap();
+    // The reference is the actor as RL began, saved once; the KL to it is measured and
+    // grows once the actor has moved away.
+    let reference = Model::load(&dir.path().join("reference"), LoadOptions::default()).unwrap();
+    assert!(logits(&reference).allclose(&start, 0.0, 0.0, false));
+    let kl: Vec<f64> = (1..=2).map(|s| step_line(dir.path(), s)["actor/kl"].as_f64().unwrap()).collect();
+    assert!(kl.iter().all(|k| k.is_finite() && *k >= 0.0), "{kl:?}");
+    assert!(kl[1] > 0.0, "{kl:?}");
+    // Without a KL penalty there is no reference and no KL figure.
+    let plain = tempfile::tempdir().unwrap();
+    Trainer::new(parse(&config("grpo", ""), &["schedule.steps=1"]).unwrap(), plain.path()).unwrap().run().unwrap();
+    assert!(!plain.path().join("reference").exists());
+    assert!(step_line(plain.path(), 1).get("actor/kl").is_none());
+}
+
 /// A fixed handful of oracle turns must be memorised: the policy conditions on the prompt.
 #[test]
 fn sft_fits_a_small_fixed_dataset() {
