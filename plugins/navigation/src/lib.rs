@@ -112,7 +112,8 @@ impl Env for Navigation {
     fn new(config: Config) -> Result<Self, EnvError> {
         config.validate()?;
         let spec = ActionSpec::new(&ACTIONS, &config.separator, config.max_actions_per_turn as usize);
-        let task = Task::generate(&config, 0);
+        // A config no house can satisfy is refused here, not discovered by a trap in reset.
+        let task = Task::try_generate(&config, 0).ok_or_else(|| EnvError::BadConfig(task::UNSATISFIABLE.into()))?;
         let frame = Frame::new(config.image_width as usize, config.image_height as usize);
         let pose = task.start;
         Ok(Self { config, spec, task, pose, actions_taken: 0, frame, visible: Vec::new() })

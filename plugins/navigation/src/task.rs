@@ -25,17 +25,21 @@ const ATTEMPTS: usize = 400;
 /// After this many, the start may be nearer than asked and in any room.
 const STRICT_ATTEMPTS: usize = 300;
 
+/// Why no episode could be made.
+pub const UNSATISFIABLE: &str =
+    "no episode satisfies this config: use bigger rooms, fewer objects or a larger action budget";
+
 impl Task {
-    pub fn generate(config: &Config, seed: u64) -> Task {
+    /// The episode of `seed`, or `None` when the config allows none within the attempts.
+    pub fn try_generate(config: &Config, seed: u64) -> Option<Task> {
         let mut rng = Rng::new(seed);
-        for attempt in 0..ATTEMPTS {
-            if let Some(task) = attempt_task(&mut rng, config, attempt >= STRICT_ATTEMPTS) {
-                return task;
-            }
-        }
-        panic!(
-            "no episode satisfies this config after {ATTEMPTS} attempts (seed {seed}): use bigger rooms, fewer objects or a larger action budget"
-        )
+        (0..ATTEMPTS).find_map(|attempt| attempt_task(&mut rng, config, attempt >= STRICT_ATTEMPTS))
+    }
+
+    /// `try_generate` for a config that has already produced an episode (checked when the
+    /// env is created), so running out of attempts here is a bug worth a trap.
+    pub fn generate(config: &Config, seed: u64) -> Task {
+        Self::try_generate(config, seed).unwrap_or_else(|| panic!("{UNSATISFIABLE} (seed {seed})"))
     }
 
     pub fn target(&self) -> &Object {
