@@ -57,7 +57,8 @@ fn python_javascript_and_c_envs_build_from_source_check_and_replay_exactly() {
                 .map(|run| {
                     let log = dir.path().join(format!("{example}-{policy}-{run}.jsonl"));
                     let args = ["run", "--plugin", w, "--policy", policy, "--episodes", episodes, "--seed", "11"];
-                    let summary = ok(host(&cache, &[&args[..], &["--json", "--out", log.to_str().unwrap()]].concat()), example);
+                    let summary =
+                        ok(host(&cache, &[&args[..], &["--json", "--out", log.to_str().unwrap()]].concat()), example);
                     if policy == "oracle" {
                         assert!(summary.contains(r#""success_rate":1.0"#), "{example}: {summary}");
                     }
@@ -129,6 +130,7 @@ fn the_python_and_javascript_helpers_pass_their_own_tests() {
         .output()
         .expect("python3 runs");
     ok(python, "python3 -m unittest (sdk/python)");
-    let node = Command::new("node").arg("--test").arg(root().join("sdk/js/test_vagen.mjs")).output().expect("node runs");
+    let node =
+        Command::new("node").arg("--test").arg(root().join("sdk/js/test_vagen.mjs")).output().expect("node runs");
     ok(node, "node --test sdk/js/test_vagen.mjs");
 }
