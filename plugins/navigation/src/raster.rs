@@ -80,10 +80,9 @@ impl Frame {
             // distance is a depth cue flat shading otherwise lacks.
             let shade = (0.75 + 0.25 * t.normal.dot(light)) / (1.0 + 0.04 * (centroid - camera.eye).length());
             let color = t.color.map(|c| (c as f32 * shade).round().clamp(0.0, 255.0) as u8);
-            let poly = clip_near(&view);
-            let screen: Vec<[f32; 3]> =
-                poly.iter().map(|p| [cx + p.x * focal / p.z, cy - p.y * focal / p.z, 1.0 / p.z]).collect();
-            for i in 1..screen.len().saturating_sub(1) {
+            let (poly, n) = clip_near(&view);
+            let screen = poly.map(|p| [cx + p.x * focal / p.z, cy - p.y * focal / p.z, 1.0 / p.z]);
+            for i in 1..n.saturating_sub(1) {
                 self.fill([screen[0], screen[i], screen[i + 1]], color, t.id);
             }
         }
@@ -164,21 +163,25 @@ impl Frame {
     }
 }
 
-/// The part of a view-space polygon in front of the near plane.
-fn clip_near(poly: &[V3]) -> Vec<V3> {
-    let mut out = Vec::with_capacity(poly.len() + 1);
-    for i in 0..poly.len() {
-        let (p, q) = (poly[i], poly[(i + 1) % poly.len()]);
+/// The part of a view-space triangle in front of the near plane: at most 4 corners (the
+/// first `n` of the array), no allocation on the per-triangle path.
+fn clip_near(tri: &[V3; 3]) -> ([V3; 4], usize) {
+    let mut out = [tri[0]; 4];
+    let mut n = 0;
+    for i in 0..3 {
+        let (p, q) = (tri[i], tri[(i + 1) % 3]);
         let (p_in, q_in) = (p.z >= NEAR, q.z >= NEAR);
         if p_in {
-            out.push(p);
+            out[n] = p;
+            n += 1;
         }
         if p_in != q_in {
             let t = (NEAR - p.z) / (q.z - p.z);
-            out.push(p + (q - p) * t);
+            out[n] = p + (q - p) * t;
+            n += 1;
         }
     }
-    out
+    (out, n)
 }
 
 #[cfg(test)]
