@@ -114,13 +114,13 @@ fn attempt_task(rng: &mut Rng, config: &Config, relaxed: bool) -> Option<Task> {
     let min_distance = if relaxed { 0.0 } else { config.min_start_distance as f32 };
     let mut cells: Vec<(i32, i32)> = walk
         .free_cells()
-        .filter(|&(i, j)| {
-            let (x, z) = walk.centre(&Pose { i, j, heading: 0, pitch: 0 });
+        .filter(|&(_, (x, z))| {
             let d = t.distance(x, z);
             let room = layout.room_at(x, z);
             let room_ok = !config.target_in_other_room || relaxed || room.is_some_and(|r| r != target_room);
             d > reach + 0.5 * config.step_size as f32 && d >= min_distance && room_ok
         })
+        .map(|(cell, _)| cell)
         .collect();
     rng.shuffle(&mut cells);
     let mut start = None;

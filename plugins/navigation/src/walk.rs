@@ -58,6 +58,10 @@ pub struct Pose {
     pub pitch: i8,
 }
 
+fn cell_centre(step: f32, i: i32, j: i32) -> (f32, f32) {
+    ((i as f32 + 0.5) * step, (j as f32 + 0.5) * step)
+}
+
 pub struct Walk {
     pub step: f32,
     pub cols: i32,
@@ -71,7 +75,7 @@ impl Walk {
     pub fn new(width: f32, depth: f32, step: f32, obstacles: &[Rect]) -> Walk {
         let (cols, rows) = ((width / step).round() as i32, (depth / step).round() as i32);
         let clear = |x: f32, z: f32| obstacles.iter().all(|r| r.distance(x, z) > RADIUS);
-        let centre = |i: i32, j: i32| ((i as f32 + 0.5) * step, (j as f32 + 0.5) * step);
+        let centre = |i: i32, j: i32| cell_centre(step, i, j);
         let mut free = vec![false; (cols * rows) as usize];
         for j in 0..rows {
             for i in 0..cols {
@@ -105,16 +109,19 @@ impl Walk {
     }
 
     pub fn centre(&self, p: &Pose) -> (f32, f32) {
-        ((p.i as f32 + 0.5) * self.step, (p.j as f32 + 0.5) * self.step)
+        cell_centre(self.step, p.i, p.j)
     }
 
     pub fn is_free(&self, i: i32, j: i32) -> bool {
         i >= 0 && j >= 0 && i < self.cols && j < self.rows && self.free[(j * self.cols + i) as usize]
     }
 
-    /// All free cells, row by row.
-    pub fn free_cells(&self) -> impl Iterator<Item = (i32, i32)> + '_ {
-        (0..self.rows).flat_map(move |j| (0..self.cols).map(move |i| (i, j))).filter(|&(i, j)| self.is_free(i, j))
+    /// All free cells with their centres, row by row.
+    pub fn free_cells(&self) -> impl Iterator<Item = ((i32, i32), (f32, f32))> + '_ {
+        (0..self.rows)
+            .flat_map(move |j| (0..self.cols).map(move |i| (i, j)))
+            .filter(|&(i, j)| self.is_free(i, j))
+            .map(|(i, j)| ((i, j), cell_centre(self.step, i, j)))
     }
 
     /// The pose after `action`, or `None` when it is blocked (or the head is at its limit).
