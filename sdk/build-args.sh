@@ -14,3 +14,17 @@ env_dir=$(cd "$1" && pwd)
 out=$(realpath -m "$2")
 tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}
 mkdir -p "$tools" "$(dirname "$out")"
+
+# python_tool PACKAGE==VERSION MODULE: makes sure the PyPI package is in the tools venv
+# ($tools/python, shared by the SDKs), installing it under a lock (builds may run in
+# parallel, e.g. in tests). Sets venv.
+python_tool() {
+    venv=$tools/python
+    (
+        flock 9
+        if ! "$venv/bin/python" -c "import $2" 2>/dev/null; then
+            [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+            "$venv/bin/pip" install --no-cache-dir --quiet "$1"
+        fi
+    ) 9>"$tools/.install.lock"
+}

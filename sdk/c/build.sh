@@ -15,15 +15,7 @@ if [ ! -x "$host" ]; then
     exit 2
 fi
 if [ -z "${CC:-}" ]; then
-    venv=$tools/python
-        # One installer at a time (builds may run in parallel, e.g. in tests).
-    (
-        flock 9
-        if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ziglang" 2>/dev/null; then
-            [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-            "$venv/bin/pip" install --no-cache-dir --quiet ziglang==0.15.1
-        fi
-    ) 9>"$tools/.install.lock"
+    python_tool ziglang==0.15.1 ziglang
     export ZIG_GLOBAL_CACHE_DIR=$tools/zig-cache ZIG_LOCAL_CACHE_DIR=$tools/zig-cache
     cc=("$venv/bin/python" -m ziglang cc --target=wasm32-wasi)
 else

@@ -10,15 +10,7 @@ if [ ! -f "$env_dir/app.py" ]; then
     echo "$env_dir has no app.py" >&2
     exit 2
 fi
-venv=$tools/python
-# One installer at a time (builds may run in parallel, e.g. in tests).
-(
-    flock 9
-    if [ ! -x "$venv/bin/componentize-py" ]; then
-        python3 -m venv "$venv"
-        "$venv/bin/pip" install --no-cache-dir --quiet componentize-py==0.25.1
-    fi
-) 9>"$tools/.install.lock"
+python_tool componentize-py==0.25.1 componentize_py
 "$venv/bin/componentize-py" --quiet -d "$root/wit/v0.1.0" -w environment componentize env \
     -p "$env_dir" -p "$here" -o "$out"
 echo "built $out"
