@@ -385,21 +385,26 @@ impl Trainer {
                 let refs: Vec<&Row> = chunk.iter().collect();
                 let micro = Micro::new(&refs, self.actor.device());
                 let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
+                // The reference's log-probs once per step here, not once per epoch in the update.
+                let ref_logp = self.reference.as_ref().map(|r| logprobs_and_entropy(&r.lm, &micro, temperature).0);
                 let values = match &self.critic {
                     Some(c) => Some(c.forward(&micro.ids, &micro.positions(), None)?),
                     None => None,
                 };
+                // Column j - 1 holds token j's log-prob, and the value of acting at token j
+                // (read at the position before it): per token, with 0 for the first.
+                let per_token = |t: &tch::Tensor, r: usize, n: usize| -> Result<Vec<f32>> {
+                    let col = Vec::<f32>::try_from(t.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
+                    Ok(std::iter::once(0.0).chain(col).collect())
+                };
                 for (r, row) in chunk.iter_mut().enumerate() {
                     let n = row.ids.len();
-                    let lp: Vec<f32> =
-                        Vec::try_from(logp.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
-                    // Token j's log-prob sits at column j - 1.
-                    row.old_logprobs = std::iter::once(0.0).chain(lp).collect();
+                    row.old_logprobs = per_token(&logp, r, n)?;
+                    if let Some(lp) = &ref_logp {
+                        row.ref_logprobs = per_token(lp, r, n)?;
+                    }
                     if let Some(v) = &values {
-                        let vs: Vec<f32> =
-                            Vec::try_from(v.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
-                        // The value of acting at token j is read at the position before it.
-                        row.old_values = std::iter::once(0.0).chain(vs).collect();
+                        row.old_values = per_token(v, r, n)?;
                     }
                 }
             }
@@ -450,10 +455,7 @@ impl Trainer {
                     let micro = Micro::new(&refs, self.actor.device());
                     let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
                     let (logp, entropy) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
-                    let ref_logp = self.reference.as_ref().map(|r| {
-                        let _g = tch::no_grad_guard();
-                        logprobs_and_entropy(&r.lm, &micro, temperature).0
-                    });
+                    let ref_logp = self.reference.is_some().then_some(&micro.ref_logprobs);
                     let out = policy_loss(
                         &cfg.algorithm.policy_loss,
                         &PolicyLossInput {
@@ -462,7 +464,7 @@ impl Trainer {
                             advantages: &micro.advantages,
                             mask: &micro.loss_mask,
                             entropy: Some(&entropy),
-                            ref_log_probs: ref_logp.as_ref(),
+                            ref_log_probs: ref_logp,
                         },
                     );
                     if ref_logp.is_some() {
@@ -557,6 +559,7 @@ fn base_row(s: &TrainingSequence) -> Row {
         ids: s.ids.clone(),
         loss_mask: s.loss_mask.clone(),
         old_logprobs: vec![0.0; n],
+        ref_logprobs: vec![0.0; n],
         advantages: vec![0.0; n],
         returns: vec![0.0; n],
         old_values: vec![0.0; n],
