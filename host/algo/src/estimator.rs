@@ -1,6 +1,7 @@
 //! Estimators behind stable names, one entry point.
 
 use crate::gae::{self, BiLevel};
+use crate::gigpo;
 use crate::group::normalised_scores;
 use crate::stats::mean;
 use crate::{AlgoError, Trajectory};
@@ -21,6 +22,10 @@ pub enum Estimator {
     Brpo,
     /// The raw trajectory score; no critic.
     Reinforce,
+    /// GiGPO: grpo's trajectory term plus `step_weight` × each turn's discounted return
+    /// (`gamma_turn`) normalised among the group's turns taken in the same state
+    /// (`Trajectory::turn_states`); no critic.
+    Gigpo,
 }
 
 impl Estimator {
@@ -38,7 +43,7 @@ pub struct AdvantageConfig {
     pub gamma: f64,
     /// Token-level GAE λ (gae; the token level of bi-level-gae unless `lambda_token` is set).
     pub lambda: f64,
-    /// Turn-level discount (bi-level-gae, turn-gae; VAGEN 0.95).
+    /// Turn-level discount (bi-level-gae, turn-gae; VAGEN 0.95; gigpo's step return).
     pub gamma_turn: f64,
     /// Turn-level λ (bi-level-gae, turn-gae); unset: `lambda`, as VAGEN shares it.
     pub lambda_turn: Option<f64>,
@@ -47,8 +52,14 @@ pub struct AdvantageConfig {
     /// Whiten advantages over all masked tokens of the batch; unset: on for the critic-based
     /// estimators, off for grpo / brpo / reinforce (already normalised, or raw by design).
     pub whiten: Option<bool>,
-    /// Added to the standard deviation in grpo / brpo.
+    /// Added to the standard deviation in grpo / brpo / gigpo.
     pub epsilon: f64,
+    /// Divide by the group's standard deviation in grpo / brpo / gigpo (verl's
+    /// `norm_adv_by_std_in_grpo`); false: subtract the mean only (Dr. GRPO), so a group whose
+    /// scores barely differ gets small advantages instead of ±1.
+    pub norm_by_std: bool,
+    /// Weight of gigpo's step-level term (ω in the paper, 1.0 there).
+    pub step_weight: f64,
 }
 
 impl Default for AdvantageConfig {
@@ -62,6 +73,8 @@ impl Default for AdvantageConfig {
             lambda_token: None,
             whiten: None,
             epsilon: 1e-6,
+            norm_by_std: true,
+            step_weight: 1.0,
         }
     }
 }
@@ -82,6 +95,9 @@ impl AdvantageConfig {
         unit("lambda_token", self.lambda_token.unwrap_or(self.lambda))?;
         if !(self.epsilon > 0.0 && self.epsilon.is_finite()) {
             return Err(AlgoError::BadParameter { name: "epsilon", value: self.epsilon, range: "(0, ∞)" });
+        }
+        if !(self.step_weight >= 0.0 && self.step_weight.is_finite()) {
+            return Err(AlgoError::BadParameter { name: "step_weight", value: self.step_weight, range: "[0, ∞)" });
         }
         Ok(())
     }
@@ -134,14 +150,37 @@ pub fn compute_advantages(cfg: &AdvantageConfig, batch: &[Trajectory]) -> Result
                 Estimator::Brpo => Some(one_group.as_slice()),
                 _ => None,
             };
-            let scores = normalised_scores(batch, keys, cfg.epsilon);
+            let scores = normalised_scores(batch, keys, cfg.norm_by_std.then_some(cfg.epsilon));
             batch.iter().zip(scores).map(|(t, s)| broadcast(t, s)).collect()
+        }
+        Estimator::Gigpo => {
+            let p = gigpo::Params {
+                gamma: cfg.gamma_turn,
+                step_weight: cfg.step_weight,
+                epsilon: cfg.norm_by_std.then_some(cfg.epsilon),
+            };
+            let per_turn = gigpo::turn_advantages(batch, &p)?;
+            batch
+                .iter()
+                .enumerate()
+                .zip(per_turn)
+                .map(|((i, t), a)| Ok(per_turn_broadcast(t, &t.turns(i)?, &a)))
+                .collect::<Result<_, AlgoError>>()?
         }
     };
     if cfg.whiten.unwrap_or(cfg.estimator.uses_critic()) {
         whiten(batch, &mut out);
     }
     Ok(out)
+}
+
+/// Each turn's advantage over its advantage-mask tokens; critic-free, so returns = advantages.
+fn per_turn_broadcast(t: &Trajectory, turns: &[Vec<usize>], per_turn: &[f64]) -> Advantages {
+    let mut advantages = vec![0.0; t.len()];
+    for (positions, &a) in turns.iter().zip(per_turn) {
+        positions.iter().for_each(|&p| advantages[p] = a);
+    }
+    Advantages { returns: advantages.clone(), advantages, value_mask: vec![false; t.len()] }
 }
 
 fn broadcast(t: &Trajectory, score: f64) -> Advantages {

@@ -17,13 +17,19 @@ pub(crate) fn keyed_stats(scores: &[f64], keys: &[u64]) -> Vec<(f64, f64)> {
     keys.iter().map(|k| stats[k]).collect()
 }
 
-/// (score − mean) / (std + ε) per trajectory over `keys`; `None` keys means raw scores.
-pub(crate) fn normalised_scores(trajs: &[Trajectory], keys: Option<&[u64]>, epsilon: f64) -> Vec<f64> {
+/// (score − mean) / (std + ε) per trajectory over `keys` (score − mean with no `epsilon`:
+/// mean-only, as Dr. GRPO); `None` keys means raw scores.
+pub(crate) fn normalised_scores(trajs: &[Trajectory], keys: Option<&[u64]>, epsilon: Option<f64>) -> Vec<f64> {
     let scores: Vec<f64> = trajs.iter().map(Trajectory::score).collect();
     match keys {
         None => scores,
         Some(keys) => {
-            keyed_stats(&scores, keys).iter().zip(&scores).map(|(&(m, s), &x)| (x - m) / (s + epsilon)).collect()
+            keyed_stats(&scores, keys).iter().zip(&scores).map(|(&(m, s), &x)| scale(x - m, s, epsilon)).collect()
         }
     }
+}
+
+/// A deviation divided by std + ε, or left as it is with no ε (mean-only normalisation).
+pub(crate) fn scale(deviation: f64, std: f64, epsilon: Option<f64>) -> f64 {
+    epsilon.map_or(deviation, |e| deviation / (std + e))
 }

@@ -17,6 +17,10 @@ pub struct Trajectory<'a> {
     pub turn_ends: &'a [usize],
     /// Trajectories from the same seed share a group (GRPO, filtering, normalisation).
     pub group: u64,
+    /// A key of the state each turn acted in (e.g. a hash of its observation), one per turn
+    /// end; gigpo compares turns of a group that share a key. Other estimators ignore it
+    /// (may be empty).
+    pub turn_states: &'a [u64],
 }
 
 impl Trajectory<'_> {

@@ -9,6 +9,7 @@ mod error;
 mod estimator;
 mod filter;
 mod gae;
+mod gigpo;
 mod group;
 mod input;
 mod normalize;

@@ -22,7 +22,15 @@ const MASK: [bool; 8] = [false, false, true, true, false, false, true, true];
 const ENDS: [usize; 2] = [3, 7];
 
 fn traj(rewards: &'static [f64], group: u64) -> Trajectory<'static> {
-    Trajectory { rewards, values: &VALUES, loss_mask: &MASK, adv_mask: &MASK, turn_ends: &ENDS, group }
+    Trajectory {
+        rewards,
+        values: &VALUES,
+        loss_mask: &MASK,
+        adv_mask: &MASK,
+        turn_ends: &ENDS,
+        group,
+        turn_states: &[],
+    }
 }
 
 fn close(got: &[f64], want: &[f64]) {
@@ -193,6 +201,37 @@ fn starpo_s_keeps_the_groups_whose_rewards_vary_most() {
 }
 
 #[test]
+fn gigpo_adds_a_step_term_from_turns_taken_in_the_same_state_of_the_same_group() {
+    // Turn rewards: A [0, 4], B [1, 0] (group 0), C [3, 0] (group 1). γ_turn 0.5.
+    const A: [f64; 8] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 4.0];
+    const B: [f64; 8] = [0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+    const C: [f64; 8] = [0.0, 0.0, 0.0, 3.0, 0.0, 0.0, 0.0, 0.0];
+    let batch = [
+        Trajectory { turn_states: &[5, 6], ..traj(&A, 0) },
+        Trajectory { turn_states: &[5, 7], ..traj(&B, 0) },
+        // State 5 again, but in another group: not compared with A and B; visited twice.
+        Trajectory { turn_states: &[5, 5], ..traj(&C, 1) },
+    ];
+    let c = AdvantageConfig { gamma_turn: 0.5, epsilon: 1e-12, ..cfg(Estimator::Gigpo) };
+    let out = compute_advantages(&c, &batch).unwrap();
+    let h = 0.5f64.sqrt();
+    // Episode term: scores 4 and 1 → mean 2.5, std √4.5 → ±1.5/√4.5 = ±√½; C alone: raw 3.
+    // Step term: returns A 0 + 0.5·4 = 2 and B 1 + 0.5·0 = 1 in state 5 → ±√½; A's and B's
+    // second states are single visits → 0; C's returns 3 and 0 in state 5 → ±1.5/√4.5.
+    close(&out[0].advantages, &[0.0, 0.0, 2.0 * h, 2.0 * h, 0.0, 0.0, h, h]);
+    close(&out[1].advantages, &[0.0, 0.0, -2.0 * h, -2.0 * h, 0.0, 0.0, -h, -h]);
+    close(&out[2].advantages, &[0.0, 0.0, 3.0 + h, 3.0 + h, 0.0, 0.0, 3.0 - h, 3.0 - h]);
+    assert_eq!(out[0].returns, out[0].advantages);
+    assert!(out[0].value_mask.iter().all(|&m| !m));
+    // ω scales the step term only.
+    let half = compute_advantages(&AdvantageConfig { step_weight: 0.5, ..c }, &batch).unwrap();
+    close(&half[0].advantages, &[0.0, 0.0, 1.5 * h, 1.5 * h, 0.0, 0.0, h, h]);
+    // Without a state per turn there is nothing to anchor on: an error, not a silent grpo.
+    let e = compute_advantages(&c, &[traj(&A, 0)]).unwrap_err().to_string();
+    assert!(e.contains("turn_states (one per turn end, for gigpo) has 0 entries"), "{e}");
+}
+
+#[test]
 fn malformed_input_is_an_error_that_says_where() {
     let c = cfg(Estimator::BiLevelGae);
     let short = Trajectory { values: &VALUES[..7], ..traj(&REWARDS, 0) };
@@ -223,6 +262,7 @@ fn estimator_names_are_stable_kebab_case() {
         (Estimator::Grpo, "grpo"),
         (Estimator::Brpo, "brpo"),
         (Estimator::Reinforce, "reinforce"),
+        (Estimator::Gigpo, "gigpo"),
     ] {
         assert_eq!(serde_json::to_string(&e).unwrap(), format!("\"{name}\""));
     }

@@ -22,6 +22,7 @@ impl Owned {
             adv_mask: &self.mask,
             turn_ends: &self.ends,
             group: self.group,
+            turn_states: &[],
         }
     }
 }

@@ -57,6 +57,7 @@ fn every_estimator_agrees_with_the_python_reference_to_1e_6() {
                 adv_mask: a,
                 turn_ends: e,
                 group: *g,
+                turn_states: &[],
             })
             .collect();
         let out = compute_advantages(&cfg, &views).unwrap_or_else(|e| panic!("case {n}: {e}"));

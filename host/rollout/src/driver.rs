@@ -96,6 +96,20 @@ pub struct TurnRecord {
     pub metrics: Vec<(String, f64)>,
 }
 
+impl TurnRecord {
+    /// A key of what the policy saw before this turn (the user message and its images):
+    /// turns with equal keys acted in the same state. Stable within a process.
+    pub fn state_key(&self) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.user.hash(&mut h);
+        for image in &self.images {
+            (image.width, image.height, &image.rgb).hash(&mut h);
+        }
+        h.finish()
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Trajectory {
     pub env: String,

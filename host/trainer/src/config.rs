@@ -280,8 +280,9 @@ impl TrainConfig {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
         }
         let est = self.algorithm.advantage.estimator;
-        if est == Estimator::Grpo && self.env.group_size < 2 {
-            return bad("env.group_size", "grpo normalises within groups and needs group_size >= 2".into());
+        if matches!(est, Estimator::Grpo | Estimator::Gigpo) && self.env.group_size < 2 {
+            let name = if est == Estimator::Grpo { "grpo" } else { "gigpo" };
+            return bad("env.group_size", format!("{name} normalises within groups and needs group_size >= 2"));
         }
         if self.rollout.per_turn && est.uses_critic() {
             return bad(

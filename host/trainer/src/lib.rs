@@ -6,6 +6,7 @@ mod aggregate;
 mod batch;
 mod checkpoint;
 mod config;
+mod credit;
 mod metrics;
 mod optimizer;
 mod policy_loss;

@@ -4,6 +4,7 @@
 use crate::batch::{Micro, Row, logprobs_and_entropy};
 use crate::checkpoint::{self, TrainerState};
 use crate::config::TrainConfig;
+use crate::credit::Laid;
 use crate::metrics::{MetricsLog, StepMetrics};
 use crate::optimizer::AdamW;
 use crate::sft::NoisyOracle;
@@ -15,7 +16,6 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
-use vagen_algo::{Trajectory as AlgoTrajectory, compute_advantages, filter_groups};
 use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
 use vagen_rollout::{
     History, LayoutOptions, ModelPolicy, RolloutConfig, TrainingSequence, Trajectory, layout, rollout,
@@ -271,10 +271,8 @@ impl Trainer {
             }
             let turns = t.assistant_turns();
             if self.cfg.rollout.per_turn {
-                let total: f32 = turns.iter().map(|x| x.reward).sum();
                 for (k, turn) in turns.into_iter().enumerate() {
-                    let one = vagen_rollout::AssistantTurn { reward: total, ..turn };
-                    let seq = layout(self.actor.as_ref(), &t.system, &[one], &options)?;
+                    let seq = layout(self.actor.as_ref(), &t.system, &[turn], &options)?;
                     out.push(Laid { traj: i, turn: Some(k), seq });
                 }
             } else {
@@ -410,34 +408,22 @@ impl Trainer {
             }
         }
         let t_old = t1.elapsed().as_secs_f64();
-
-        // Advantages.
-        let values_f64: Vec<Vec<f64>> = rows.iter().map(|r| r.old_values.iter().map(|&v| v as f64).collect()).collect();
-        let rewards_f64: Vec<Vec<f64>> =
-            seqs.iter().map(|l| l.seq.rewards.iter().map(|&v| v as f64).collect()).collect();
-        let algo: Vec<AlgoTrajectory> = seqs
+        // How far the training forward is from what generation sampled with: a prompt that
+        // differs from the one the policy saw, or numerics, show up here (verl logs the same).
+        let diffs: Vec<f64> = rows
             .iter()
-            .enumerate()
-            .map(|(k, l)| AlgoTrajectory {
-                rewards: &rewards_f64[k],
-                values: &values_f64[k],
-                loss_mask: &l.seq.loss_mask,
-                adv_mask: &l.seq.advantage_mask,
-                turn_ends: &l.seq.turn_ends,
-                group: trajs[l.traj].group as u64,
+            .zip(&seqs)
+            .flat_map(|(r, l)| {
+                (0..r.ids.len())
+                    .filter(|&j| r.loss_mask[j])
+                    .map(|j| (r.old_logprobs[j] - l.seq.logprobs[j]).abs() as f64)
             })
             .collect();
-        let advantages = compute_advantages(&cfg.algorithm.advantage, &algo)?;
-        for (row, a) in rows.iter_mut().zip(&advantages) {
-            row.advantages = a.advantages.iter().map(|&x| x as f32).collect();
-            row.returns = a.returns.iter().map(|&x| x as f32).collect();
-            row.value_mask = a.value_mask.clone();
-        }
-        // StarPO-S: keep the groups whose rewards vary most.
-        let scores: Vec<f64> = algo.iter().map(|t| t.score()).collect();
-        let groups: Vec<u64> = algo.iter().map(|t| t.group).collect();
-        let filtered = filter_groups(&scores, &groups, &cfg.algorithm.filter)?;
-        let kept: Vec<Row> = rows.into_iter().zip(&filtered.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
+        let diff_mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
+        let diff_max = diffs.iter().copied().fold(0.0, f64::max);
+
+        let credit = crate::credit::assign(&cfg, &trajs, &seqs, &mut rows)?;
+        let kept: Vec<Row> = rows.into_iter().zip(&credit.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
 
         // PPO epochs over mini-batches, gradients accumulated over micro-batches.
         let t2 = Instant::now();
@@ -517,10 +503,12 @@ impl Trainer {
             ("train/failed_trajectories", rm.failed as f64),
             ("train/truncated_sequences", seqs.iter().filter(|l| l.seq.truncated).count() as f64),
             ("rollout/response_length", rm.mean_response_tokens.unwrap_or(0.0)),
-            ("rollout/in_group_std", filtered.before.mean_in_group_std),
-            ("rollout/in_group_mean", filtered.before.mean_in_group_mean),
-            ("rollout/in_group_std_kept", filtered.after.mean_in_group_std),
+            ("rollout/in_group_std", credit.before.mean_in_group_std),
+            ("rollout/in_group_mean", credit.before.mean_in_group_mean),
+            ("rollout/in_group_std_kept", credit.after.mean_in_group_std),
             ("rollout/kept_trajectories", kept.len() as f64),
+            ("rollout/logprob_diff_mean", diff_mean),
+            ("rollout/logprob_diff_max", diff_max),
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),
@@ -532,14 +520,6 @@ impl Trainer {
         }
         Ok(m)
     }
-}
-
-/// A training sequence and where it came from.
-struct Laid {
-    traj: usize,
-    /// The turn, when sequences are per turn.
-    turn: Option<usize>,
-    seq: TrainingSequence,
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
