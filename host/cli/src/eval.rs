@@ -1,24 +1,34 @@
-//! `vagen-host eval`: a model's success on held-out seeds, through the rollout path.
+//! `vagen-host eval`: a model's success on held-out seeds, through the rollout path; with
+//! `--config`, exactly as a training run evaluates.
 
 use crate::policy::PolicyKind;
 use crate::run::RunArgs;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
+use std::rc::Rc;
+use vagen_trainer::TrainConfig;
 
 #[derive(Args)]
 pub struct EvalArgs {
     /// A model folder (e.g. RUN/checkpoints/step-000100/actor) or `default`.
     #[arg(long)]
     model: String,
+    /// A training config (e.g. RUN/config.toml): its plugin, env config, rollout settings
+    /// (format, system prompt, state description, per-turn prompts), held-out seeds and
+    /// evaluation temperature, as the run's own evaluations. Other options then only
+    /// override the episodes and the first seed.
+    #[arg(long, conflicts_with_all = ["plugin", "format", "temperature", "max_new_tokens", "max_turns", "env_config"])]
+    config: Option<PathBuf>,
+    #[arg(long, required_unless_present = "config")]
+    plugin: Option<PathBuf>,
+    /// Default 256, or the config's `env.val_episodes`.
     #[arg(long)]
-    plugin: PathBuf,
-    #[arg(long, default_value_t = 256)]
-    episodes: usize,
+    episodes: Option<usize>,
     /// Episode i uses seed S + i; keep it away from the training seeds (default 2^40, as
-    /// the trainer's held-out seeds).
-    #[arg(long, default_value_t = 1 << 40)]
-    seed: u64,
+    /// the trainer's held-out seeds, or the config's `env.val_seed_start`).
+    #[arg(long)]
+    seed: Option<u64>,
     #[arg(long, default_value = "free-think")]
     format: String,
     /// 0: greedy.
@@ -41,13 +51,16 @@ pub struct EvalArgs {
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {
+    if let Some(path) = &a.config {
+        return eval_as_trained(&a, path);
+    }
     crate::run::run(RunArgs {
-        plugin: Some(a.plugin),
+        plugin: a.plugin,
         replay: None,
         max_failure_rate: 0.25,
         policy: PolicyKind::Model,
-        episodes: a.episodes,
-        seed: a.seed,
+        episodes: a.episodes.unwrap_or(256),
+        seed: a.seed.unwrap_or(1 << 40),
         env_config: a.env_config,
         max_turns: a.max_turns,
         out: a.out,
@@ -63,4 +76,34 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         temperature: a.temperature,
         max_new_tokens: a.max_new_tokens,
     })
+}
+
+fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut overrides = vec![format!("model.path={:?}", a.model), format!("model.device={:?}", a.device)];
+    overrides.push(format!("model.dtype={:?}", a.dtype));
+    overrides.extend(a.episodes.map(|n| format!("env.val_episodes={n}")));
+    overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
+    let cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
+    let runtime = vagen_runtime::Runtime::new(vagen_runtime::Limits::default())?;
+    let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+    let model = Rc::new(vagen_trainer::load_model(&cfg)?);
+    let trajs = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;
+    let m = vagen_rollout::metrics(&trajs);
+    if let Some(out) = &a.out {
+        let lines: Vec<String> = trajs.iter().map(serde_json::to_string).collect::<Result<_, _>>()?;
+        std::fs::write(out, lines.join("\n") + "\n").with_context(|| format!("writing {}", out.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&m)?);
+    } else {
+        println!("{} on {} held-out seeds from {}", a.model, m.episodes, cfg.env.val_seed_start);
+        println!("  success rate    {:.3}", m.success);
+        println!("  mean turns      {:.2}", m.mean_turns);
+        println!("  format correct  {:.3}", m.format_correct_rate);
+        if let Some(out) = &a.out {
+            println!("  episodes        {}", out.display());
+        }
+    }
+    Ok(())
 }

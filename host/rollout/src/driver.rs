@@ -242,6 +242,7 @@ pub fn rollout(
                 trajectory: i,
                 turn,
                 messages: messages(&trajs[i], &current[i].as_ref().expect("active").0, config.history),
+                sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
                 manifest: manifest.clone(),
                 oracle: oracles[i].clone(),
                 seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
@@ -356,14 +357,19 @@ fn feedback(p: &Parsed, valid: u32, effective: u32) -> String {
     s
 }
 
-/// System, the turns the history window keeps, and the current observation.
-fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
+/// The turns the history window keeps.
+fn kept_turns(t: &Trajectory, history: History) -> &[TurnRecord] {
     let keep = match history {
         History::All => t.turns.len(),
         History::Last(k) => k.min(t.turns.len()),
     };
+    &t.turns[t.turns.len() - keep..]
+}
+
+/// System, the turns the history window keeps, and the current observation.
+fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
     let mut m = vec![Message::system(t.system.as_str())];
-    for turn in &t.turns[t.turns.len() - keep..] {
+    for turn in kept_turns(t, history) {
         m.push(Message::user(turn.user.as_str()));
         m.push(Message::assistant(turn.response.as_str()));
     }

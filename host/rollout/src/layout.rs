@@ -114,6 +114,43 @@ pub fn layout(
     if turns.is_empty() {
         return Err(LayoutError::Empty);
     }
+    let (mut seq, _) = walk(tok, system, turns, options)?;
+    if options.rewards == RewardPlacement::Final {
+        let total: f32 = turns.iter().map(|t| t.reward).sum();
+        let last = *seq.turn_ends.last().expect("the first turn is always kept");
+        seq.rewards[last] += total;
+    }
+    seq.advantage_mask = seq.loss_mask.clone();
+    Ok(seq)
+}
+
+/// The ids to prompt a model with for its next turn: the earlier turns exactly as `layout`
+/// lays them out (sampled ids kept, not re-tokenised from their text, and each message's
+/// text tokenised on its own), then `user` and the generation prompt. So a model is sampled
+/// on the very tokens training will score it on.
+pub fn prompt_ids(
+    tok: &dyn ChatTokenizer,
+    system: &str,
+    history: &[AssistantTurn],
+    user: &str,
+) -> Result<Vec<u32>, LayoutError> {
+    let unlimited = LayoutOptions { max_tokens: usize::MAX, rewards: RewardPlacement::PerTurn };
+    let (seq, (mut conversation, covered)) = walk(tok, system, history, &unlimited)?;
+    conversation.push(Message::user(user));
+    let prompt = tok.render(&conversation, true).map_err(LayoutError::Template)?;
+    let delta = prompt.strip_prefix(covered.as_str()).ok_or(LayoutError::NotPrefixStable(history.len()))?;
+    let mut ids = seq.ids;
+    ids.extend(tok.encode(delta).map_err(LayoutError::Tokenizer)?);
+    Ok(ids)
+}
+
+/// The turns laid out one after another, with the conversation and the text they cover.
+fn walk(
+    tok: &dyn ChatTokenizer,
+    system: &str,
+    turns: &[AssistantTurn],
+    options: &LayoutOptions,
+) -> Result<(TrainingSequence, (Vec<Message>, String)), LayoutError> {
     let template = LayoutError::Template;
     let mut seq = TrainingSequence::default();
     let mut conversation = vec![Message::system(system)];
@@ -169,13 +206,7 @@ pub fn layout(
         }
         covered = format!("{prompt}{}", &segment[..consumed]);
     }
-    if options.rewards == RewardPlacement::Final {
-        let total: f32 = turns.iter().map(|t| t.reward).sum();
-        let last = *seq.turn_ends.last().expect("the first turn is always kept");
-        seq.rewards[last] += total;
-    }
-    seq.advantage_mask = seq.loss_mask.clone();
-    Ok(seq)
+    Ok((seq, (conversation, covered)))
 }
 
 /// Where the template's assistant segment ends its turn: just after the end-of-turn

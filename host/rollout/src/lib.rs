@@ -16,6 +16,8 @@ pub use driver::{
     FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, TurnRecord, metrics, rollout,
 };
 pub use format::{Format, TAGS};
-pub use layout::{AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout};
+pub use layout::{
+    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
+};
 pub use parse::{Parsed, parse};
 pub use policy::{ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy};

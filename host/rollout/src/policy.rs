@@ -2,7 +2,7 @@
 //! Random and oracle answers are wrapped in the run's format, so every policy goes through
 //! the same parse → step path as a model.
 
-use crate::Format;
+use crate::{AssistantTurn, Format, prompt_ids};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::rc::Rc;
@@ -16,6 +16,9 @@ pub struct Request {
     pub trajectory: usize,
     pub turn: usize,
     pub messages: Vec<Message>,
+    /// The ids each assistant message of `messages` was sampled as (`None` when its policy
+    /// had no tokens): a model policy prompts with them rather than re-tokenising the text.
+    pub sampled: Vec<Option<Vec<u32>>>,
     pub manifest: Arc<Manifest>,
     /// The env's expert answer, filled in when the policy asks for it.
     pub oracle: Option<String>,
@@ -43,6 +46,8 @@ pub enum PolicyError {
     Unsupported { policy: &'static str, env: String, reason: String },
     #[error("model: {0}")]
     Model(#[from] vagen_model::Error),
+    #[error("building the prompt: {0}")]
+    Prompt(String),
 }
 
 pub trait Policy {
@@ -124,8 +129,7 @@ impl Policy for ModelPolicy {
         "model"
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let prompts =
-            requests.iter().map(|r| self.model.encode_chat(&r.messages, true)).collect::<Result<Vec<_>, _>>()?;
+        let prompts = requests.iter().map(|r| prompt_of(self.model.as_ref(), r)).collect::<Result<Vec<_>, _>>()?;
         // One seed per batch, from the requests' own: the same rollout draws the same tokens.
         let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
         let options = GenerateOptions { seed, ..self.options.clone() };
@@ -135,4 +139,27 @@ impl Policy for ModelPolicy {
             .map(|g| Response { text: g.text, token_ids: Some(g.token_ids), logprobs: Some(g.logprobs) })
             .collect())
     }
+}
+
+/// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out.
+fn prompt_of(model: &vagen_model::Model, r: &Request) -> Result<Vec<u32>, PolicyError> {
+    let bad = |what: &str| PolicyError::Prompt(format!("trajectory {} turn {}: {what}", r.trajectory, r.turn));
+    let [system, rest @ .., user] = r.messages.as_slice() else {
+        return Err(bad("needs at least a system and a user message"));
+    };
+    if rest.len() % 2 != 0 || rest.len() / 2 != r.sampled.len() {
+        return Err(bad("earlier turns must be (user, assistant) pairs, one sampled entry each"));
+    }
+    let history: Vec<AssistantTurn> = rest
+        .chunks(2)
+        .zip(&r.sampled)
+        .map(|(pair, ids)| AssistantTurn {
+            user: pair[0].content.clone(),
+            response: pair[1].content.clone(),
+            token_ids: ids.clone(),
+            logprobs: None,
+            reward: 0.0,
+        })
+        .collect();
+    prompt_ids(model, &system.content, &history, &user.content).map_err(|e| bad(&e.to_string()))
 }

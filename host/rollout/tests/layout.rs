@@ -217,3 +217,26 @@ fn real_template_path_matches_retokenisation_except_where_sampled_ids_differ() {
     assert_eq!(seq2.turn_ends, seq.turn_ends.iter().map(|e| e + shift).collect::<Vec<_>>());
     assert_eq!(seq2.rewritten_turns, 0);
 }
+
+/// The next turn's prompt continues the laid-out sequence token for token, even where the
+/// sampled ids are not what re-tokenising the response's text would give.
+#[test]
+fn the_next_prompt_extends_the_laid_out_turns_with_their_sampled_ids() {
+    use vagen_rollout::prompt_ids;
+    let tok = Toy;
+    // The response "ok" sampled as the id of "x", which its text would never tokenise to.
+    let x = 100 + 'x' as u32;
+    let odd = AssistantTurn { token_ids: Some(vec![x, END]), ..turn("a", "ok", 0.0) };
+    let history = [sampled(&tok, "hi", "go", 0.0), odd];
+    let options = LayoutOptions { max_tokens: 1000, rewards: RewardPlacement::PerTurn };
+    let laid = layout(&tok, "sys", &history, &options).unwrap();
+    let prompt = prompt_ids(&tok, "sys", &history, "next").unwrap();
+    assert_eq!(&prompt[..laid.ids.len()], laid.ids.as_slice());
+    assert!(prompt[..laid.ids.len()].contains(&x));
+    let rest = tok.decode(&prompt[laid.ids.len()..]).unwrap();
+    assert_eq!(rest, "\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n");
+    // With no history it is the rendered prompt, tokenised.
+    let first = prompt_ids(&tok, "sys", &[], "hi").unwrap();
+    let conversation = [Message::system("sys"), Message::user("hi")];
+    assert_eq!(first, tok.encode(&tok.render(&conversation, true).unwrap()).unwrap());
+}

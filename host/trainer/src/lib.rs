@@ -21,7 +21,7 @@ pub use config::{ConfigError, TrainConfig};
 pub use metrics::StepMetrics;
 pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};
-pub use train::Trainer;
+pub use train::{Trainer, held_out_rollouts, load_model};
 pub use value_loss::{ValueLoss, ValueLossConfig, explained_variance, value_loss};
 
 /// A scalar tensor as f64, for metrics.

@@ -51,11 +51,7 @@ impl Trainer {
         std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
         let options = load_options(&cfg)?;
-        let actor = if cfg.model.path == "default" {
-            vagen_model::default_model(cfg.schedule.seed, options)?
-        } else {
-            Model::load(Path::new(&cfg.model.path), options)?
-        };
+        let actor = load_model(&cfg)?;
         let critic = if cfg.algorithm.advantage.estimator.uses_critic() {
             Some(ValueModel::from_spec(&cfg.model.path, options)?)
         } else {
@@ -197,8 +193,13 @@ impl Trainer {
                 .collect();
             let mut policy =
                 NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise, noisy: Default::default() };
-            let trajs =
-                rollout(self.plugin.as_ref(), &cfg.env_config_json(), &seeds, &self.rollout_config(1), &mut policy)?;
+            let trajs = rollout(
+                self.plugin.as_ref(),
+                &cfg.env_config_json(),
+                &seeds,
+                &rollout_config(&self.cfg, 1),
+                &mut policy,
+            )?;
             let seqs = self.layout_all(&trajs)?;
             // Turns whose action was a random replacement move the episode but are not
             // imitated: only the oracle's answers are targets.
@@ -240,25 +241,6 @@ impl Trainer {
         Ok(())
     }
 
-    fn rollout_config(&self, group_size: usize) -> RolloutConfig {
-        let r = &self.cfg.rollout;
-        RolloutConfig {
-            format: r.format,
-            group_size,
-            max_turns: self.cfg.env.max_turns,
-            max_actions_per_turn: self.cfg.env.max_actions_per_turn,
-            max_actions_per_episode: 0,
-            history: match (r.per_turn, r.history) {
-                (true, _) => History::Last(0),
-                (false, 0) => History::All,
-                (false, k) => History::Last(k),
-            },
-            format_reward: r.format_reward,
-            system_prompt: r.system_prompt.clone(),
-            describe_state: r.describe_state,
-        }
-    }
-
     /// Training sequences: one per trajectory, or one per turn (`rollout.per_turn`), each
     /// with the index of its trajectory and, per turn, of its turn.
     fn layout_all(&self, trajs: &[Trajectory]) -> Result<Vec<Laid>> {
@@ -284,19 +266,7 @@ impl Trainer {
 
     /// Held-out success over `env.val_episodes` seeds at the evaluation temperature.
     pub fn evaluate(&self) -> Result<f64> {
-        let cfg = &self.cfg;
-        let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
-        let options = GenerateOptions {
-            max_new_tokens: cfg.rollout.max_new_tokens,
-            temperature: cfg.rollout.val_temperature,
-            top_p: 1.0,
-            top_k: 0,
-            stop: vec!["</answer>".into()],
-            seed: cfg.schedule.seed,
-        };
-        let mut policy = ModelPolicy { model: self.actor.clone(), options };
-        let trajs =
-            rollout(self.plugin.as_ref(), &cfg.env_config_json(), &seeds, &self.rollout_config(1), &mut policy)?;
+        let trajs = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
         crate::report::save_samples(&self.run_dir, self.state.step, &trajs)?;
         Ok(vagen_rollout::metrics(&trajs).success)
     }
@@ -343,7 +313,7 @@ impl Trainer {
             self.plugin.as_ref(),
             &cfg.env_config_json(),
             &seeds,
-            &self.rollout_config(cfg.env.group_size),
+            &rollout_config(&self.cfg, cfg.env.group_size),
             &mut policy,
         )?;
         let t_rollout = t0.elapsed().as_secs_f64();
@@ -373,16 +343,24 @@ impl Trainer {
         }
         let seqs = self.layout_all(&trajs)?;
 
-        // Old log-probs and values from one no-grad forward, with the training code path.
+        // Old log-probs and values from one no-grad forward, with the training code path
+        // (the old log-probs from generation instead with `rollout.reuse_logprobs`).
         let t1 = Instant::now();
         let temperature = cfg.rollout.temperature.max(1e-6);
-        let mut rows: Vec<Row> = seqs.iter().map(|l| base_row(&l.seq)).collect();
-        {
+        let reuse = cfg.rollout.reuse_logprobs;
+        let mut rows: Vec<Row> = seqs
+            .iter()
+            .map(|l| Row {
+                old_logprobs: if reuse { l.seq.logprobs.clone() } else { vec![0.0; l.seq.ids.len()] },
+                ..base_row(&l.seq)
+            })
+            .collect();
+        if !reuse || self.reference.is_some() || self.critic.is_some() {
             let _g = tch::no_grad_guard();
             for chunk in rows.chunks_mut(cfg.optim.micro_batch) {
                 let refs: Vec<&Row> = chunk.iter().collect();
                 let micro = Micro::new(&refs, self.actor.device());
-                let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
+                let logp = (!reuse).then(|| logprobs_and_entropy(&self.actor.lm, &micro, temperature).0);
                 // The reference's log-probs once per step here, not once per epoch in the update.
                 let ref_logp = self.reference.as_ref().map(|r| logprobs_and_entropy(&r.lm, &micro, temperature).0);
                 let values = match &self.critic {
@@ -397,7 +375,9 @@ impl Trainer {
                 };
                 for (r, row) in chunk.iter_mut().enumerate() {
                     let n = row.ids.len();
-                    row.old_logprobs = per_token(&logp, r, n)?;
+                    if let Some(lp) = &logp {
+                        row.old_logprobs = per_token(lp, r, n)?;
+                    }
                     if let Some(lp) = &ref_logp {
                         row.ref_logprobs = per_token(lp, r, n)?;
                     }
@@ -410,17 +390,18 @@ impl Trainer {
         let t_old = t1.elapsed().as_secs_f64();
         // How far the training forward is from what generation sampled with: a prompt that
         // differs from the one the policy saw, or numerics, show up here (verl logs the same).
-        let diffs: Vec<f64> = rows
-            .iter()
-            .zip(&seqs)
-            .flat_map(|(r, l)| {
-                (0..r.ids.len())
-                    .filter(|&j| r.loss_mask[j])
-                    .map(|j| (r.old_logprobs[j] - l.seq.logprobs[j]).abs() as f64)
-            })
-            .collect();
-        let diff_mean = diffs.iter().sum::<f64>() / diffs.len().max(1) as f64;
-        let diff_max = diffs.iter().copied().fold(0.0, f64::max);
+        let diffs: Vec<f64> = if reuse {
+            Vec::new()
+        } else {
+            rows.iter()
+                .zip(&seqs)
+                .flat_map(|(r, l)| {
+                    (0..r.ids.len())
+                        .filter(|&j| r.loss_mask[j])
+                        .map(|j| (r.old_logprobs[j] - l.seq.logprobs[j]).abs() as f64)
+                })
+                .collect()
+        };
 
         let credit = crate::credit::assign(&cfg, &trajs, &seqs, &mut rows)?;
         let kept: Vec<Row> = rows.into_iter().zip(&credit.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
@@ -493,6 +474,10 @@ impl Trainer {
         m.values.extend(acc.means());
         let tokens: usize = seqs.iter().map(|l| l.seq.ids.len()).sum();
         let response_tokens: usize = seqs.iter().map(|l| l.seq.loss_mask.iter().filter(|&&x| x).count()).sum();
+        if !diffs.is_empty() {
+            m.values.insert("rollout/logprob_diff_mean".into(), diffs.iter().sum::<f64>() / diffs.len() as f64);
+            m.values.insert("rollout/logprob_diff_max".into(), diffs.iter().copied().fold(0.0, f64::max));
+        }
         for (k, v) in [
             ("train/success", rm.success),
             ("train/pass_at_group", rm.pass_at_group),
@@ -507,8 +492,6 @@ impl Trainer {
             ("rollout/in_group_mean", credit.before.mean_in_group_mean),
             ("rollout/in_group_std_kept", credit.after.mean_in_group_std),
             ("rollout/kept_trajectories", kept.len() as f64),
-            ("rollout/logprob_diff_mean", diff_mean),
-            ("rollout/logprob_diff_max", diff_max),
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),
@@ -520,6 +503,54 @@ impl Trainer {
         }
         Ok(m)
     }
+}
+
+/// One episode per held-out seed (`env.val_episodes` from `env.val_seed_start`) at
+/// `rollout.val_temperature`, with the rollout settings training uses: what
+/// `Trainer::evaluate` and `vagen-host eval --config` measure.
+pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Vec<Trajectory>> {
+    let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
+    let options = GenerateOptions {
+        max_new_tokens: cfg.rollout.max_new_tokens,
+        temperature: cfg.rollout.val_temperature,
+        top_p: 1.0,
+        top_k: 0,
+        stop: vec!["</answer>".into()],
+        seed: cfg.schedule.seed,
+    };
+    let mut policy = ModelPolicy { model, options };
+    Ok(rollout(plugin, &cfg.env_config_json(), &seeds, &rollout_config(cfg, 1), &mut policy)?)
+}
+
+fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
+    let r = &cfg.rollout;
+    RolloutConfig {
+        format: r.format,
+        group_size,
+        max_turns: cfg.env.max_turns,
+        max_actions_per_turn: cfg.env.max_actions_per_turn,
+        max_actions_per_episode: 0,
+        history: match (r.per_turn, r.history) {
+            (true, _) => History::Last(0),
+            (false, 0) => History::All,
+            (false, k) => History::Last(k),
+        },
+        format_reward: r.format_reward,
+        system_prompt: r.system_prompt.clone(),
+        describe_state: r.describe_state,
+    }
+}
+
+/// `model.path` (or the embedded default, drawn from `schedule.seed`) on `model.device`
+/// in `model.dtype`.
+pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
+    let options = load_options(cfg)?;
+    Ok(if cfg.model.path == "default" {
+        vagen_model::default_model(cfg.schedule.seed, options)?
+    } else {
+        Model::load(Path::new(&cfg.model.path), options)
+            .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?
+    })
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {

@@ -64,7 +64,7 @@ fn step_line(dir: &Path, step: u64) -> serde_json::Value {
 
 #[test]
 fn two_steps_of_each_estimator_have_finite_losses() {
-    for estimator in ["gae", "bi-level-gae", "turn-gae", "grpo", "brpo", "reinforce"] {
+    for estimator in ["gae", "bi-level-gae", "turn-gae", "grpo", "brpo", "reinforce", "gigpo"] {
         let dir = tempfile::tempdir().unwrap();
         let cfg = parse(&config(estimator, ""), &[]).unwrap();
         let mut t = Trainer::new(cfg, dir.path()).unwrap();
@@ -86,7 +86,7 @@ fn two_steps_of_each_estimator_have_finite_losses() {
 }
 
 #[test]
-fn per_turn_sequences_train_and_carry_the_trajectory_reward() {
+fn per_turn_sequences_train_with_credit_from_their_episode() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = parse(&config("grpo", ""), &["rollout.per_turn=true", "sft.steps=2", "sft.episodes_per_step=4"]).unwrap();
     Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
@@ -97,6 +97,32 @@ fn per_turn_sequences_train_and_carry_the_trajectory_reward() {
     assert_eq!(m["rollout/kept_trajectories"].as_f64().unwrap(), turns, "{m}");
     let sft: Vec<_> = metrics(dir.path()).into_iter().filter(|m| m.get("sft/loss").is_some()).collect();
     assert_eq!(sft.len(), 2);
+}
+
+/// The training forward must see exactly the prompt generation saw (else the update is
+/// off-policy without anyone noticing); then generation's log-probs can stand in for it.
+#[test]
+fn generation_log_probs_agree_with_the_training_forward() {
+    for per_turn in ["false", "true"] {
+        let run = |reuse: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let per_turn = format!("rollout.per_turn={per_turn}");
+            let reuse = format!("rollout.reuse_logprobs={reuse}");
+            let cfg = parse(&config("grpo", ""), &[&per_turn, &reuse, "schedule.steps=1"]).unwrap();
+            Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+            step_line(dir.path(), 1)
+        };
+        let recomputed = run("false");
+        let diff = recomputed["rollout/logprob_diff_max"].as_f64().unwrap();
+        assert!(diff < 1e-4, "per_turn {per_turn}: generation and training log-probs differ by {diff}");
+        // Reused: no second forward, no diff to report, and the same update to within it.
+        let reused = run("true");
+        assert!(reused.get("rollout/logprob_diff_max").is_none(), "{reused}");
+        for key in ["actor/pg_loss", "actor/ppo_kl", "actor/grad_norm"] {
+            let (a, b) = (recomputed[key].as_f64().unwrap(), reused[key].as_f64().unwrap());
+            assert!((a - b).abs() < 1e-3, "per_turn {per_turn}: {key} {a} vs {b}");
+        }
+    }
 }
 
 #[test]
