@@ -104,3 +104,46 @@ fn the_binary_links_libtorch_cuda_when_libtorch_has_it() {
     assert_eq!(dynamic.contains("[libtorch_cuda.so]"), has_cuda, "{dynamic}");
     assert!(dynamic.contains("RUNPATH"), "{dynamic}");
 }
+
+/// `vagen-host train` then `vagen-host eval --config` on the run's own config: the standalone
+/// evaluation reproduces the number the run logged for that checkpoint.
+#[test]
+fn eval_with_a_run_config_reproduces_the_runs_own_evaluation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.toml");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    assert!(plugin.is_file(), "{} is not built: run `cargo xtask test`", plugin.display());
+    std::fs::write(
+        &config,
+        format!(
+            "[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\nmax_turns = 3\nval_episodes = 6\n[env.config]\nmax_actions_per_turn = 1\n\
+             [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 8\nper_turn = true\n\
+             system_prompt = \"FrozenLake.\"\ndescribe_state = true\n[schedule]\nsteps = 1\neval_every = 1\nsave_every = 1\n\
+             [sft]\nsteps = 3\nepisodes_per_step = 4\n",
+            plugin.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let o = host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let logged = std::fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|m| m["step"] == 1 && m.get("val/success").is_some())
+        .expect("step 1 was evaluated");
+    let actor = run.join("checkpoints/step-000001/actor");
+    let run_config = run.join("config.toml");
+    let args = ["eval", "--config", run_config.to_str().unwrap(), "--model", actor.to_str().unwrap(), "--json"];
+    let o = host(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let m = last_json(&o);
+    assert_eq!(m["episodes"], 6);
+    assert_eq!(m["success"], logged["val/success"], "{m}");
+    assert_eq!(m["mean_turns"], logged["val/turns"], "{m}");
+    assert_eq!(m["format_correct_rate"], logged["val/format_correct_rate"], "{m}");
+    // A config and a plugin together are refused: the config names the plugin.
+    let o = host(&["eval", "--config", run_config.to_str().unwrap(), "--model", "default", "--plugin", "x.wasm"]);
+    assert!(!o.status.success());
+}

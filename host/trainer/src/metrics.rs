@@ -17,11 +17,6 @@ impl StepMetrics {
     pub fn new(step: usize) -> Self {
         StepMetrics { step, values: BTreeMap::new() }
     }
-    pub fn eval(step: usize, success: f64) -> Self {
-        let mut m = Self::new(step);
-        m.values.insert("val/success".into(), success);
-        m
-    }
 }
 
 pub struct MetricsLog {

@@ -121,10 +121,12 @@ impl Trainer {
             self.sft()?;
         }
         if self.state.start_success.is_none() {
-            let s = self.evaluate()?;
-            self.state.start_success = Some(s);
-            self.log.write(&StepMetrics::eval(0, s))?;
-            eprintln!("held-out success before RL: {s:.3}");
+            let v = self.evaluate_all()?;
+            self.state.start_success = Some(v.success);
+            let mut m = StepMetrics::new(0);
+            insert_val(&mut m, &v);
+            self.log.write(&m)?;
+            eprintln!("held-out success before RL: {:.3}", v.success);
         }
         let bar = bar(self.cfg.schedule.steps as u64, "RL steps");
         bar.set_position(self.state.step as u64);
@@ -134,9 +136,9 @@ impl Trainer {
             let s = self.state.step;
             let every = |k: usize| k > 0 && s.is_multiple_of(k);
             if every(self.cfg.schedule.eval_every) || s == self.cfg.schedule.steps {
-                let success = self.evaluate()?;
-                m.values.insert("val/success".into(), success);
-                self.state.last_success = Some(success);
+                let v = self.evaluate_all()?;
+                insert_val(&mut m, &v);
+                self.state.last_success = Some(v.success);
             }
             m.step = s;
             self.log.write(&m)?;
@@ -266,9 +268,14 @@ impl Trainer {
 
     /// Held-out success over `env.val_episodes` seeds at the evaluation temperature.
     pub fn evaluate(&self) -> Result<f64> {
+        Ok(self.evaluate_all()?.success)
+    }
+
+    /// The held-out episodes' figures; their sample transcripts go to the run folder.
+    pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
         let trajs = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
         crate::report::save_samples(&self.run_dir, self.state.step, &trajs)?;
-        Ok(vagen_rollout::metrics(&trajs).success)
+        Ok(vagen_rollout::metrics(&trajs))
     }
 
     /// Loads the KL reference, first saving the current actor as it when the run has none
@@ -503,6 +510,13 @@ impl Trainer {
         }
         Ok(m)
     }
+}
+
+/// `val/success` and the figures that explain it, as `vagen-host eval` prints them.
+fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
+    m.values.insert("val/success".into(), v.success);
+    m.values.insert("val/turns".into(), v.mean_turns);
+    m.values.insert("val/format_correct_rate".into(), v.format_correct_rate);
 }
 
 /// One episode per held-out seed (`env.val_episodes` from `env.val_seed_start`) at
