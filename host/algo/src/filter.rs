@@ -21,11 +21,16 @@ pub struct FilterConfig {
     /// Fraction of groups kept, in (0, 1]; 1 keeps everything (RAGEN's default is 0.25).
     pub keep_fraction: f64,
     pub keep: FilterKeep,
+    /// Also leave out each sequence whose advantage is 0 on every token (every answer in
+    /// its group, or in its state, scored the same): it adds nothing to the policy gradient,
+    /// only its tokens to the mean (DAPO's dynamic sampling, per sequence). Applied by the
+    /// trainer, and only where no entropy bonus, KL penalty or critic would learn from it.
+    pub drop_zero_advantage: bool,
 }
 
 impl Default for FilterConfig {
     fn default() -> Self {
-        Self { keep_fraction: 0.25, keep: FilterKeep::Top }
+        Self { keep_fraction: 0.25, keep: FilterKeep::Top, drop_zero_advantage: false }
     }
 }
 

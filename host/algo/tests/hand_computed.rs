@@ -182,7 +182,12 @@ fn starpo_s_keeps_the_groups_whose_rewards_vary_most() {
     // Groups: 0 → (1, 1) std 0; 1 → (0, 4) std 2.828; 2 → (1, 3) std 1.414; 3 → (5, 5) std 0.
     let scores = [1.0, 1.0, 0.0, 4.0, 1.0, 3.0, 5.0, 5.0];
     let groups = [0, 0, 1, 1, 2, 2, 3, 3];
-    let f = filter_groups(&scores, &groups, &FilterConfig { keep_fraction: 0.5, keep: FilterKeep::Top }).unwrap();
+    let f = filter_groups(
+        &scores,
+        &groups,
+        &FilterConfig { keep_fraction: 0.5, keep: FilterKeep::Top, ..FilterConfig::default() },
+    )
+    .unwrap();
     // ⌊0.5 · 4⌋ = 2 groups: 1 and 2.
     assert_eq!(f.keep, [false, false, true, true, true, true, false, false]);
     assert_eq!((f.before.groups, f.after.groups), (4, 2));
@@ -193,10 +198,20 @@ fn starpo_s_keeps_the_groups_whose_rewards_vary_most() {
     assert!((f.after.mean_in_group_std - 1.5 * 2f64.sqrt()).abs() < 1e-12);
     assert!((f.after.mean_in_group_mean - 2.0).abs() < 1e-12);
     // Bottom 25% → one group; ties (0 and 3, both std 0) go to the smaller id.
-    let f = filter_groups(&scores, &groups, &FilterConfig { keep_fraction: 0.25, keep: FilterKeep::Bottom }).unwrap();
+    let f = filter_groups(
+        &scores,
+        &groups,
+        &FilterConfig { keep_fraction: 0.25, keep: FilterKeep::Bottom, ..FilterConfig::default() },
+    )
+    .unwrap();
     assert_eq!(f.keep, [true, true, false, false, false, false, false, false]);
     // 1.0 keeps everything.
-    let f = filter_groups(&scores, &groups, &FilterConfig { keep_fraction: 1.0, keep: FilterKeep::Top }).unwrap();
+    let f = filter_groups(
+        &scores,
+        &groups,
+        &FilterConfig { keep_fraction: 1.0, keep: FilterKeep::Top, ..FilterConfig::default() },
+    )
+    .unwrap();
     assert!(f.keep.iter().all(|&k| k));
 }
 

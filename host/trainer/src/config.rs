@@ -291,6 +291,16 @@ impl TrainConfig {
             let name = if est == Estimator::Grpo { "grpo" } else { "gigpo" };
             return bad("env.group_size", format!("{name} normalises within groups and needs group_size >= 2"));
         }
+        let pl = &self.algorithm.policy_loss;
+        if self.algorithm.filter.drop_zero_advantage && (pl.entropy_coef != 0.0 || pl.kl.is_some() || est.uses_critic())
+        {
+            return bad(
+                "algorithm.filter.drop_zero_advantage",
+                "a sequence with zero advantages still feeds the entropy bonus, the KL penalty or the critic: \
+                 set entropy_coef = 0, no kl and a critic-free estimator, or turn it off"
+                    .into(),
+            );
+        }
         if self.rollout.per_turn && est.uses_critic() {
             return bad(
                 "rollout.per_turn",

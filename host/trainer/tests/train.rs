@@ -125,6 +125,31 @@ fn generation_log_probs_agree_with_the_training_forward() {
     }
 }
 
+/// Sequences whose every advantage is 0 leave the update, the others stay: counted, and
+/// kept + dropped is every sequence of the step.
+#[test]
+fn zero_advantage_sequences_can_be_left_out_of_the_update() {
+    let run = |drop: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let drop = format!("algorithm.filter.drop_zero_advantage={drop}");
+        let overrides = ["rollout.per_turn=true", "env.groups=3", "algorithm.policy_loss.entropy_coef=0", &drop];
+        let cfg = parse(&config("grpo", ""), &overrides).unwrap();
+        Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+        (1..=2).map(|s| step_line(dir.path(), s)).collect::<Vec<_>>()
+    };
+    let (all, dropped) = (run("false"), run("true"));
+    let n = |m: &serde_json::Value, k: &str| m[k].as_f64().unwrap();
+    // The first step's rollouts are the same either way (same seeds, same weights).
+    let (a, d) = (&all[0], &dropped[0]);
+    assert_eq!(n(a, "rollout/zero_advantage_dropped"), 0.0);
+    assert_eq!(
+        n(d, "rollout/kept_trajectories") + n(d, "rollout/zero_advantage_dropped"),
+        n(a, "rollout/kept_trajectories")
+    );
+    // A random policy in groups of two: some groups score alike (both fail), so some drop.
+    assert!(dropped.iter().any(|m| n(m, "rollout/zero_advantage_dropped") > 0.0), "{dropped:?}");
+}
+
 #[test]
 fn a_kl_penalty_pulls_towards_the_policy_rl_started_from() {
     let dir = tempfile::tempdir().unwrap();
@@ -222,6 +247,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["sft.action_noise=2"], "sft.action_noise"),
         (good.clone(), vec!["env.max_failure_rate=1.5"], "env.max_failure_rate"),
         (config("gae", ""), vec!["rollout.per_turn=true"], "rollout.per_turn"),
+        (good.clone(), vec!["algorithm.filter.drop_zero_advantage=true"], "algorithm.filter.drop_zero_advantage"),
         (good.clone(), vec!["nonsense"], "nonsense"),
     ];
     for (text, overrides, needle) in cases {
