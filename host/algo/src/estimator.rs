@@ -159,28 +159,13 @@ pub fn compute_advantages(cfg: &AdvantageConfig, batch: &[Trajectory]) -> Result
                 step_weight: cfg.step_weight,
                 epsilon: cfg.norm_by_std.then_some(cfg.epsilon),
             };
-            let per_turn = gigpo::turn_advantages(batch, &p)?;
-            batch
-                .iter()
-                .enumerate()
-                .zip(per_turn)
-                .map(|((i, t), a)| Ok(per_turn_broadcast(t, &t.turns(i)?, &a)))
-                .collect::<Result<_, AlgoError>>()?
+            gigpo::advantages(batch, &p)?
         }
     };
     if cfg.whiten.unwrap_or(cfg.estimator.uses_critic()) {
         whiten(batch, &mut out);
     }
     Ok(out)
-}
-
-/// Each turn's advantage over its advantage-mask tokens; critic-free, so returns = advantages.
-fn per_turn_broadcast(t: &Trajectory, turns: &[Vec<usize>], per_turn: &[f64]) -> Advantages {
-    let mut advantages = vec![0.0; t.len()];
-    for (positions, &a) in turns.iter().zip(per_turn) {
-        positions.iter().for_each(|&p| advantages[p] = a);
-    }
-    Advantages { returns: advantages.clone(), advantages, value_mask: vec![false; t.len()] }
 }
 
 fn broadcast(t: &Trajectory, score: f64) -> Advantages {

@@ -6,7 +6,7 @@
 //! whole episodes that mostly agree with it.
 
 use crate::group::{keyed_stats, normalised_scores, scale};
-use crate::{AlgoError, Trajectory};
+use crate::{Advantages, AlgoError, Trajectory};
 
 pub(crate) struct Params {
     /// Discount of the step-level return, per turn.
@@ -17,8 +17,9 @@ pub(crate) struct Params {
     pub epsilon: Option<f64>,
 }
 
-/// Per trajectory, the advantage of each turn (in turn order).
-pub(crate) fn turn_advantages(batch: &[Trajectory], p: &Params) -> Result<Vec<Vec<f64>>, AlgoError> {
+/// Per trajectory, each turn's advantage over that turn's advantage-mask tokens; critic-free,
+/// so returns = advantages.
+pub(crate) fn advantages(batch: &[Trajectory], p: &Params) -> Result<Vec<Advantages>, AlgoError> {
     let groups: Vec<u64> = batch.iter().map(|t| t.group).collect();
     let episode = normalised_scores(batch, Some(&groups), p.epsilon);
 
@@ -26,6 +27,7 @@ pub(crate) fn turn_advantages(batch: &[Trajectory], p: &Params) -> Result<Vec<Ve
     let mut returns = Vec::new();
     let mut anchors = Vec::new();
     let mut keys: std::collections::BTreeMap<(u64, u64), u64> = Default::default();
+    let mut positions = Vec::with_capacity(batch.len());
     for (i, t) in batch.iter().enumerate() {
         if t.turn_states.len() != t.turn_ends.len() {
             return Err(AlgoError::LengthMismatch {
@@ -48,6 +50,7 @@ pub(crate) fn turn_advantages(batch: &[Trajectory], p: &Params) -> Result<Vec<Ve
             .collect();
         back.reverse();
         returns.extend(back);
+        positions.push(turns);
         for &s in t.turn_states {
             let next = keys.len() as u64;
             anchors.push(*keys.entry((t.group, s)).or_insert(next));
@@ -65,6 +68,14 @@ pub(crate) fn turn_advantages(batch: &[Trajectory], p: &Params) -> Result<Vec<Ve
     Ok(batch
         .iter()
         .zip(episode)
-        .map(|(t, e)| t.turn_ends.iter().map(|_| e + p.step_weight * step.next().expect("one per turn")).collect())
+        .zip(positions)
+        .map(|((t, e), turns)| {
+            let mut advantages = vec![0.0; t.len()];
+            for tokens in turns {
+                let a = e + p.step_weight * step.next().expect("one per turn");
+                tokens.iter().for_each(|&k| advantages[k] = a);
+            }
+            Advantages { returns: advantages.clone(), advantages, value_mask: vec![false; t.len()] }
+        })
         .collect())
 }

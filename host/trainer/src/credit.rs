@@ -20,11 +20,26 @@ pub(crate) struct Credit {
     pub keep: Vec<bool>,
     pub before: GroupStats,
     pub after: GroupStats,
+    /// Rows the group filter kept but `drop_zero_advantage` left out.
+    pub zero_dropped: usize,
 }
 
 /// Fills `rows[k].advantages / returns / value_mask` for `seqs[k]` and decides which rows
-/// filtering keeps.
+/// the update keeps: StarPO-S by group, then (`drop_zero_advantage`) rows with nothing to learn.
 pub(crate) fn assign(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], rows: &mut [Row]) -> Result<Credit> {
+    let mut credit = advantages_and_groups(cfg, trajs, seqs, rows)?;
+    if cfg.algorithm.filter.drop_zero_advantage {
+        for (keep, row) in credit.keep.iter_mut().zip(rows.iter()) {
+            if *keep && row.advantages.iter().all(|&a| a == 0.0) {
+                *keep = false;
+                credit.zero_dropped += 1;
+            }
+        }
+    }
+    Ok(credit)
+}
+
+fn advantages_and_groups(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], rows: &mut [Row]) -> Result<Credit> {
     let est = &cfg.algorithm.advantage;
     let states = |t: &Trajectory, n: usize| -> Vec<u64> { t.turns.iter().take(n).map(|r| r.state_key()).collect() };
     if cfg.rollout.per_turn {
@@ -38,27 +53,38 @@ pub(crate) fn assign(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], row
                 _ => episodes.push((l.traj, vec![k])),
             }
         }
-        let owned: Vec<(Vec<f64>, Vec<bool>, Vec<usize>, Vec<u64>)> = episodes
+        struct PerTurn {
+            rewards: Vec<f64>,
+            zeros: Vec<f64>,
+            mask: Vec<bool>,
+            ends: Vec<usize>,
+            states: Vec<u64>,
+            group: u64,
+        }
+        let owned: Vec<PerTurn> = episodes
             .iter()
             .map(|(t, members)| {
                 let n = members.len();
-                let rewards = trajs[*t].turns.iter().take(n).map(|r| r.reward).collect();
-                (rewards, vec![true; n], (0..n).collect(), states(&trajs[*t], n))
+                PerTurn {
+                    rewards: trajs[*t].turns.iter().take(n).map(|r| r.reward).collect(),
+                    zeros: vec![0.0; n],
+                    mask: vec![true; n],
+                    ends: (0..n).collect(),
+                    states: states(&trajs[*t], n),
+                    group: trajs[*t].group as u64,
+                }
             })
             .collect();
-        let zeros: Vec<Vec<f64>> = owned.iter().map(|o| vec![0.0; o.0.len()]).collect();
         let algo: Vec<AlgoTrajectory> = owned
             .iter()
-            .zip(&episodes)
-            .zip(&zeros)
-            .map(|((o, (t, _)), z)| AlgoTrajectory {
-                rewards: &o.0,
-                values: z,
-                loss_mask: &o.1,
-                adv_mask: &o.1,
-                turn_ends: &o.2,
-                group: trajs[*t].group as u64,
-                turn_states: &o.3,
+            .map(|o| AlgoTrajectory {
+                rewards: &o.rewards,
+                values: &o.zeros,
+                loss_mask: &o.mask,
+                adv_mask: &o.mask,
+                turn_ends: &o.ends,
+                group: o.group,
+                turn_states: &o.states,
             })
             .collect();
         let advantages = compute_advantages(est, &algo)?;
@@ -76,7 +102,7 @@ pub(crate) fn assign(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], row
         for ((_, members), &k) in episodes.iter().zip(&filtered.keep) {
             members.iter().for_each(|&m| keep[m] = k);
         }
-        return Ok(Credit { keep, before: filtered.before, after: filtered.after });
+        return Ok(Credit { keep, before: filtered.before, after: filtered.after, zero_dropped: 0 });
     }
 
     let values: Vec<Vec<f64>> = rows.iter().map(|r| r.old_values.iter().map(|&v| v as f64).collect()).collect();
@@ -102,7 +128,7 @@ pub(crate) fn assign(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], row
         row.value_mask = a.value_mask.clone();
     }
     let filtered = filter(cfg, &algo)?;
-    Ok(Credit { keep: filtered.keep, before: filtered.before, after: filtered.after })
+    Ok(Credit { keep: filtered.keep, before: filtered.before, after: filtered.after, zero_dropped: 0 })
 }
 
 /// StarPO-S: keep the groups whose rewards vary most.

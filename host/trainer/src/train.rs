@@ -412,13 +412,6 @@ impl Trainer {
 
         let credit = crate::credit::assign(&cfg, &trajs, &seqs, &mut rows)?;
         let kept: Vec<Row> = rows.into_iter().zip(&credit.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
-        let before_drop = kept.len();
-        let kept: Vec<Row> = if cfg.algorithm.filter.drop_zero_advantage {
-            kept.into_iter().filter(|r| r.advantages.iter().any(|&a| a != 0.0)).collect()
-        } else {
-            kept
-        };
-        let zero_dropped = before_drop - kept.len();
 
         // PPO epochs over mini-batches, gradients accumulated over micro-batches.
         let t2 = Instant::now();
@@ -506,7 +499,7 @@ impl Trainer {
             ("rollout/in_group_mean", credit.before.mean_in_group_mean),
             ("rollout/in_group_std_kept", credit.after.mean_in_group_std),
             ("rollout/kept_trajectories", kept.len() as f64),
-            ("rollout/zero_advantage_dropped", zero_dropped as f64),
+            ("rollout/zero_advantage_dropped", credit.zero_dropped as f64),
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),
