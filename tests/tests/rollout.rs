@@ -169,4 +169,19 @@ fn observations_can_carry_the_env_state_description() {
         rollout(plugin.as_ref(), "", &[4], &RolloutConfig::default(), &mut RandomPolicy { format: Format::FreeThink })
             .unwrap();
     assert!(!plain[0].turns[0].user.contains("The goal is"));
+    // Without the env's text observation the description stands in for the grid: the
+    // same episode (same seed, same answers) with the grid lines left out.
+    let only = RolloutConfig { observation_text: false, ..config };
+    let short = rollout(plugin.as_ref(), "", &[4, 5], &only, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    for (full, short) in trajs.iter().zip(&short) {
+        assert_eq!(full.turns.len(), short.turns.len());
+        for (a, b) in full.turns.iter().zip(&short.turns) {
+            assert_eq!(a.response, b.response);
+            assert!(b.user.contains("The goal is") && b.user.len() < a.user.len(), "{:?}", b.user);
+            let grid = a.user.lines().find(|l| l.contains('P')).expect("the grid shows the player");
+            assert!(!b.user.contains(grid), "{:?}", b.user);
+            let description = a.user.lines().find(|l| l.starts_with("The goal is")).unwrap();
+            assert!(b.user.contains(description));
+        }
+    }
 }

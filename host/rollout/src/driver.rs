@@ -54,6 +54,10 @@ pub struct RolloutConfig {
     /// Add the env's `describe_state` text to every observation (a grounded observation:
     /// easier for small models than reading a grid).
     pub describe_state: bool,
+    /// Keep the env's own text observation in the prompt. Off (with `describe_state`), the
+    /// state description replaces it: a shorter prompt with nothing in it for a small model
+    /// to latch on to but the facts the description states.
+    pub observation_text: bool,
 }
 
 impl Default for RolloutConfig {
@@ -68,6 +72,7 @@ impl Default for RolloutConfig {
             format_reward: FormatReward::default(),
             system_prompt: None,
             describe_state: false,
+            observation_text: true,
         }
     }
 }
@@ -201,7 +206,7 @@ pub fn rollout(
         let mut obs = env.reset(episode_seed(i)).map_err(|e| e.to_string())?;
         let system = env.system_prompt().map_err(|e| e.to_string())?;
         if config.describe_state {
-            obs.text = format!("{}\n{}", obs.text, env.describe_state().map_err(|e| e.to_string())?);
+            obs.text = with_description(config, &obs.text, env.describe_state().map_err(|e| e.to_string())?);
         }
         Ok((system, obs))
     });
@@ -273,7 +278,7 @@ pub fn rollout(
             for (r, state) in results.iter_mut().zip(states) {
                 match (r, state) {
                     (Some(Ok(step)), Some(Ok(text))) => {
-                        step.observation.text = format!("{}\n{text}", step.observation.text)
+                        step.observation.text = with_description(config, &step.observation.text, text)
                     }
                     (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
                     _ => {}
@@ -337,6 +342,11 @@ pub fn rollout(
 fn separator_with_space(m: &Manifest) -> String {
     let s = m.action_separator.trim();
     if s.is_empty() { m.action_separator.clone() } else { format!("{s} ") }
+}
+
+/// The observation text with the state description after it, or instead of it.
+fn with_description(config: &RolloutConfig, observation: &str, description: String) -> String {
+    if config.observation_text { format!("{observation}\n{description}") } else { description }
 }
 
 /// What the next user turn says about the last answer, before the new observation.

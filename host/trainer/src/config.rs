@@ -125,11 +125,20 @@ pub struct RolloutSection {
     pub system_prompt: Option<String>,
     /// Append the env's `describe_state` text to every observation.
     pub describe_state: bool,
+    /// Keep the env's own text observation (FrozenLake's grid) in the prompt; off, the
+    /// state description stands in for it (needs `describe_state`).
+    pub observation_text: bool,
     /// Take the old log-probs from generation (the full tempered distribution, as the
     /// training forward computes them) instead of a second no-grad forward over the batch:
     /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
     /// report how far generation and training disagree (≈1e-7 on CPU in f32).
     pub reuse_logprobs: bool,
+    /// Probability that a training turn's answer is replaced by a random valid action
+    /// (written in the format), for exploration where the policy is confidently wrong:
+    /// a group whose episodes all answer alike has nothing to compare. The replaced turns
+    /// are trained on like sampled ones, their old log-probs from a forward pass. 0: off;
+    /// evaluation never explores.
+    pub explore: f64,
 }
 
 impl Default for RolloutSection {
@@ -148,7 +157,9 @@ impl Default for RolloutSection {
             rewards: RewardPlacement::PerTurn,
             system_prompt: None,
             describe_state: false,
+            observation_text: true,
             reuse_logprobs: false,
+            explore: 0.0,
         }
     }
 }
@@ -331,6 +342,15 @@ impl TrainConfig {
         }
         if !(0.0..=1.0).contains(&self.env.max_failure_rate) {
             return bad("env.max_failure_rate", format!("{} is not a share in [0, 1]", self.env.max_failure_rate));
+        }
+        if !self.rollout.observation_text && !self.rollout.describe_state {
+            return bad(
+                "rollout.observation_text",
+                "false leaves the prompt without an observation: set rollout.describe_state = true".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.rollout.explore) {
+            return bad("rollout.explore", format!("{} is not a probability", self.rollout.explore));
         }
         if !(0.0..=1.0).contains(&self.sft.action_noise) {
             return bad("sft.action_noise", format!("{} is not a probability", self.sft.action_noise));

@@ -7,6 +7,7 @@ mod batch;
 mod checkpoint;
 mod config;
 mod credit;
+mod explore;
 mod metrics;
 mod optimizer;
 mod policy_loss;

@@ -5,6 +5,7 @@ use crate::batch::{Micro, Row, logprobs_and_entropy};
 use crate::checkpoint::{self, TrainerState};
 use crate::config::TrainConfig;
 use crate::credit::Laid;
+use crate::explore::Exploring;
 use crate::metrics::{MetricsLog, StepMetrics};
 use crate::optimizer::AdamW;
 use crate::sft::NoisyOracle;
@@ -315,7 +316,12 @@ impl Trainer {
             stop: vec!["</answer>".into()],
             seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         };
-        let mut policy = ModelPolicy { model: self.actor.clone(), options };
+        let mut policy = Exploring {
+            inner: ModelPolicy { model: self.actor.clone(), options },
+            format: cfg.rollout.format,
+            rate: cfg.rollout.explore,
+            forced: Default::default(),
+        };
         let trajs = rollout(
             self.plugin.as_ref(),
             &cfg.env_config_json(),
@@ -323,6 +329,7 @@ impl Trainer {
             &rollout_config(&self.cfg, cfg.env.group_size),
             &mut policy,
         )?;
+
         let t_rollout = t0.elapsed().as_secs_f64();
         let rm = vagen_rollout::metrics(&trajs);
         // Judged before any work on the batch: a run that stops here has not updated on it.
@@ -349,6 +356,14 @@ impl Trainer {
             );
         }
         let seqs = self.layout_all(&trajs)?;
+        // Rows holding a turn the model did not sample: their old log-probs need a forward.
+        let forced: Vec<bool> = seqs
+            .iter()
+            .map(|l| match l.turn {
+                Some(turn) => policy.forced.contains(&(l.traj, turn)),
+                None => (0..trajs[l.traj].turns.len()).any(|turn| policy.forced.contains(&(l.traj, turn))),
+            })
+            .collect();
 
         // Old log-probs and values from one no-grad forward, with the training code path
         // (the old log-probs from generation instead with `rollout.reuse_logprobs`).
@@ -362,12 +377,17 @@ impl Trainer {
                 ..base_row(&l.seq)
             })
             .collect();
-        if !reuse || self.reference.is_some() || self.critic.is_some() {
+        // Which rows the no-grad forward covers: all of them when it computes the old
+        // log-probs, a reference or values; with reused log-probs, only the forced ones.
+        let all = !reuse || self.reference.is_some() || self.critic.is_some();
+        let need: Vec<usize> = (0..rows.len()).filter(|&k| all || forced[k]).collect();
+        if !need.is_empty() {
             let _g = tch::no_grad_guard();
-            for chunk in rows.chunks_mut(cfg.optim.micro_batch) {
-                let refs: Vec<&Row> = chunk.iter().collect();
+            for chunk in need.chunks(cfg.optim.micro_batch) {
+                let refs: Vec<&Row> = chunk.iter().map(|&k| &rows[k]).collect();
                 let micro = Micro::new(&refs, self.actor.device());
-                let logp = (!reuse).then(|| logprobs_and_entropy(&self.actor.lm, &micro, temperature).0);
+                let logp = (!reuse || chunk.iter().any(|&k| forced[k]))
+                    .then(|| logprobs_and_entropy(&self.actor.lm, &micro, temperature).0);
                 // The reference's log-probs once per step here, not once per epoch in the update.
                 let ref_logp = self.reference.as_ref().map(|r| logprobs_and_entropy(&r.lm, &micro, temperature).0);
                 let values = match &self.critic {
@@ -380,9 +400,12 @@ impl Trainer {
                     let col = Vec::<f32>::try_from(t.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
                     Ok(std::iter::once(0.0).chain(col).collect())
                 };
-                for (r, row) in chunk.iter_mut().enumerate() {
+                for (r, &k) in chunk.iter().enumerate() {
+                    let row = &mut rows[k];
                     let n = row.ids.len();
-                    if let Some(lp) = &logp {
+                    if let Some(lp) = &logp
+                        && (!reuse || forced[k])
+                    {
                         row.old_logprobs = per_token(lp, r, n)?;
                     }
                     if let Some(lp) = &ref_logp {
@@ -402,7 +425,9 @@ impl Trainer {
         } else {
             rows.iter()
                 .zip(&seqs)
-                .flat_map(|(r, l)| {
+                .zip(&forced)
+                .filter(|(_, f)| !**f)
+                .flat_map(|((r, l), _)| {
                     (0..r.ids.len())
                         .filter(|&j| r.loss_mask[j])
                         .map(|j| (r.old_logprobs[j] - l.seq.logprobs[j]).abs() as f64)
@@ -500,6 +525,7 @@ impl Trainer {
             ("rollout/in_group_std_kept", credit.after.mean_in_group_std),
             ("rollout/kept_trajectories", kept.len() as f64),
             ("rollout/zero_advantage_dropped", credit.zero_dropped as f64),
+            ("rollout/explored_turns", policy.forced.len() as f64),
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),
@@ -553,6 +579,7 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
         format_reward: r.format_reward,
         system_prompt: r.system_prompt.clone(),
         describe_state: r.describe_state,
+        observation_text: r.observation_text,
     }
 }
 

@@ -125,6 +125,35 @@ fn generation_log_probs_agree_with_the_training_forward() {
     }
 }
 
+/// Turns answered by exploration were not sampled, so they have no generation log-probs:
+/// with reuse on, theirs come from a forward, and the update is the one a full second
+/// forward gives.
+#[test]
+fn explored_turns_get_their_old_log_probs_from_a_forward() {
+    for per_turn in ["false", "true"] {
+        let run = |reuse: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            let per_turn = format!("rollout.per_turn={per_turn}");
+            let reuse = format!("rollout.reuse_logprobs={reuse}");
+            let cfg =
+                parse(&config("grpo", ""), &[&per_turn, &reuse, "rollout.explore=0.5", "schedule.steps=1"]).unwrap();
+            Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+            step_line(dir.path(), 1)
+        };
+        let recomputed = run("false");
+        assert!(recomputed["rollout/explored_turns"].as_f64().unwrap() > 0.0, "{recomputed}");
+        // Only sampled turns are compared with generation.
+        let diff = recomputed["rollout/logprob_diff_max"].as_f64().unwrap();
+        assert!(diff < 1e-4, "per_turn {per_turn}: {diff}");
+        let reused = run("true");
+        assert_eq!(reused["rollout/explored_turns"], recomputed["rollout/explored_turns"]);
+        for key in ["actor/pg_loss", "actor/ppo_kl", "actor/grad_norm"] {
+            let (a, b) = (recomputed[key].as_f64().unwrap(), reused[key].as_f64().unwrap());
+            assert!((a - b).abs() < 1e-3, "per_turn {per_turn}: {key} {a} vs {b}");
+        }
+    }
+}
+
 /// Sequences whose every advantage is 0 leave the update, the others stay: counted, and
 /// kept + dropped is every sequence of the step.
 #[test]
@@ -245,6 +274,8 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["optim.micro_batch=3"], "optim.micro_batch"),
         (good.clone(), vec!["rollout.format=\"free-thinking\""], "free-thinking"),
         (good.clone(), vec!["sft.action_noise=2"], "sft.action_noise"),
+        (good.clone(), vec!["rollout.explore=-0.1"], "rollout.explore"),
+        (good.clone(), vec!["rollout.observation_text=false"], "rollout.observation_text"),
         (good.clone(), vec!["env.max_failure_rate=1.5"], "env.max_failure_rate"),
         (config("gae", ""), vec!["rollout.per_turn=true"], "rollout.per_turn"),
         (good.clone(), vec!["algorithm.filter.drop_zero_advantage=true"], "algorithm.filter.drop_zero_advantage"),

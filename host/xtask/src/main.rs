@@ -17,12 +17,13 @@ const GUEST_TARGET: &str = "wasm32-wasip2";
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("setup") => setup(),
-        Some("env") => setup().map(|_| print_env()),
-        Some("fixtures") => setup().and_then(|_| fixtures()),
-        Some("plugins") => setup().and_then(|_| plugins()),
-        Some("test") => setup().and_then(|_| plugins()).and_then(|_| test(&args[1..])),
-        Some("demo") => setup().and_then(|_| plugins()).and_then(|_| demo()),
+        Some("setup") => setup(Needs::Tests),
+        Some("env") => setup(Needs::Tests).map(|_| print_env()),
+        Some("fixtures") => setup(Needs::Tests).and_then(|_| fixtures()),
+        Some("plugins") => setup(Needs::Tests).and_then(|_| plugins(None)),
+        Some("test") => setup(Needs::Tests).and_then(|_| plugins(None)).and_then(|_| test(&args[1..])),
+        // The demo needs libtorch and one plugin: a fresh machine builds nothing else.
+        Some("demo") => setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).and_then(|_| demo()),
         _ => {
             eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup | env | fixtures>");
             return ExitCode::from(2);
@@ -56,9 +57,18 @@ fn run(mut cmd: Command) -> Result<()> {
 }
 
 /// The guest target, then libtorch.
-fn setup() -> Result<()> {
+/// What the venv must hold.
+#[derive(Clone, Copy, PartialEq)]
+enum Needs {
+    /// libtorch only (the demo).
+    Torch,
+    /// Also numpy and transformers, which the tests' Python references use.
+    Tests,
+}
+
+fn setup(needs: Needs) -> Result<()> {
     setup_guest_target()?;
-    setup_torch()
+    setup_torch(needs)
 }
 
 /// PyPI's torch wheel is the libtorch tch 0.24 is built against (CUDA libraries included, so
@@ -76,18 +86,24 @@ fn venv_python() -> PathBuf {
     venv().join("bin").join("python")
 }
 
-/// Creates `.venv` with torch, numpy and transformers unless it already has the pinned versions, or the
-/// user points `LIBTORCH` at a libtorch of their own.
-fn setup_torch() -> Result<()> {
+/// Creates `.venv` with torch (and for the tests numpy and transformers) unless it already
+/// has the pinned versions, or the user points `LIBTORCH` at a libtorch of their own.
+fn setup_torch(needs: Needs) -> Result<()> {
     if std::env::var_os("LIBTORCH").is_some() {
         return Ok(());
     }
-    let probe = "import torch, numpy, transformers; \
-                 print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__)";
+    let (probe, want) = match needs {
+        Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
+        Needs::Tests => (
+            "import torch, numpy, transformers; \
+             print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__)",
+            "2.11.0 2.2.6 5.23.0",
+        ),
+    };
     let ok = Command::new(venv_python())
         .args(["-c", probe])
         .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "2.11.0 2.2.6 5.23.0");
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want);
     if ok {
         return Ok(());
     }
@@ -97,17 +113,10 @@ fn setup_torch() -> Result<()> {
         run(cmd)?;
     }
     let mut pip = Command::new(venv_python());
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-cache-dir",
-        TORCH,
-        NUMPY,
-        TRANSFORMERS,
-    ]);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", TORCH]);
+    if needs == Needs::Tests {
+        pip.args([NUMPY, TRANSFORMERS]);
+    }
     run(pip)
 }
 
@@ -203,7 +212,8 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
 
 /// Builds `plugins/*` into `target/plugins/`, `examples/*` into `target/examples/` and the
 /// test suite's fixtures into `target/test-plugins/`, all for wasm32-wasip2 in release mode.
-fn plugins() -> Result<()> {
+/// Builds the plugins (`only`: just these, and only as `.wasm`).
+fn plugins(only: Option<&[&str]>) -> Result<()> {
     let root = root();
     let groups = [
         (root.join("plugins"), root.join("target/plugins")),
@@ -224,18 +234,23 @@ fn plugins() -> Result<()> {
     let mut all = Vec::new();
     for (src, dst) in &groups {
         for name in crates_in(src)? {
+            if only.is_some_and(|only| !only.contains(&name.as_str())) {
+                continue;
+            }
             cmd.args(["-p", &name]);
             all.push((name, dst.clone()));
         }
     }
     run(cmd)?;
     // The same crates as native shared libraries (`.so`): `--plugin x.so` loads them.
-    let mut native = cargo();
-    native.args(["build", "--release"]);
-    for (name, _) in &all {
-        native.args(["-p", name]);
+    if only.is_none() {
+        let mut native = cargo();
+        native.args(["build", "--release"]);
+        for (name, _) in &all {
+            native.args(["-p", name]);
+        }
+        run(native)?;
     }
-    run(native)?;
     let built = root.join("target").join(GUEST_TARGET).join("release");
     let native_dir = root.join("target").join("release");
     for (name, dst) in all {

@@ -1,0 +1,114 @@
+//! Exploration for RL rollouts: some turns' answers replaced by one random action.
+//!
+//! A policy that is confidently wrong in a state (FrozenLake: stepping into a hole the
+//! state description names) samples the same answer in every episode of its group at
+//! temperature 1, so group-relative estimators see no difference to learn from. A forced
+//! alternative in a few of those episodes gives the group one.
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use std::collections::HashSet;
+use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
+
+/// Keeps the draws apart from the model's own sampling, which also derives from the
+/// request seed.
+const SALT: u64 = 0x5EED_E8F1_0EA7_0001;
+
+pub struct Exploring<P> {
+    pub inner: P,
+    pub format: Format,
+    /// Probability that a turn's answer is replaced.
+    pub rate: f64,
+    /// (trajectory, turn) pairs whose answer was replaced: the model did not sample them,
+    /// so their old log-probs must come from a forward pass.
+    pub forced: HashSet<(usize, usize)>,
+}
+
+impl<P: Policy> Policy for Exploring<P> {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn needs_oracle(&self) -> bool {
+        self.inner.needs_oracle()
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let mut out = self.inner.respond(requests)?;
+        for (r, response) in requests.iter().zip(out.iter_mut()) {
+            let mut rng = ChaCha8Rng::seed_from_u64(r.seed ^ SALT);
+            let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+            let actions = &r.manifest.action_names;
+            if draw < self.rate && !actions.is_empty() {
+                let action = &actions[(rng.next_u64() % actions.len() as u64) as usize];
+                *response = Response::text(self.format.wrap(action));
+                self.forced.insert((r.trajectory, r.turn));
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use vagen_runtime::Manifest;
+
+    /// Always answers "Up", as a confident policy would.
+    struct Up;
+    impl Policy for Up {
+        fn name(&self) -> &'static str {
+            "up"
+        }
+        fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+            Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>")).collect())
+        }
+    }
+
+    fn requests(n: usize) -> Vec<Request> {
+        let manifest = Arc::new(Manifest {
+            action_names: ["Left", "Down", "Right", "Up"].map(String::from).to_vec(),
+            ..Manifest::default()
+        });
+        (0..n)
+            .map(|i| Request {
+                trajectory: i,
+                turn: 0,
+                messages: vec![],
+                sampled: vec![],
+                manifest: manifest.clone(),
+                oracle: None,
+                seed: 1000 + i as u64,
+            })
+            .collect()
+    }
+
+    fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<(usize, usize)>) {
+        let mut p = Exploring { inner: Up, format: Format::NoThink, rate, forced: HashSet::new() };
+        let out = p.respond(&requests(n)).unwrap();
+        (out, p.forced)
+    }
+
+    #[test]
+    fn forced_answers_are_one_random_action_at_the_given_rate_and_reproducible() {
+        let (none, forced) = explore(0.0, 200);
+        assert!(forced.is_empty());
+        assert!(none.iter().all(|r| r.text == "<answer>Up</answer>"));
+
+        let (out, forced) = explore(0.25, 2000);
+        let share = forced.len() as f64 / 2000.0;
+        assert!((0.2..0.3).contains(&share), "forced share {share}");
+        let mut seen = HashSet::new();
+        for (i, r) in out.iter().enumerate() {
+            if forced.contains(&(i, 0)) {
+                assert!(r.token_ids.is_none() && r.logprobs.is_none(), "a forced answer has no sampled tokens");
+                let action = r.text.strip_prefix("<answer>").and_then(|t| t.strip_suffix("</answer>")).unwrap();
+                assert!(["Left", "Down", "Right", "Up"].contains(&action), "{}", r.text);
+                seen.insert(action.to_string());
+            } else {
+                assert_eq!(r.text, "<answer>Up</answer>");
+            }
+        }
+        assert_eq!(seen.len(), 4, "every action is drawn: {seen:?}");
+        assert_eq!(explore(0.25, 2000), (out, forced), "the same seeds force the same answers");
+    }
+}
