@@ -99,19 +99,24 @@ fn per_turn_sequences_train_with_credit_from_their_episode() {
     assert_eq!(sft.len(), 2);
 }
 
+/// The metrics of a one-step grpo run in either layout, with or without reused log-probs.
+fn one_grpo_step(per_turn: &str, reuse: &str, extra: &[&str]) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let per_turn = format!("rollout.per_turn={per_turn}");
+    let reuse = format!("rollout.reuse_logprobs={reuse}");
+    let mut overrides = vec![per_turn.as_str(), reuse.as_str(), "schedule.steps=1"];
+    overrides.extend_from_slice(extra);
+    let cfg = parse(&config("grpo", ""), &overrides).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    step_line(dir.path(), 1)
+}
+
 /// The training forward must see exactly the prompt generation saw (else the update is
 /// off-policy without anyone noticing); then generation's log-probs can stand in for it.
 #[test]
 fn generation_log_probs_agree_with_the_training_forward() {
     for per_turn in ["false", "true"] {
-        let run = |reuse: &str| {
-            let dir = tempfile::tempdir().unwrap();
-            let per_turn = format!("rollout.per_turn={per_turn}");
-            let reuse = format!("rollout.reuse_logprobs={reuse}");
-            let cfg = parse(&config("grpo", ""), &[&per_turn, &reuse, "schedule.steps=1"]).unwrap();
-            Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
-            step_line(dir.path(), 1)
-        };
+        let run = |reuse: &str| one_grpo_step(per_turn, reuse, &[]);
         let recomputed = run("false");
         let diff = recomputed["rollout/logprob_diff_max"].as_f64().unwrap();
         assert!(diff < 1e-4, "per_turn {per_turn}: generation and training log-probs differ by {diff}");
@@ -131,15 +136,7 @@ fn generation_log_probs_agree_with_the_training_forward() {
 #[test]
 fn explored_turns_get_their_old_log_probs_from_a_forward() {
     for per_turn in ["false", "true"] {
-        let run = |reuse: &str| {
-            let dir = tempfile::tempdir().unwrap();
-            let per_turn = format!("rollout.per_turn={per_turn}");
-            let reuse = format!("rollout.reuse_logprobs={reuse}");
-            let cfg =
-                parse(&config("grpo", ""), &[&per_turn, &reuse, "rollout.explore=0.5", "schedule.steps=1"]).unwrap();
-            Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
-            step_line(dir.path(), 1)
-        };
+        let run = |reuse: &str| one_grpo_step(per_turn, reuse, &["rollout.explore=0.5"]);
         let recomputed = run("false");
         assert!(recomputed["rollout/explored_turns"].as_f64().unwrap() > 0.0, "{recomputed}");
         // Only sampled turns are compared with generation.
