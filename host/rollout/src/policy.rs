@@ -11,6 +11,7 @@ use vagen_model::{GenerateOptions, Message, Model};
 use vagen_runtime::{Manifest, random_answer};
 
 /// One conversation waiting for its next assistant turn.
+#[derive(Clone)]
 pub struct Request {
     /// Which trajectory of the rollout, and which of its turns.
     pub trajectory: usize,

@@ -5,8 +5,8 @@
 //! temperature 1, so group-relative estimators see no difference to learn from. A forced
 //! alternative in a few of those episodes gives the group one.
 
-use rand_chacha::ChaCha8Rng;
-use rand_core::{Rng, SeedableRng};
+use crate::sft::replacement_draw;
+use rand_core::Rng;
 use std::collections::HashSet;
 use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
 
@@ -32,16 +32,39 @@ impl<P: Policy> Policy for Exploring<P> {
         self.inner.needs_oracle()
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let mut out = self.inner.respond(requests)?;
-        for (r, response) in requests.iter().zip(out.iter_mut()) {
-            let mut rng = ChaCha8Rng::seed_from_u64(r.seed ^ SALT);
-            let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-            let actions = &r.manifest.action_names;
-            if draw < self.rate && !actions.is_empty() {
-                let action = &actions[(rng.next_u64() % actions.len() as u64) as usize];
-                *response = Response::text(self.format.wrap(action));
-                self.forced.insert((r.trajectory, r.turn));
-            }
+        let picks: Vec<Option<&String>> = requests
+            .iter()
+            .map(|r| {
+                let actions = &r.manifest.action_names;
+                if actions.is_empty() {
+                    return None;
+                }
+                replacement_draw(r.seed ^ SALT, self.rate)
+                    .map(|mut rng| &actions[(rng.next_u64() % actions.len() as u64) as usize])
+            })
+            .collect();
+        // The model generates only for the turns it keeps.
+        let generated = if picks.iter().all(Option::is_none) {
+            self.inner.respond(requests)?
+        } else {
+            let kept: Vec<Request> =
+                requests.iter().zip(&picks).filter(|(_, p)| p.is_none()).map(|(r, _)| r.clone()).collect();
+            if kept.is_empty() { Vec::new() } else { self.inner.respond(&kept)? }
+        };
+        let mut generated = generated.into_iter();
+        let mut out = Vec::with_capacity(requests.len());
+        for (r, pick) in requests.iter().zip(picks) {
+            out.push(match pick {
+                Some(action) => {
+                    self.forced.insert((r.trajectory, r.turn));
+                    Response::text(self.format.wrap(action))
+                }
+                // The inner policy answered too few: the driver reports the count.
+                None => match generated.next() {
+                    Some(response) => response,
+                    None => break,
+                },
+            });
         }
         Ok(out)
     }
@@ -53,13 +76,14 @@ mod tests {
     use std::sync::Arc;
     use vagen_runtime::Manifest;
 
-    /// Always answers "Up", as a confident policy would.
-    struct Up;
+    /// Always answers "Up", as a confident policy would; counts the turns it was asked.
+    struct Up(usize);
     impl Policy for Up {
         fn name(&self) -> &'static str {
             "up"
         }
         fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+            self.0 += requests.len();
             Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>")).collect())
         }
     }
@@ -83,8 +107,9 @@ mod tests {
     }
 
     fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<(usize, usize)>) {
-        let mut p = Exploring { inner: Up, format: Format::NoThink, rate, forced: HashSet::new() };
+        let mut p = Exploring { inner: Up(0), format: Format::NoThink, rate, forced: HashSet::new() };
         let out = p.respond(&requests(n)).unwrap();
+        assert_eq!(p.inner.0, n - p.forced.len(), "the model generates only the turns it keeps");
         (out, p.forced)
     }
 

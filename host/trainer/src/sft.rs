@@ -6,6 +6,14 @@ use rand_core::{Rng, SeedableRng};
 use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
 use vagen_runtime::random_answer;
 
+/// With probability `rate`, the generator (seeded from `seed`) to draw a replacement
+/// answer from; `None` keeps the policy's own.
+pub(crate) fn replacement_draw(seed: u64, rate: f64) -> Option<ChaCha8Rng> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    (draw < rate).then_some(rng)
+}
+
 pub struct NoisyOracle {
     pub format: Format,
     /// Probability that a turn's oracle answer is replaced by a random one.
@@ -24,9 +32,7 @@ impl Policy for NoisyOracle {
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
-            let mut rng = ChaCha8Rng::seed_from_u64(r.seed);
-            let draw = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-            let random = if draw < self.noise { random_answer(&r.manifest, &mut rng) } else { None };
+            let random = replacement_draw(r.seed, self.noise).and_then(|mut rng| random_answer(&r.manifest, &mut rng));
             if random.is_some() {
                 self.noisy.insert((r.trajectory, r.turn));
             }

@@ -329,7 +329,6 @@ impl Trainer {
             &rollout_config(&self.cfg, cfg.env.group_size),
             &mut policy,
         )?;
-
         let t_rollout = t0.elapsed().as_secs_f64();
         let rm = vagen_rollout::metrics(&trajs);
         // Judged before any work on the batch: a run that stops here has not updated on it.

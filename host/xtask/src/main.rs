@@ -56,7 +56,6 @@ fn run(mut cmd: Command) -> Result<()> {
     if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
 }
 
-/// The guest target, then libtorch.
 /// What the venv must hold.
 #[derive(Clone, Copy, PartialEq)]
 enum Needs {
@@ -66,6 +65,7 @@ enum Needs {
     Tests,
 }
 
+/// The guest target, then libtorch.
 fn setup(needs: Needs) -> Result<()> {
     setup_guest_target()?;
     setup_torch(needs)
@@ -211,8 +211,8 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// Builds `plugins/*` into `target/plugins/`, `examples/*` into `target/examples/` and the
-/// test suite's fixtures into `target/test-plugins/`, all for wasm32-wasip2 in release mode.
-/// Builds the plugins (`only`: just these, and only as `.wasm`).
+/// test suite's fixtures into `target/test-plugins/`, all for wasm32-wasip2 in release mode,
+/// and each also as a native `.so`; `only`: just these crates, and only as `.wasm`.
 fn plugins(only: Option<&[&str]>) -> Result<()> {
     let root = root();
     let groups = [
@@ -263,7 +263,8 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
             .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
         copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
         let so = native_dir.join(format!("lib{}.so", name.replace('-', "_")));
-        if so.is_file() {
+        // Not after a `.wasm`-only build: an `.so` there would be from an earlier one.
+        if only.is_none() && so.is_file() {
             copy(&so, &dst.join(format!("{name}.so")), &root)?;
         }
     }
