@@ -185,3 +185,27 @@ fn observations_can_carry_the_env_state_description() {
         }
     }
 }
+
+#[test]
+fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    // The description alone: FrozenLake's own text also reports the last actions.
+    let config =
+        RolloutConfig { group_size: 16, max_turns: 4, describe_state: true, observation_text: false, ..Default::default() };
+    let trajs =
+        rollout(plugin.as_ref(), "", &[7, 8], &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let turns: Vec<_> = trajs.iter().flat_map(|t| t.turns.iter().map(move |x| (t.group, x))).collect();
+    let mut across_paths = 0;
+    for (ga, a) in &turns {
+        assert!(!a.observation.contains("Your actions") && a.user.contains(&a.observation), "{:?}", a.user);
+        for (gb, b) in &turns {
+            if ga != gb {
+                continue;
+            }
+            assert_eq!(a.state_key() == b.state_key(), a.observation == b.observation);
+            // Same state, told differently how it got there (an edge bump, another route).
+            across_paths += usize::from(a.observation == b.observation && a.user != b.user);
+        }
+    }
+    assert!(across_paths > 0, "no state reached by two paths: the test checks nothing");
+}

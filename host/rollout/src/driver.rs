@@ -81,6 +81,11 @@ impl Default for RolloutConfig {
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnRecord {
     pub user: String,
+    /// The env's observation text inside `user` (with its state description when asked
+    /// for), without the feedback on the previous answer or the format reminder. Part of
+    /// `user`, so not written again.
+    #[serde(skip)]
+    pub observation: String,
     /// Images of the observation shown in `user`, in `<image>` order.
     #[serde(skip)]
     pub images: Vec<Image>,
@@ -102,12 +107,13 @@ pub struct TurnRecord {
 }
 
 impl TurnRecord {
-    /// A key of what the policy saw before this turn (the user message and its images):
-    /// turns with equal keys acted in the same state. Stable within a process.
+    /// A key of the env state this turn acted in (the observation and its images, not the
+    /// feedback on how the episode got there): turns with equal keys acted in the same
+    /// state, whatever the path to it. Stable within a process.
     pub fn state_key(&self) -> u64 {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.user.hash(&mut h);
+        self.observation.hash(&mut h);
         for image in &self.images {
             (image.width, image.height, &image.rgb).hash(&mut h);
         }
@@ -210,13 +216,14 @@ pub fn rollout(
         }
         Ok((system, obs))
     });
-    let mut current: Vec<Option<(String, Vec<Image>)>> = Vec::with_capacity(n);
+    let mut current: Vec<Option<Shown>> = Vec::with_capacity(n);
     for (t, start) in trajs.iter_mut().zip(starts) {
         match start {
             Ok((system, obs)) => {
                 let system = config.system_prompt.as_deref().unwrap_or(&system);
                 t.system = format!("{system}\n\n{instructions}");
-                current.push(Some((format!("{}\n{}", obs.text, config.format.reminder()), obs.images)));
+                let user = format!("{}\n{}", obs.text, config.format.reminder());
+                current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
             }
             Err(e) => {
                 t.failure = Some(format!("reset: {e}"));
@@ -246,7 +253,7 @@ pub fn rollout(
             .map(|&i| Request {
                 trajectory: i,
                 turn,
-                messages: messages(&trajs[i], &current[i].as_ref().expect("active").0, config.history),
+                messages: messages(&trajs[i], &current[i].as_ref().expect("active").user, config.history),
                 sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
                 manifest: manifest.clone(),
                 oracle: oracles[i].clone(),
@@ -287,7 +294,7 @@ pub fn rollout(
         }
         for (&i, response) in active.iter().zip(responses) {
             let p = parsed[i].take().expect("parsed for every active env");
-            let (user, images) = current[i].take().expect("active");
+            let Shown { user, observation, images } = current[i].take().expect("active");
             let answer = answers[i].take().unwrap_or_default();
             match results[i].as_ref().expect("stepped") {
                 Err(e) => {
@@ -308,13 +315,15 @@ pub fn rollout(
                         config.max_actions_per_episode > 0 && actions_sent[i] >= config.max_actions_per_episode;
                     if !step.done && !out_of_actions {
                         let feedback = feedback(&p, step.valid_actions, step.effective_actions);
-                        current[i] = Some((
-                            format!("{feedback}\n{}\n{}", step.observation.text, config.format.reminder()),
-                            step.observation.images.clone(),
-                        ));
+                        current[i] = Some(Shown {
+                            user: format!("{feedback}\n{}\n{}", step.observation.text, config.format.reminder()),
+                            observation: step.observation.text.clone(),
+                            images: step.observation.images.clone(),
+                        });
                     }
                     t.turns.push(TurnRecord {
                         user,
+                        observation,
                         images,
                         response: response.text,
                         token_ids: response.token_ids,
@@ -335,6 +344,13 @@ pub fn rollout(
         }
     }
     Ok(trajs)
+}
+
+/// What an active episode shows the policy next.
+struct Shown {
+    user: String,
+    observation: String,
+    images: Vec<Image>,
 }
 
 /// The env's separator as the random policy writes it (", " for ","), so answers read

@@ -146,6 +146,7 @@ mod tests {
     fn turn(user: &str, reward: f64) -> TurnRecord {
         TurnRecord {
             user: user.into(),
+            observation: user.into(),
             images: vec![],
             response: String::new(),
             token_ids: None,
