@@ -190,8 +190,13 @@ fn observations_can_carry_the_env_state_description() {
 fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     // The description alone: FrozenLake's own text also reports the last actions.
-    let config =
-        RolloutConfig { group_size: 16, max_turns: 4, describe_state: true, observation_text: false, ..Default::default() };
+    let config = RolloutConfig {
+        group_size: 16,
+        max_turns: 4,
+        describe_state: true,
+        observation_text: false,
+        ..Default::default()
+    };
     let trajs =
         rollout(plugin.as_ref(), "", &[7, 8], &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
     let turns: Vec<_> = trajs.iter().flat_map(|t| t.turns.iter().map(move |x| (t.group, x))).collect();
@@ -208,4 +213,40 @@ fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
         }
     }
     assert!(across_paths > 0, "no state reached by two paths: the test checks nothing");
+}
+
+#[test]
+fn feedback_and_reminder_lines_can_be_left_out_of_user_turns() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let config = RolloutConfig {
+        group_size: 2,
+        max_turns: 4,
+        describe_state: true,
+        observation_text: false,
+        ..Default::default()
+    };
+    let bare = RolloutConfig { feedback: false, reminder: false, ..config.clone() };
+    let run = |c: &RolloutConfig| {
+        rollout(plugin.as_ref(), "", &[3, 9], c, &mut RandomPolicy { format: Format::FreeThink }).unwrap()
+    };
+    let (full, short) = (run(&config), run(&bare));
+    let mut later_turns = 0;
+    for (a, b) in full.iter().zip(&short) {
+        assert_eq!(a.answers(), b.answers(), "the prompt lines change nothing the random policy does");
+        for (k, (x, y)) in a.turns.iter().zip(&b.turns).enumerate() {
+            assert_eq!(y.user, y.observation);
+            assert_eq!(x.observation, y.observation);
+            assert!(x.user.ends_with(&Format::FreeThink.reminder()));
+            if k > 0 {
+                assert!(x.user.starts_with("Your actions:"), "{:?}", x.user);
+                later_turns += 1;
+            }
+        }
+    }
+    assert!(later_turns > 0);
+    // The reminder alone.
+    let reminder = run(&RolloutConfig { feedback: false, ..config });
+    for t in reminder.iter().flat_map(|t| &t.turns) {
+        assert_eq!(t.user, format!("{}\n{}", t.observation, Format::FreeThink.reminder()));
+    }
 }

@@ -58,6 +58,12 @@ pub struct RolloutConfig {
     /// state description replaces it: a shorter prompt with nothing in it for a small model
     /// to latch on to but the facts the description states.
     pub observation_text: bool,
+    /// Open each user turn after the first with what the last answer did ("Your actions:
+    /// …, 1 changed the state"). Off, a user turn is the observation (and the reminder):
+    /// for a Markov observation such as a state description the line only costs tokens.
+    pub feedback: bool,
+    /// End each user turn with the one-line format reminder.
+    pub reminder: bool,
 }
 
 impl Default for RolloutConfig {
@@ -73,6 +79,8 @@ impl Default for RolloutConfig {
             system_prompt: None,
             describe_state: false,
             observation_text: true,
+            feedback: true,
+            reminder: true,
         }
     }
 }
@@ -222,7 +230,7 @@ pub fn rollout(
             Ok((system, obs)) => {
                 let system = config.system_prompt.as_deref().unwrap_or(&system);
                 t.system = format!("{system}\n\n{instructions}");
-                let user = format!("{}\n{}", obs.text, config.format.reminder());
+                let user = user_message(config, None, &obs.text);
                 current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
             }
             Err(e) => {
@@ -316,7 +324,7 @@ pub fn rollout(
                     if !step.done && !out_of_actions {
                         let feedback = feedback(&p, step.valid_actions, step.effective_actions);
                         current[i] = Some(Shown {
-                            user: format!("{feedback}\n{}\n{}", step.observation.text, config.format.reminder()),
+                            user: user_message(config, Some(feedback), &step.observation.text),
                             observation: step.observation.text.clone(),
                             images: step.observation.images.clone(),
                         });
@@ -363,6 +371,14 @@ fn separator_with_space(m: &Manifest) -> String {
 /// The observation text with the state description after it, or instead of it.
 fn with_description(config: &RolloutConfig, observation: &str, description: String) -> String {
     if config.observation_text { format!("{observation}\n{description}") } else { description }
+}
+
+/// A user turn: the feedback on the last answer and the reminder where the config keeps
+/// them, around the observation.
+fn user_message(config: &RolloutConfig, feedback: Option<String>, observation: &str) -> String {
+    let feedback = feedback.filter(|_| config.feedback);
+    let reminder = config.reminder.then(|| config.format.reminder());
+    feedback.into_iter().chain([observation.to_string()]).chain(reminder).collect::<Vec<_>>().join("\n")
 }
 
 /// What the next user turn says about the last answer, before the new observation.

@@ -128,6 +128,10 @@ pub struct RolloutSection {
     /// Keep the env's own text observation (FrozenLake's grid) in the prompt; off, the
     /// state description stands in for it (needs `describe_state`).
     pub observation_text: bool,
+    /// Open each user turn after the first with what the last answer did (true).
+    pub feedback: bool,
+    /// End each user turn with the one-line format reminder (true).
+    pub reminder: bool,
     /// Take the old log-probs from generation (the full tempered distribution, as the
     /// training forward computes them) instead of a second no-grad forward over the batch:
     /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
@@ -158,6 +162,8 @@ impl Default for RolloutSection {
             system_prompt: None,
             describe_state: false,
             observation_text: true,
+            feedback: true,
+            reminder: true,
             reuse_logprobs: false,
             explore: 0.0,
         }

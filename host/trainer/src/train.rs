@@ -579,6 +579,8 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
         system_prompt: r.system_prompt.clone(),
         describe_state: r.describe_state,
         observation_text: r.observation_text,
+        feedback: r.feedback,
+        reminder: r.reminder,
     }
 }
 

@@ -283,10 +283,11 @@ fn test(extra: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// The main job for now: FrozenLake with a random and an oracle policy, Sokoban's oracle.
+/// The main job: `vagen-host` built in the `demo` profile (Cargo.toml says why), then
+/// `examples/frozenlake-cpu.toml` trained from scratch.
 fn demo() -> Result<()> {
     let mut build = cargo();
-    build.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
+    build.args(["build", "--profile", "demo", "-p", "vagen-host"]).envs(torch_env()?);
     run(build)?;
     // The main job: SFT warm start, then RL, on FrozenLake with the embedded model; prints
     // held-out success before and after RL. A previous demo run is replaced, not resumed.
@@ -294,7 +295,7 @@ fn demo() -> Result<()> {
     if run_dir.exists() {
         std::fs::remove_dir_all(&run_dir).map_err(|e| format!("removing {}: {e}", run_dir.display()))?;
     }
-    let mut train = Command::new(root().join("target/release/vagen-host"));
+    let mut train = Command::new(root().join("target/demo/vagen-host"));
     train.current_dir(root()).args(["train", "--config", "examples/frozenlake-cpu.toml", "--run-dir"]).arg(&run_dir);
     run(train)
 }

@@ -138,23 +138,23 @@ impl Env for FrozenLake {
         )
     }
 
-    /// The goal relative to the player, then what each move would reach, in action order:
-    /// a fixed shape a small model can read (a list of every hole's position was not
-    /// learnable by the embedded model within the CPU demo's budget; the grid shows them).
+    /// The goal relative to the player, then the moves that would fall into a hole: a fixed
+    /// shape a small model can read. Listing only the dangerous moves puts a move's name in
+    /// the text exactly when it is one to avoid; "Left: hole, Down: ice, …" (every move
+    /// with what it reaches) asked the embedded model to bind each entry to its move, which
+    /// it had not learnt after 80 SFT steps nor 40 RL steps (docs/architecture.md). A list
+    /// of every hole's position was not learnable at all within the CPU demo's budget.
     fn describe_state(&self) -> String {
-        let around: Vec<String> = Move::ALL
+        let holes: Vec<&str> = Move::ALL
             .iter()
-            .map(|&m| {
-                let what = match self.map.neighbour(self.player, m).map(|p| self.map.tile(p)) {
-                    None => "edge",
-                    Some(Tile::Frozen) => "ice",
-                    Some(Tile::Hole) => "hole",
-                    Some(Tile::Goal) => "goal",
-                };
-                format!("{}: {what}", ACTIONS[m as usize])
-            })
+            .filter(|&&m| self.map.neighbour(self.player, m).map(|p| self.map.tile(p)) == Some(Tile::Hole))
+            .map(|&m| ACTIONS[m as usize])
             .collect();
-        format!("The goal is {}. {}.", relative_position(self.player, self.map.goal), around.join(", "))
+        let goal = relative_position(self.player, self.map.goal);
+        match holes.as_slice() {
+            [] => format!("The goal is {goal}. No hole next to you."),
+            holes => format!("The goal is {goal}. Holes next to you: {}.", holes.join(", ")),
+        }
     }
 
     fn oracle(&self) -> Option<String> {

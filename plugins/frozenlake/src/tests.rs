@@ -108,7 +108,7 @@ fn image_observations_match_their_markers() {
 }
 
 #[test]
-fn describe_state_names_the_goal_and_what_each_move_reaches() {
+fn describe_state_names_the_goal_and_the_moves_into_a_hole() {
     let mut e = env(Config::default());
     e.reset(0);
     e.player = (1, 1);
@@ -118,12 +118,15 @@ fn describe_state_names_the_goal_and_what_each_move_reaches() {
     e.map.tiles[4] = Tile::Hole; // (0, 1): left of the player
     assert_eq!(
         e.describe_state(),
-        "The goal is 2 rows below and 1 column to the right of you. Left: hole, Down: ice, Right: ice, Up: ice."
+        "The goal is 2 rows below and 1 column to the right of you. Holes next to you: Left."
     );
     e.player = (3, 3);
+    assert_eq!(e.describe_state(), "The goal is 1 column to the left of you (same row). No hole next to you.");
+    e.map.tiles[2 * 4 + 1] = Tile::Hole; // (1, 2): right of (0, 2), whose Up is (0, 1)
+    e.player = (0, 2);
     assert_eq!(
         e.describe_state(),
-        "The goal is 1 column to the left of you (same row). Left: goal, Down: edge, Right: edge, Up: ice."
+        "The goal is 1 row below and 2 columns to the right of you. Holes next to you: Right, Up."
     );
 }
 
