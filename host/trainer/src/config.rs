@@ -143,6 +143,9 @@ pub struct RolloutSection {
     /// are trained on like sampled ones, their old log-probs from a forward pass. 0: off;
     /// evaluation never explores.
     pub explore: f64,
+    /// What `explore` applies to: `turn` (each training turn) or `shared-state` (once per
+    /// state several episodes of a group are in at the same turn, diverting one of them).
+    pub explore_at: crate::explore::ExploreAt,
 }
 
 impl Default for RolloutSection {
@@ -166,6 +169,7 @@ impl Default for RolloutSection {
             reminder: true,
             reuse_logprobs: false,
             explore: 0.0,
+            explore_at: Default::default(),
         }
     }
 }

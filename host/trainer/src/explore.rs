@@ -7,18 +7,35 @@
 
 use crate::sft::replacement_draw;
 use rand_core::Rng;
-use std::collections::HashSet;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashSet};
 use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
 
 /// Keeps the draws apart from the model's own sampling, which also derives from the
 /// request seed.
 const SALT: u64 = 0x5EED_E8F1_0EA7_0001;
 
+/// Which answers `rollout.explore`'s probability applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExploreAt {
+    /// Every turn on its own.
+    #[default]
+    Turn,
+    /// Once per state that several episodes of a group are in at the same turn: one of
+    /// them is diverted. Aimed at GiGPO's anchor states, where a group that all answers
+    /// alike has nothing to compare.
+    SharedState,
+}
+
 pub struct Exploring<P> {
     pub inner: P,
     pub format: Format,
-    /// Probability that a turn's answer is replaced.
+    /// Probability that a turn's answer (or one answer per shared state) is replaced.
     pub rate: f64,
+    pub at: ExploreAt,
+    /// Episodes per group (consecutive trajectories share a group), for `SharedState`.
+    pub group_size: usize,
     /// (trajectory, turn) pairs whose answer was replaced: the model did not sample them,
     /// so their old log-probs must come from a forward pass.
     pub forced: HashSet<(usize, usize)>,
@@ -32,17 +49,10 @@ impl<P: Policy> Policy for Exploring<P> {
         self.inner.needs_oracle()
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let picks: Vec<Option<&String>> = requests
-            .iter()
-            .map(|r| {
-                let actions = &r.manifest.action_names;
-                if actions.is_empty() {
-                    return None;
-                }
-                replacement_draw(r.seed ^ SALT, self.rate)
-                    .map(|mut rng| &actions[(rng.next_u64() % actions.len() as u64) as usize])
-            })
-            .collect();
+        let picks = match self.at {
+            ExploreAt::Turn => self.per_turn(requests),
+            ExploreAt::SharedState => self.per_shared_state(requests),
+        };
         // The model generates only for the turns it keeps.
         let generated = if picks.iter().all(Option::is_none) {
             self.inner.respond(requests)?
@@ -67,6 +77,45 @@ impl<P: Policy> Policy for Exploring<P> {
             });
         }
         Ok(out)
+    }
+}
+
+impl<P> Exploring<P> {
+    fn per_turn<'r>(&self, requests: &'r [Request]) -> Vec<Option<&'r String>> {
+        requests
+            .iter()
+            .map(|r| {
+                let actions = &r.manifest.action_names;
+                if actions.is_empty() {
+                    return None;
+                }
+                replacement_draw(r.seed ^ SALT, self.rate)
+                    .map(|mut rng| &actions[(rng.next_u64() % actions.len() as u64) as usize])
+            })
+            .collect()
+    }
+
+    /// Requests of one group whose current user turn is the same text are in the same
+    /// state; with probability `rate`, one of them (drawn) gets a random action.
+    fn per_shared_state<'r>(&self, requests: &'r [Request]) -> Vec<Option<&'r String>> {
+        let mut states: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+        for (k, r) in requests.iter().enumerate() {
+            let user = r.messages.last().map_or("", |m| m.content.as_str());
+            states.entry((r.trajectory / self.group_size.max(1), user)).or_default().push(k);
+        }
+        let mut picks = vec![None; requests.len()];
+        for members in states.values().filter(|m| m.len() > 1) {
+            let first = &requests[members[0]];
+            let actions = &first.manifest.action_names;
+            if actions.is_empty() {
+                continue;
+            }
+            if let Some(mut rng) = replacement_draw(first.seed ^ SALT, self.rate) {
+                let who = members[(rng.next_u64() % members.len() as u64) as usize];
+                picks[who] = Some(&actions[(rng.next_u64() % actions.len() as u64) as usize]);
+            }
+        }
+        picks
     }
 }
 
@@ -107,7 +156,14 @@ mod tests {
     }
 
     fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<(usize, usize)>) {
-        let mut p = Exploring { inner: Up(0), format: Format::NoThink, rate, forced: HashSet::new() };
+        let mut p = Exploring {
+            inner: Up(0),
+            format: Format::NoThink,
+            rate,
+            at: ExploreAt::Turn,
+            group_size: 1,
+            forced: HashSet::new(),
+        };
         let out = p.respond(&requests(n)).unwrap();
         assert_eq!(p.inner.0, n - p.forced.len(), "the model generates only the turns it keeps");
         (out, p.forced)
@@ -135,5 +191,63 @@ mod tests {
         }
         assert_eq!(seen.len(), 4, "every action is drawn: {seen:?}");
         assert_eq!(explore(0.25, 2000), (out, forced), "the same seeds force the same answers");
+    }
+}
+
+#[cfg(test)]
+mod shared_state_tests {
+    use super::*;
+    use std::sync::Arc;
+    use vagen_model::Message;
+    use vagen_runtime::Manifest;
+
+    struct Up;
+    impl Policy for Up {
+        fn name(&self) -> &'static str {
+            "up"
+        }
+        fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+            Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>")).collect())
+        }
+    }
+
+    #[test]
+    fn one_answer_per_shared_state_is_diverted_and_lone_states_are_left_alone() {
+        let manifest = Arc::new(Manifest { action_names: vec!["Left".into(), "Right".into()], ..Manifest::default() });
+        // Two groups of 4: group 0 all in state A; group 1 in B, B, C, and A (the same text
+        // as group 0's, but another group's map).
+        let states = ["A", "A", "A", "A", "B", "B", "C", "A"];
+        let requests: Vec<Request> = states
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Request {
+                trajectory: i,
+                turn: 3,
+                messages: vec![Message::user(*s)],
+                sampled: vec![],
+                manifest: manifest.clone(),
+                oracle: None,
+                seed: 77 + i as u64,
+            })
+            .collect();
+        let mut p = Exploring {
+            inner: Up,
+            format: Format::NoThink,
+            rate: 1.0,
+            at: ExploreAt::SharedState,
+            group_size: 4,
+            forced: HashSet::new(),
+        };
+        let out = p.respond(&requests).unwrap();
+        let forced: Vec<usize> = (0..8).filter(|i| p.forced.contains(&(*i, 3))).collect();
+        assert_eq!(forced.len(), 2, "one in group 0's A, one in group 1's B: {forced:?}");
+        assert!(forced[0] < 4 && (4..6).contains(&forced[1]), "{forced:?}");
+        for (i, r) in out.iter().enumerate() {
+            assert_eq!(r.text == "<answer>Up</answer>", !forced.contains(&i), "{i}: {}", r.text);
+        }
+        p.rate = 0.0;
+        p.forced.clear();
+        p.respond(&requests).unwrap();
+        assert!(p.forced.is_empty());
     }
 }

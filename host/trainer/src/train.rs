@@ -320,6 +320,8 @@ impl Trainer {
             inner: ModelPolicy { model: self.actor.clone(), options },
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
+            at: cfg.rollout.explore_at,
+            group_size: cfg.env.group_size,
             forced: Default::default(),
         };
         let trajs = rollout(
