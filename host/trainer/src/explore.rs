@@ -192,24 +192,6 @@ mod tests {
         assert_eq!(seen.len(), 4, "every action is drawn: {seen:?}");
         assert_eq!(explore(0.25, 2000), (out, forced), "the same seeds force the same answers");
     }
-}
-
-#[cfg(test)]
-mod shared_state_tests {
-    use super::*;
-    use std::sync::Arc;
-    use vagen_model::Message;
-    use vagen_runtime::Manifest;
-
-    struct Up;
-    impl Policy for Up {
-        fn name(&self) -> &'static str {
-            "up"
-        }
-        fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-            Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>")).collect())
-        }
-    }
 
     #[test]
     fn one_answer_per_shared_state_is_diverted_and_lone_states_are_left_alone() {
@@ -223,7 +205,7 @@ mod shared_state_tests {
             .map(|(i, s)| Request {
                 trajectory: i,
                 turn: 3,
-                messages: vec![Message::user(*s)],
+                messages: vec![vagen_model::Message::user(*s)],
                 sampled: vec![],
                 manifest: manifest.clone(),
                 oracle: None,
@@ -231,7 +213,7 @@ mod shared_state_tests {
             })
             .collect();
         let mut p = Exploring {
-            inner: Up,
+            inner: Up(0),
             format: Format::NoThink,
             rate: 1.0,
             at: ExploreAt::SharedState,
@@ -242,6 +224,7 @@ mod shared_state_tests {
         let forced: Vec<usize> = (0..8).filter(|i| p.forced.contains(&(*i, 3))).collect();
         assert_eq!(forced.len(), 2, "one in group 0's A, one in group 1's B: {forced:?}");
         assert!(forced[0] < 4 && (4..6).contains(&forced[1]), "{forced:?}");
+        assert_eq!(p.inner.0, 6, "the model answers only the turns not diverted");
         for (i, r) in out.iter().enumerate() {
             assert_eq!(r.text == "<answer>Up</answer>", !forced.contains(&i), "{i}: {}", r.text);
         }
