@@ -3,8 +3,8 @@
 
 use vagen_model::{GenerateOptions, LoadOptions, Model};
 use vagen_rollout::{
-    Format, History, LayoutOptions, ModelPolicy, OraclePolicy, RandomPolicy, RolloutConfig, ScriptedPolicy, layout,
-    metrics, rollout,
+    Format, History, LayoutOptions, ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
+    RolloutConfig, ScriptedPolicy, layout, metrics, rollout,
 };
 use vagen_runtime::Limits;
 use vagen_tests::load;
@@ -186,19 +186,30 @@ fn observations_can_carry_the_env_state_description() {
     }
 }
 
+/// Four turns of FrozenLake prompted with its state description alone.
+fn description_only(group_size: usize) -> RolloutConfig {
+    RolloutConfig { group_size, max_turns: 4, describe_state: true, observation_text: false, ..Default::default() }
+}
+
+/// A random policy that notes each request's (trajectory, turn, group, state).
+struct Noting(RandomPolicy, Vec<(usize, usize, usize, u64)>);
+
+impl Policy for Noting {
+    fn name(&self) -> &'static str {
+        "noting"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        self.1.extend(requests.iter().map(|r| (r.trajectory, r.turn, r.group, r.state)));
+        self.0.respond(requests)
+    }
+}
+
 #[test]
 fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     // The description alone: FrozenLake's own text also reports the last actions.
-    let config = RolloutConfig {
-        group_size: 16,
-        max_turns: 4,
-        describe_state: true,
-        observation_text: false,
-        ..Default::default()
-    };
-    let trajs =
-        rollout(plugin.as_ref(), "", &[7, 8], &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let mut policy = Noting(RandomPolicy { format: Format::FreeThink }, vec![]);
+    let trajs = rollout(plugin.as_ref(), "", &[7, 8], &description_only(16), &mut policy).unwrap();
     let turns: Vec<_> = trajs.iter().flat_map(|t| t.turns.iter().map(move |x| (t.group, x))).collect();
     let mut across_paths = 0;
     for (ga, a) in &turns {
@@ -213,18 +224,17 @@ fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
         }
     }
     assert!(across_paths > 0, "no state reached by two paths: the test checks nothing");
+    // The policy was told each turn's group and state key before it answered.
+    assert_eq!(policy.1.len(), turns.len());
+    for &(traj, turn, group, state) in &policy.1 {
+        assert_eq!((group, state), (trajs[traj].group, trajs[traj].turns[turn].state_key()));
+    }
 }
 
 #[test]
 fn feedback_and_reminder_lines_can_be_left_out_of_user_turns() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = RolloutConfig {
-        group_size: 2,
-        max_turns: 4,
-        describe_state: true,
-        observation_text: false,
-        ..Default::default()
-    };
+    let config = description_only(2);
     let bare = RolloutConfig { feedback: false, reminder: false, ..config.clone() };
     let run = |c: &RolloutConfig| {
         rollout(plugin.as_ref(), "", &[3, 9], c, &mut RandomPolicy { format: Format::FreeThink }).unwrap()

@@ -119,13 +119,7 @@ impl TurnRecord {
     /// feedback on how the episode got there): turns with equal keys acted in the same
     /// state, whatever the path to it. Stable within a process.
     pub fn state_key(&self) -> u64 {
-        use std::hash::{Hash, Hasher};
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        self.observation.hash(&mut h);
-        for image in &self.images {
-            (image.width, image.height, &image.rgb).hash(&mut h);
-        }
-        h.finish()
+        state_key(&self.observation, &self.images)
     }
 }
 
@@ -258,14 +252,19 @@ pub fn rollout(
         };
         let requests: Vec<Request> = active
             .iter()
-            .map(|&i| Request {
-                trajectory: i,
-                turn,
-                messages: messages(&trajs[i], &current[i].as_ref().expect("active").user, config.history),
-                sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
-                manifest: manifest.clone(),
-                oracle: oracles[i].clone(),
-                seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
+            .map(|&i| {
+                let shown = current[i].as_ref().expect("active");
+                Request {
+                    trajectory: i,
+                    group: i / g,
+                    turn,
+                    state: state_key(&shown.observation, &shown.images),
+                    messages: messages(&trajs[i], &shown.user, config.history),
+                    sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
+                    manifest: manifest.clone(),
+                    oracle: oracles[i].clone(),
+                    seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
+                }
             })
             .collect();
         let responses = policy.respond(&requests)?;
@@ -352,6 +351,18 @@ pub fn rollout(
         }
     }
     Ok(trajs)
+}
+
+/// The observation and its images hashed: equal for turns in the same state, whatever the
+/// path to it (`TurnRecord::state_key`, `Request::state`). Stable within a process.
+fn state_key(observation: &str, images: &[Image]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    observation.hash(&mut h);
+    for image in images {
+        (image.width, image.height, &image.rgb).hash(&mut h);
+    }
+    h.finish()
 }
 
 /// What an active episode shows the policy next.

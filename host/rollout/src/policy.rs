@@ -15,7 +15,11 @@ use vagen_runtime::{Manifest, random_answer};
 pub struct Request {
     /// Which trajectory of the rollout, and which of its turns.
     pub trajectory: usize,
+    /// The trajectory's group: episodes of one group share their seed.
+    pub group: usize,
     pub turn: usize,
+    /// The state this turn acts in: the key its `TurnRecord::state_key` will have.
+    pub state: u64,
     pub messages: Vec<Message>,
     /// The ids each assistant message of `messages` was sampled as (`None` when its policy
     /// had no tokens): a model policy prompts with them rather than re-tokenising the text.

@@ -34,8 +34,6 @@ pub struct Exploring<P> {
     /// Probability that a turn's answer (or one answer per shared state) is replaced.
     pub rate: f64,
     pub at: ExploreAt,
-    /// Episodes per group (consecutive trajectories share a group), for `SharedState`.
-    pub group_size: usize,
     /// (trajectory, turn) pairs whose answer was replaced: the model did not sample them,
     /// so their old log-probs must come from a forward pass.
     pub forced: HashSet<(usize, usize)>,
@@ -95,13 +93,12 @@ impl<P> Exploring<P> {
             .collect()
     }
 
-    /// Requests of one group whose current user turn is the same text are in the same
-    /// state; with probability `rate`, one of them (drawn) gets a random action.
+    /// Requests of one group in the same state (GiGPO's anchor key); with probability
+    /// `rate`, one of them (drawn) gets a random action.
     fn per_shared_state<'r>(&self, requests: &'r [Request]) -> Vec<Option<&'r String>> {
-        let mut states: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+        let mut states: BTreeMap<(usize, u64), Vec<usize>> = BTreeMap::new();
         for (k, r) in requests.iter().enumerate() {
-            let user = r.messages.last().map_or("", |m| m.content.as_str());
-            states.entry((r.trajectory / self.group_size.max(1), user)).or_default().push(k);
+            states.entry((r.group, r.state)).or_default().push(k);
         }
         let mut picks = vec![None; requests.len()];
         for members in states.values().filter(|m| m.len() > 1) {
@@ -145,7 +142,9 @@ mod tests {
         (0..n)
             .map(|i| Request {
                 trajectory: i,
+                group: i,
                 turn: 0,
+                state: 0,
                 messages: vec![],
                 sampled: vec![],
                 manifest: manifest.clone(),
@@ -156,14 +155,8 @@ mod tests {
     }
 
     fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<(usize, usize)>) {
-        let mut p = Exploring {
-            inner: Up(0),
-            format: Format::NoThink,
-            rate,
-            at: ExploreAt::Turn,
-            group_size: 1,
-            forced: HashSet::new(),
-        };
+        let mut p =
+            Exploring { inner: Up(0), format: Format::NoThink, rate, at: ExploreAt::Turn, forced: HashSet::new() };
         let out = p.respond(&requests(n)).unwrap();
         assert_eq!(p.inner.0, n - p.forced.len(), "the model generates only the turns it keeps");
         (out, p.forced)
@@ -196,16 +189,18 @@ mod tests {
     #[test]
     fn one_answer_per_shared_state_is_diverted_and_lone_states_are_left_alone() {
         let manifest = Arc::new(Manifest { action_names: vec!["Left".into(), "Right".into()], ..Manifest::default() });
-        // Two groups of 4: group 0 all in state A; group 1 in B, B, C, and A (the same text
+        // Two groups of 4: group 0 all in state 1; group 1 in 2, 2, 3, and 1 (the same key
         // as group 0's, but another group's map).
-        let states = ["A", "A", "A", "A", "B", "B", "C", "A"];
+        let states = [1, 1, 1, 1, 2, 2, 3, 1];
         let requests: Vec<Request> = states
             .iter()
             .enumerate()
-            .map(|(i, s)| Request {
+            .map(|(i, &state)| Request {
                 trajectory: i,
+                group: i / 4,
                 turn: 3,
-                messages: vec![vagen_model::Message::user(*s)],
+                state,
+                messages: vec![],
                 sampled: vec![],
                 manifest: manifest.clone(),
                 oracle: None,
@@ -217,7 +212,6 @@ mod tests {
             format: Format::NoThink,
             rate: 1.0,
             at: ExploreAt::SharedState,
-            group_size: 4,
             forced: HashSet::new(),
         };
         let out = p.respond(&requests).unwrap();

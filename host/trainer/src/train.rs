@@ -321,7 +321,6 @@ impl Trainer {
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
             at: cfg.rollout.explore_at,
-            group_size: cfg.env.group_size,
             forced: Default::default(),
         };
         let trajs = rollout(
