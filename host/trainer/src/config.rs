@@ -204,6 +204,9 @@ pub struct OptimSection {
     pub weight_decay: f64,
     /// Steps of linear learning-rate warm-up.
     pub warmup_steps: usize,
+    /// The learning rate over the RL steps after warm-up: `constant`, or `linear` down to
+    /// 0 at `schedule.steps` (CleanRL's `anneal_lr`).
+    pub lr_schedule: LrSchedule,
     /// Sequences per optimizer step.
     pub mini_batch: usize,
     /// Sequences per forward/backward (gradients accumulate over a mini-batch).
@@ -221,10 +224,30 @@ impl Default for OptimSection {
             critic_lr: 1e-5,
             weight_decay: 0.0,
             warmup_steps: 0,
+            lr_schedule: LrSchedule::Constant,
             mini_batch: 32,
             micro_batch: 8,
             epochs: 1,
             grad_clip: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LrSchedule {
+    Constant,
+    Linear,
+}
+
+impl OptimSection {
+    /// The factor on both learning rates at 0-based RL `step` of `steps`: warm-up ramps
+    /// it to 1, `linear` then takes it down so that the step after the last would be at 0.
+    pub fn lr_scale(&self, step: usize, steps: usize) -> f64 {
+        let warm = if self.warmup_steps > 0 { ((step + 1) as f64 / self.warmup_steps as f64).min(1.0) } else { 1.0 };
+        match self.lr_schedule {
+            LrSchedule::Constant => warm,
+            LrSchedule::Linear => warm * (1.0 - step as f64 / steps.max(1) as f64).max(0.0),
         }
     }
 }
@@ -405,4 +428,23 @@ fn set(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ()> {
         table = entry.as_table_mut().ok_or(())?;
     }
     Err(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LrSchedule, OptimSection};
+
+    fn scales(warmup_steps: usize, lr_schedule: LrSchedule, steps: usize) -> Vec<f64> {
+        let o = OptimSection { warmup_steps, lr_schedule, ..OptimSection::default() };
+        (0..steps).map(|s| o.lr_scale(s, steps)).collect()
+    }
+
+    #[test]
+    fn the_learning_rate_warms_up_then_stays_or_falls_linearly_to_zero() {
+        assert_eq!(scales(0, LrSchedule::Constant, 3), [1.0, 1.0, 1.0]);
+        assert_eq!(scales(4, LrSchedule::Constant, 6), [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]);
+        assert_eq!(scales(0, LrSchedule::Linear, 4), [1.0, 0.75, 0.5, 0.25]);
+        // Warm-up and decay multiply: the ramp is cut by the decay already under way.
+        assert_eq!(scales(2, LrSchedule::Linear, 4), [0.5, 0.75, 0.5, 0.25]);
+    }
 }

@@ -443,8 +443,7 @@ impl Trainer {
         let mut acc = Accumulator::default();
         let mut order: Vec<usize> = (0..kept.len()).collect();
         let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
-        let lr_scale =
-            if cfg.optim.warmup_steps > 0 { ((step + 1) as f64 / cfg.optim.warmup_steps as f64).min(1.0) } else { 1.0 };
+        let lr_scale = cfg.optim.lr_scale(step as usize, cfg.schedule.steps);
         for _ in 0..cfg.optim.epochs {
             shuffle(&mut order, &mut rng);
             for mini in order.chunks(cfg.optim.mini_batch) {
@@ -526,6 +525,7 @@ impl Trainer {
             ("rollout/kept_trajectories", kept.len() as f64),
             ("rollout/zero_advantage_dropped", credit.zero_dropped as f64),
             ("rollout/explored_turns", policy.forced.len() as f64),
+            ("actor/lr", cfg.optim.actor_lr * lr_scale),
             ("timing_s/rollout", t_rollout),
             ("timing_s/old_log_prob", t_old),
             ("timing_s/update", t_update),

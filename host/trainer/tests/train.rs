@@ -272,6 +272,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["rollout.format=\"free-thinking\""], "free-thinking"),
         (good.clone(), vec!["sft.action_noise=2"], "sft.action_noise"),
         (good.clone(), vec!["rollout.explore=-0.1"], "rollout.explore"),
+        (good.clone(), vec!["optim.lr_schedule=\"cosine\""], "cosine"),
         (good.clone(), vec!["rollout.observation_text=false"], "rollout.observation_text"),
         (good.clone(), vec!["env.max_failure_rate=1.5"], "env.max_failure_rate"),
         (config("gae", ""), vec!["rollout.per_turn=true"], "rollout.per_turn"),
