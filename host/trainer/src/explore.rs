@@ -87,8 +87,7 @@ impl<P> Exploring<P> {
                 if actions.is_empty() {
                     return None;
                 }
-                replacement_draw(r.seed ^ SALT, self.rate)
-                    .map(|mut rng| &actions[(rng.next_u64() % actions.len() as u64) as usize])
+                replacement_draw(r.seed ^ SALT, self.rate).map(|mut rng| one_of(&mut rng, actions))
             })
             .collect()
     }
@@ -108,12 +107,17 @@ impl<P> Exploring<P> {
                 continue;
             }
             if let Some(mut rng) = replacement_draw(first.seed ^ SALT, self.rate) {
-                let who = members[(rng.next_u64() % members.len() as u64) as usize];
-                picks[who] = Some(&actions[(rng.next_u64() % actions.len() as u64) as usize]);
+                let who = *one_of(&mut rng, members);
+                picks[who] = Some(one_of(&mut rng, actions));
             }
         }
         picks
     }
+}
+
+/// A uniform draw from a non-empty slice.
+fn one_of<'a, T>(rng: &mut impl Rng, items: &'a [T]) -> &'a T {
+    &items[(rng.next_u64() % items.len() as u64) as usize]
 }
 
 #[cfg(test)]
