@@ -48,9 +48,15 @@ pub struct RolloutConfig {
     pub max_actions_per_episode: usize,
     pub history: History,
     pub format_reward: FormatReward,
-    /// Replaces the env's system prompt (the format instructions are still appended), e.g.
-    /// a short one for a small model that cannot use the rules' prose anyway.
+    /// Replaces the env's system prompt (the format instructions are still appended unless
+    /// `instructions` is off), e.g. a short one for a small model that cannot use the rules'
+    /// prose anyway.
     pub system_prompt: Option<String>,
+    /// Append the format's instructions and an example answer to the system prompt. Off,
+    /// the system prompt is the env's (or `system_prompt`) alone: for a model trained from
+    /// scratch the lines teach nothing, and their example answer (the env's first action)
+    /// is a token the model can copy into every answer.
+    pub instructions: bool,
     /// Add the env's `describe_state` text to every observation (a grounded observation:
     /// easier for small models than reading a grid).
     pub describe_state: bool,
@@ -77,6 +83,7 @@ impl Default for RolloutConfig {
             history: History::All,
             format_reward: FormatReward::default(),
             system_prompt: None,
+            instructions: true,
             describe_state: false,
             observation_text: true,
             feedback: true,
@@ -223,7 +230,7 @@ pub fn rollout(
         match start {
             Ok((system, obs)) => {
                 let system = config.system_prompt.as_deref().unwrap_or(&system);
-                t.system = format!("{system}\n\n{instructions}");
+                t.system = if config.instructions { format!("{system}\n\n{instructions}") } else { system.to_string() };
                 let user = user_message(config, None, &obs.text);
                 current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
             }

@@ -35,6 +35,11 @@ pub struct EnvSection {
     /// The env's config, as a TOML table (sent to the plugin as JSON).
     #[serde(default)]
     pub config: toml::Table,
+    /// Keys of `config` replaced for training episodes (SFT and RL) only; evaluation runs
+    /// `config` as written. RAGEN's separate train / val env configs: e.g. train on maps
+    /// with more holes than the held-out ones, so the turns that need care are common.
+    #[serde(default)]
+    pub train_config: toml::Table,
     /// Training seeds: step s uses groups `seed_start + s·groups …`; they never reach
     /// `val_seed_start`.
     #[serde(default)]
@@ -123,6 +128,10 @@ pub struct RolloutSection {
     pub rewards: RewardPlacement,
     /// Replaces the env's system prompt (format instructions are still appended).
     pub system_prompt: Option<String>,
+    /// Append the format's instructions and an example answer to the system prompt (true).
+    /// Off for a model trained from scratch: the lines teach it nothing, and the example
+    /// (the env's first action) is a token it can copy into every answer.
+    pub instructions: bool,
     /// Append the env's `describe_state` text to every observation.
     pub describe_state: bool,
     /// Keep the env's own text observation (FrozenLake's grid) in the prompt; off, the
@@ -163,6 +172,7 @@ impl Default for RolloutSection {
             format_reward: FormatReward::default(),
             rewards: RewardPlacement::PerTurn,
             system_prompt: None,
+            instructions: true,
             describe_state: false,
             observation_text: true,
             feedback: true,
@@ -402,13 +412,16 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The env config as the JSON string plugins take.
+    /// The env config of evaluation episodes, as the JSON string plugins take.
     pub fn env_config_json(&self) -> String {
-        if self.env.config.is_empty() {
-            String::new()
-        } else {
-            serde_json::to_string(&self.env.config).expect("TOML is JSON")
-        }
+        table_json(&self.env.config)
+    }
+
+    /// The env config of training episodes: `env.config` with `env.train_config` over it.
+    pub fn train_env_config_json(&self) -> String {
+        let mut table = self.env.config.clone();
+        table.extend(self.env.train_config.clone());
+        table_json(&table)
     }
 
     pub fn to_toml(&self) -> String {
@@ -430,13 +443,31 @@ fn set(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ()> {
     Err(())
 }
 
+fn table_json(table: &toml::Table) -> String {
+    if table.is_empty() { String::new() } else { serde_json::to_string(table).expect("TOML is JSON") }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{LrSchedule, OptimSection};
+    use super::{LrSchedule, OptimSection, TrainConfig};
 
     fn scales(warmup_steps: usize, lr_schedule: LrSchedule, steps: usize) -> Vec<f64> {
         let o = OptimSection { warmup_steps, lr_schedule, ..OptimSection::default() };
         (0..steps).map(|s| o.lr_scale(s, steps)).collect()
+    }
+
+    #[test]
+    fn train_config_keys_replace_those_of_config_for_training_only() {
+        let mut c = TrainConfig::default();
+        c.env.config = toml::toml! { size = 4
+        frozen_prob = 0.8 };
+        c.env.train_config = toml::toml! { frozen_prob = 0.6 };
+        let train: serde_json::Value = serde_json::from_str(&c.train_env_config_json()).unwrap();
+        let eval: serde_json::Value = serde_json::from_str(&c.env_config_json()).unwrap();
+        assert_eq!(train, serde_json::json!({ "size": 4, "frozen_prob": 0.6 }));
+        assert_eq!(eval, serde_json::json!({ "size": 4, "frozen_prob": 0.8 }));
+        c.env = Default::default();
+        assert_eq!(c.train_env_config_json(), "");
     }
 
     #[test]

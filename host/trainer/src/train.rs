@@ -97,6 +97,14 @@ impl Trainer {
         tch::manual_seed(cfg.schedule.seed as i64);
         let runtime = Runtime::new(Limits::default())?;
         let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+        // Before any work: an env config the plugin refuses would otherwise surface as a
+        // failed first rollout (or, for the held-out one, only at the first evaluation).
+        for (field, json) in [("env.config", cfg.env_config_json()), ("env.train_config", cfg.train_env_config_json())]
+        {
+            if let Err(e) = plugin.create(&json) {
+                bail!("{field}: the plugin {} refuses it: {e}", cfg.env.plugin.display());
+            }
+        }
         let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
         let critic_opt = critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
         let log = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
@@ -198,7 +206,7 @@ impl Trainer {
                 NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise, noisy: Default::default() };
             let trajs = rollout(
                 self.plugin.as_ref(),
-                &cfg.env_config_json(),
+                &cfg.train_env_config_json(),
                 &seeds,
                 &rollout_config(&self.cfg, 1),
                 &mut policy,
@@ -325,7 +333,7 @@ impl Trainer {
         };
         let trajs = rollout(
             self.plugin.as_ref(),
-            &cfg.env_config_json(),
+            &cfg.train_env_config_json(),
             &seeds,
             &rollout_config(&self.cfg, cfg.env.group_size),
             &mut policy,
@@ -338,7 +346,7 @@ impl Trainer {
             let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
             let reproducer = vagen_runtime::fuzz::Reproducer::fault(
                 self.plugin.as_ref(),
-                &cfg.env_config_json(),
+                &cfg.train_env_config_json(),
                 bad.seed,
                 bad.answers(),
             );
@@ -578,6 +586,7 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
         },
         format_reward: r.format_reward,
         system_prompt: r.system_prompt.clone(),
+        instructions: r.instructions,
         describe_state: r.describe_state,
         observation_text: r.observation_text,
         feedback: r.feedback,

@@ -319,3 +319,26 @@ fn a_faulting_plugin_fails_only_its_trajectories_until_the_rate_stops_the_run() 
     let text = std::fs::read_to_string(file.expect("a reproducer file").path()).unwrap();
     assert!(text.contains("\"seed\""));
 }
+
+#[test]
+fn train_config_applies_to_training_episodes_only_and_is_checked_up_front() {
+    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
+    assert!(hostile.is_file(), "run `cargo xtask test`");
+    let text = config("grpo", "")
+        .replace(plugin().to_str().unwrap(), hostile.to_str().unwrap())
+        .replace("[model]", "[env.config]\nmode = \"healthy\"\n[env.train_config]\nmode = \"panic\"\n[model]");
+    // Evaluation runs `env.config`: the healthy game.
+    let dir = tempfile::tempdir().unwrap();
+    let t = Trainer::new(parse(&text, &["schedule.steps=1"]).unwrap(), dir.path()).unwrap();
+    assert!(t.evaluate().is_ok());
+    // Training runs `env.train_config` over it: every episode panics and the run stops.
+    let mut t = t;
+    let err = t.run().unwrap_err().to_string();
+    assert!(err.contains("reproducer"), "{err}");
+    // A value the plugin refuses stops the run before any work, naming the table.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&text, &["env.train_config.mode=\"sideways\""]).unwrap();
+    let err = Trainer::new(cfg, dir.path()).err().expect("refused").to_string();
+    assert!(err.contains("env.train_config") && err.contains("sideways"), "{err}");
+    assert!(!dir.path().join("metrics.jsonl").exists());
+}
