@@ -419,9 +419,7 @@ impl TrainConfig {
 
     /// The env config of training episodes: `env.config` with `env.train_config` over it.
     pub fn train_env_config_json(&self) -> String {
-        let mut table = self.env.config.clone();
-        table.extend(self.env.train_config.clone());
-        table_json(&table)
+        table_json(&overridden(&self.env.config, &self.env.train_config))
     }
 
     pub fn to_toml(&self) -> String {
@@ -443,13 +441,20 @@ fn set(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ()> {
     Err(())
 }
 
+/// `base` with each key of `over` replacing (or adding) its own.
+fn overridden(base: &toml::Table, over: &toml::Table) -> toml::Table {
+    let mut table = base.clone();
+    table.extend(over.clone());
+    table
+}
+
 fn table_json(table: &toml::Table) -> String {
     if table.is_empty() { String::new() } else { serde_json::to_string(table).expect("TOML is JSON") }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{LrSchedule, OptimSection, TrainConfig};
+    use super::{LrSchedule, OptimSection, overridden, table_json};
 
     fn scales(warmup_steps: usize, lr_schedule: LrSchedule, steps: usize) -> Vec<f64> {
         let o = OptimSection { warmup_steps, lr_schedule, ..OptimSection::default() };
@@ -458,16 +463,13 @@ mod tests {
 
     #[test]
     fn train_config_keys_replace_those_of_config_for_training_only() {
-        let mut c = TrainConfig::default();
-        c.env.config = toml::toml! { size = 4
+        let config = toml::toml! { size = 4
         frozen_prob = 0.8 };
-        c.env.train_config = toml::toml! { frozen_prob = 0.6 };
-        let train: serde_json::Value = serde_json::from_str(&c.train_env_config_json()).unwrap();
-        let eval: serde_json::Value = serde_json::from_str(&c.env_config_json()).unwrap();
+        let train: serde_json::Value =
+            serde_json::from_str(&table_json(&overridden(&config, &toml::toml! { frozen_prob = 0.6 }))).unwrap();
         assert_eq!(train, serde_json::json!({ "size": 4, "frozen_prob": 0.6 }));
-        assert_eq!(eval, serde_json::json!({ "size": 4, "frozen_prob": 0.8 }));
-        c.env = Default::default();
-        assert_eq!(c.train_env_config_json(), "");
+        assert_eq!(overridden(&config, &toml::Table::new()), config);
+        assert_eq!(table_json(&toml::Table::new()), "");
     }
 
     #[test]
