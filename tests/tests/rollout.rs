@@ -264,12 +264,13 @@ fn feedback_and_reminder_lines_can_be_left_out_of_user_turns() {
 #[test]
 fn format_instructions_can_be_left_out_of_the_system_prompt() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = RolloutConfig { system_prompt: Some("FrozenLake.".into()), ..description_only(2) };
+    let config =
+        RolloutConfig { format: Format::NoThink, system_prompt: Some("FrozenLake.".into()), ..description_only(2) };
     let run = |c: &RolloutConfig| {
         rollout(plugin.as_ref(), "", &[3, 9], c, &mut RandomPolicy { format: Format::NoThink }).unwrap()
     };
-    let with = run(&RolloutConfig { format: Format::NoThink, ..config.clone() });
-    let without = run(&RolloutConfig { format: Format::NoThink, instructions: false, ..config });
+    let with = run(&config);
+    let without = run(&RolloutConfig { instructions: false, ..config });
     for (a, b) in with.iter().zip(&without) {
         assert_eq!(a.system, format!("FrozenLake.\n\n{}", Format::NoThink.instructions("Left")));
         assert_eq!(b.system, "FrozenLake.");

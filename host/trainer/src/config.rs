@@ -126,7 +126,8 @@ pub struct RolloutSection {
     pub max_sequence_tokens: usize,
     pub format_reward: FormatReward,
     pub rewards: RewardPlacement,
-    /// Replaces the env's system prompt (format instructions are still appended).
+    /// Replaces the env's system prompt (the format instructions are still appended unless
+    /// `instructions` is off).
     pub system_prompt: Option<String>,
     /// Append the format's instructions and an example answer to the system prompt (true).
     /// Off for a model trained from scratch: the lines teach it nothing, and the example

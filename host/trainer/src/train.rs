@@ -99,8 +99,9 @@ impl Trainer {
         let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
         // Before any work: an env config the plugin refuses would otherwise surface as a
         // failed first rollout (or, for the held-out one, only at the first evaluation).
-        for (field, json) in [("env.config", cfg.env_config_json()), ("env.train_config", cfg.train_env_config_json())]
-        {
+        // Without `train_config` the training config is `config` itself: offered once.
+        let train = (!cfg.env.train_config.is_empty()).then(|| ("env.train_config", cfg.train_env_config_json()));
+        for (field, json) in [Some(("env.config", cfg.env_config_json())), train].into_iter().flatten() {
             if let Err(e) = plugin.create(&json) {
                 bail!("{field}: the plugin {} refuses it: {e}", cfg.env.plugin.display());
             }

@@ -329,10 +329,9 @@ fn train_config_applies_to_training_episodes_only_and_is_checked_up_front() {
         .replace("[model]", "[env.config]\nmode = \"healthy\"\n[env.train_config]\nmode = \"panic\"\n[model]");
     // Evaluation runs `env.config`: the healthy game.
     let dir = tempfile::tempdir().unwrap();
-    let t = Trainer::new(parse(&text, &["schedule.steps=1"]).unwrap(), dir.path()).unwrap();
+    let mut t = Trainer::new(parse(&text, &["schedule.steps=1"]).unwrap(), dir.path()).unwrap();
     assert!(t.evaluate().is_ok());
     // Training runs `env.train_config` over it: every episode panics and the run stops.
-    let mut t = t;
     let err = t.run().unwrap_err().to_string();
     assert!(err.contains("reproducer"), "{err}");
     // A value the plugin refuses stops the run before any work, naming the table.
