@@ -24,6 +24,8 @@ pub struct FrozenLake {
     player: (usize, usize),
     /// Decides slips; seeded from the episode seed so slippery episodes replay exactly.
     slip_rng: Rng,
+    /// The episode's seed: the oracle's tie-breaks come from it.
+    seed: u64,
     actions_taken: u32,
 }
 
@@ -35,7 +37,7 @@ impl Env for FrozenLake {
         let spec = ActionSpec::new(&ACTIONS, &config.separator, config.max_actions_per_turn as usize);
         let map = Map::generate(config.size as usize, config.frozen_prob, 0);
         let player = map.start;
-        Ok(Self { config, spec, map, player, slip_rng: Rng::new(0), actions_taken: 0 })
+        Ok(Self { config, spec, map, player, slip_rng: Rng::new(0), seed: 0, actions_taken: 0 })
     }
 
     fn manifest() -> Manifest {
@@ -59,6 +61,7 @@ impl Env for FrozenLake {
         self.map = Map::generate(self.config.size as usize, self.config.frozen_prob, seed);
         self.player = self.map.start;
         self.slip_rng = Rng::new(seed ^ 0x5EED_5119_u64);
+        self.seed = seed;
         self.actions_taken = 0;
         self.observe("")
     }
@@ -157,9 +160,22 @@ impl Env for FrozenLake {
         }
     }
 
+    /// A shortest path's moves, each drawn among the equally short ones by the episode seed
+    /// and the actions taken so far (so a replay gets the same answers). A fixed tie-break
+    /// (always Down before Right) taught the model that preference; in a state where the
+    /// preferred move is a hole, every episode of an RL group then stepped in alike and no
+    /// group ever compared it with the safe move (docs/architecture.md, "Training loop").
     fn oracle(&self) -> Option<String> {
-        let path = self.map.shortest_path(self.player)?;
-        let moves: Vec<usize> = path.iter().take(self.spec.max_per_turn).map(|m| *m as usize).collect();
+        let steps = self.map.steps_to_goal();
+        let mut rng = Rng::new(self.seed ^ u64::from(self.actions_taken).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let mut at = self.player;
+        let mut moves = Vec::new();
+        while moves.len() < self.spec.max_per_turn {
+            let options = self.map.shortest_moves(at, &steps);
+            let Some(&m) = options.get(rng.below(options.len().max(1))) else { break };
+            moves.push(m as usize);
+            at = self.map.neighbour(at, m)?;
+        }
         (!moves.is_empty()).then(|| self.spec.join(&moves))
     }
 }

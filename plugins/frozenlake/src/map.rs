@@ -110,6 +110,35 @@ impl Map {
         inside.then_some((nx as usize, ny as usize))
     }
 
+    /// Hole-free steps from each tile to the goal (`None`: holes, and tiles cut off).
+    pub fn steps_to_goal(&self) -> Vec<Option<usize>> {
+        let idx = |(x, y): (usize, usize)| y * self.size + x;
+        let mut steps = vec![None; self.tiles.len()];
+        steps[idx(self.goal)] = Some(0);
+        let mut queue = VecDeque::from([self.goal]);
+        while let Some(p) = queue.pop_front() {
+            let next = steps[idx(p)].map(|s| s + 1);
+            for m in Move::ALL {
+                if let Some(q) = self.neighbour(p, m)
+                    && steps[idx(q)].is_none()
+                    && self.tile(q) == Tile::Frozen
+                {
+                    steps[idx(q)] = next;
+                    queue.push_back(q);
+                }
+            }
+        }
+        steps
+    }
+
+    /// Every move that starts a shortest hole-free path from `from` (none at the goal, in
+    /// a hole, or cut off), given `steps` from [`Map::steps_to_goal`].
+    pub fn shortest_moves(&self, from: (usize, usize), steps: &[Option<usize>]) -> Vec<Move> {
+        let at = |(x, y): (usize, usize)| steps[y * self.size + x];
+        let Some(d) = at(from).filter(|&d| d > 0) else { return Vec::new() };
+        Move::ALL.into_iter().filter(|&m| self.neighbour(from, m).and_then(at) == Some(d - 1)).collect()
+    }
+
     /// Moves of a shortest hole-free path to the goal (breadth-first, moves tried in
     /// `Move::ALL` order so the answer is deterministic); empty at the goal.
     pub fn shortest_path(&self, from: (usize, usize)) -> Option<Vec<Move>> {

@@ -47,6 +47,33 @@ fn oracle_succeeds_on_non_slippery_lakes() {
 }
 
 #[test]
+fn oracle_walks_a_shortest_path_and_breaks_ties_by_seed() {
+    let mut e = env(Config { max_actions_per_turn: 1, ..Config::default() });
+    let (mut ties, mut not_first) = (0, 0);
+    for seed in 0..200 {
+        e.reset(seed);
+        let shortest = e.map.shortest_path(e.player).unwrap().len();
+        let first = e.oracle().unwrap();
+        e.reset(seed);
+        assert_eq!(e.oracle().unwrap(), first, "seed {seed}: a replay answers alike");
+        for turn in 1..=shortest {
+            let options = e.map.shortest_moves(e.player, &e.map.steps_to_goal());
+            let answer = e.oracle().unwrap();
+            let pick = options.iter().position(|&m| ACTIONS[m as usize] == answer);
+            assert!(pick.is_some(), "seed {seed}: {answer} is not on a shortest path");
+            if options.len() > 1 {
+                ties += 1;
+                not_first += usize::from(pick != Some(0));
+            }
+            assert_eq!(e.step(&answer).done, turn == shortest, "seed {seed} turn {turn}");
+        }
+    }
+    // A fixed tie-break would always take the first option.
+    assert!(ties > 100, "{ties} turns with two shortest moves");
+    assert!((ties / 3..ties * 2 / 3).contains(&not_first), "{not_first} of {ties} ties took a later option");
+}
+
+#[test]
 fn walking_into_a_hole_ends_the_episode_without_success() {
     let mut e = env(Config::default());
     // Find a seed whose start has a hole next to it, then step into it.
