@@ -110,7 +110,7 @@ impl Env for FrozenLake {
             Tile::Frozen => {}
         }
         step.observation = self.observe(&feedback);
-        let distance = self.map.shortest_path(self.player).map_or(-1.0, |p| p.len() as f64);
+        let distance = self.map.steps_from(self.player).map_or(-1.0, |d| d as f64);
         step.metrics =
             vec![("distance-to-goal".into(), distance), ("invalid-actions".into(), parsed.invalid.len() as f64)];
         step
@@ -172,7 +172,7 @@ impl Env for FrozenLake {
         let mut moves = Vec::new();
         while moves.len() < self.spec.max_per_turn {
             let options = self.map.shortest_moves(at, &steps);
-            let Some(&m) = options.get(rng.below(options.len().max(1))) else { break };
+            let Some(&m) = rng.choose(&options) else { break };
             moves.push(m as usize);
             at = self.map.neighbour(at, m)?;
         }

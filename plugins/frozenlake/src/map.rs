@@ -60,7 +60,7 @@ impl Map {
         let mut map = Map { size, tiles: Vec::new(), start: (0, 0), goal: (0, 0) };
         for _ in 0..MAX_DRAWS {
             map.draw(&mut rng, frozen_prob);
-            if map.shortest_path(map.start).is_some() {
+            if map.steps_from(map.start).is_some() {
                 return map;
             }
         }
@@ -139,39 +139,8 @@ impl Map {
         Move::ALL.into_iter().filter(|&m| self.neighbour(from, m).and_then(at) == Some(d - 1)).collect()
     }
 
-    /// Moves of a shortest hole-free path to the goal (breadth-first, moves tried in
-    /// `Move::ALL` order so the answer is deterministic); empty at the goal.
-    pub fn shortest_path(&self, from: (usize, usize)) -> Option<Vec<Move>> {
-        let idx = |(x, y): (usize, usize)| y * self.size + x;
-        let mut came: Vec<Option<((usize, usize), Move)>> = vec![None; self.tiles.len()];
-        let mut seen = vec![false; self.tiles.len()];
-        let mut queue = VecDeque::from([from]);
-        seen[idx(from)] = true;
-        while let Some(p) = queue.pop_front() {
-            if p == self.goal {
-                let mut moves = Vec::new();
-                let mut cur = p;
-                while let Some((prev, m)) = came[idx(cur)] {
-                    moves.push(m);
-                    cur = prev;
-                }
-                moves.reverse();
-                return Some(moves);
-            }
-            if self.tile(p) == Tile::Hole {
-                continue;
-            }
-            for m in Move::ALL {
-                if let Some(q) = self.neighbour(p, m)
-                    && !seen[idx(q)]
-                    && self.tile(q) != Tile::Hole
-                {
-                    seen[idx(q)] = true;
-                    came[idx(q)] = Some((p, m));
-                    queue.push_back(q);
-                }
-            }
-        }
-        None
+    /// Hole-free steps from `from` to the goal: `None` from a hole or a tile cut off.
+    pub fn steps_from(&self, (x, y): (usize, usize)) -> Option<usize> {
+        self.steps_to_goal()[y * self.size + x]
     }
 }
