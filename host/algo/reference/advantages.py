@@ -16,8 +16,11 @@ EPS_GROUP = 1e-6
 EPS_WHITEN = 1e-8
 
 
-def random_trajectory(rng, group):
-    rewards, values, loss_mask, adv_mask, turn_ends = [], [], [], [], []
+def random_trajectory(rng, group, max_turn_tokens):
+    """One trajectory; assistant turns have 1 to `max_turn_tokens` tokens, so with a large
+    bound turns of very different lengths meet in one batch (what separates whitening over
+    tokens from whitening over turn ends)."""
+    rewards, values, loss_mask, adv_mask, turn_ends, turn_states = [], [], [], [], [], []
 
     def push(masked, reward=0.0):
         rewards.append(reward)
@@ -31,12 +34,13 @@ def random_trajectory(rng, group):
         if turn > 0:
             for _ in range(int(rng.integers(0, 4))):  # observation tokens between turns
                 push(False)
-        for _ in range(int(rng.integers(0, 4))):  # assistant tokens, sometimes with a reward
+        for _ in range(int(rng.integers(0, max_turn_tokens))):  # assistant tokens, some rewarded
             push(True, float(rng.normal()) * 0.1 if rng.random() < 0.2 else 0.0)
         push(True, float(np.round(rng.normal() * 3, 3)))  # the turn's last token
         turn_ends.append(len(rewards) - 1)
+        turn_states.append(int(rng.integers(0, 3)))  # few states, so group members share some
     return dict(rewards=rewards, values=values, loss_mask=loss_mask, adv_mask=adv_mask,
-                turn_ends=turn_ends, group=group)
+                turn_ends=turn_ends, turn_states=turn_states, group=group)
 
 
 def masked_gae(t, gamma, lam):
@@ -113,6 +117,46 @@ def group_normalised(batch, keys):
     return out
 
 
+def gigpo(batch, gamma_turn, step_weight, eps):
+    """GiGPO: the group-normalised score plus step_weight x each turn's discounted return,
+    normalised among the turns of its group taken in the same state (0 for a state seen once).
+    `eps` None: mean-only at both levels."""
+    def norm(xs, key_of):
+        xs = np.array(xs, dtype=float)
+        out = np.zeros(len(xs))
+        keys = [key_of(i) for i in range(len(xs))]
+        for k in set(keys):
+            idx = [i for i, kk in enumerate(keys) if kk == k]
+            if len(idx) == 1:
+                out[idx] = (xs[idx] - 0.0) / (1.0 + eps) if eps is not None else xs[idx]
+                continue
+            d = xs[idx] - xs[idx].mean()
+            out[idx] = d / (xs[idx].std(ddof=1) + eps) if eps is not None else d
+        return out, keys
+
+    episode, _ = norm([sum(t["rewards"]) for t in batch], lambda i: batch[i]["group"])
+    rets, anchors = [], []
+    for t in batch:
+        turn_r = [sum(t["rewards"][p] for p in tokens) for tokens in turns_of(t)]
+        g, back = 0.0, []
+        for r in reversed(turn_r):
+            g = r + gamma_turn * g
+            back.append(g)
+        rets.extend(reversed(back))
+        anchors.extend((t["group"], s) for s in t["turn_states"])
+    step, _ = norm(rets, lambda k: anchors[k])
+    step = [0.0 if anchors.count(anchors[k]) < 2 else step[k] for k in range(len(rets))]
+    outs, k = [], 0
+    for t, e in zip(batch, episode):
+        a = np.zeros(len(t["rewards"]))
+        for tokens in turns_of(t):
+            for p in tokens:
+                a[p] = e + step_weight * step[k]
+            k += 1
+        outs.append((a, a.copy(), [False] * len(a)))
+    return outs
+
+
 def broadcast(t, s):
     a = np.array([s if m else 0.0 for m in t["adv_mask"]])
     return a, a.copy(), [False] * len(a)
@@ -128,6 +172,9 @@ def compute(cfg, batch):
         outs = [bi_level_gae(t, cfg["gamma_turn"], lam_turn, gamma, lam_token) for t in batch]
     elif est == "turn-gae":
         outs = [turn_gae(t, cfg["gamma_turn"], lam_turn) for t in batch]
+    elif est == "gigpo":
+        eps = EPS_GROUP if cfg.get("norm_by_std", True) else None
+        outs = gigpo(batch, cfg["gamma_turn"], cfg.get("step_weight", 1.0), eps)
     else:
         if est == "grpo":
             scores = group_normalised(batch, [t["group"] for t in batch])
@@ -138,7 +185,12 @@ def compute(cfg, batch):
         outs = [broadcast(t, s) for t, s in zip(batch, scores)]
     whiten = cfg.get("whiten", est in ("gae", "bi-level-gae", "turn-gae"))
     if whiten:
-        masked = np.concatenate([o[0][np.array(t["adv_mask"])] for o, t in zip(outs, batch)])
+        # verl's masked_whiten over the loss mask; VAGEN's turn-gae over its reward_mask (the
+        # turn ends), so a long turn counts once, not once per token.
+        if est == "turn-gae":
+            masked = np.array([o[0][e] for o, t in zip(outs, batch) for e in t["turn_ends"]])
+        else:
+            masked = np.concatenate([o[0][np.array(t["adv_mask"])] for o, t in zip(outs, batch)])
         mean = masked.mean()
         var = masked.var(ddof=1) if len(masked) > 1 else 0.0
         scale = 1.0 / np.sqrt(var + EPS_WHITEN)
@@ -173,19 +225,28 @@ CONFIGS = [
          **{"lambda": 0.5}),
     dict(estimator="turn-gae", gamma=1.0, gamma_turn=0.95, whiten=False, **{"lambda": 0.9}),
     dict(estimator="turn-gae", gamma=1.0, gamma_turn=0.8, lambda_turn=0.6, **{"lambda": 1.0}),
+    dict(estimator="turn-gae", gamma=1.0, gamma_turn=0.95, whiten=True, **{"lambda": 1.0}),
+    dict(estimator="bi-level-gae", gamma=1.0, gamma_turn=0.95, whiten=True, **{"lambda": 1.0}),
+    dict(estimator="gae", gamma=1.0, whiten=False, **{"lambda": 1.0}),
     dict(estimator="grpo", gamma=1.0, **{"lambda": 1.0}),
     dict(estimator="grpo", gamma=1.0, whiten=True, **{"lambda": 1.0}),
     dict(estimator="brpo", gamma=1.0, **{"lambda": 1.0}),
+    dict(estimator="brpo", gamma=1.0, whiten=True, **{"lambda": 1.0}),
     dict(estimator="reinforce", gamma=1.0, **{"lambda": 1.0}),
+    dict(estimator="reinforce", gamma=1.0, whiten=True, **{"lambda": 1.0}),
+    dict(estimator="gigpo", gamma=1.0, gamma_turn=0.95, **{"lambda": 1.0}),
+    dict(estimator="gigpo", gamma=1.0, gamma_turn=0.9, step_weight=0.5, norm_by_std=False, **{"lambda": 1.0}),
+    dict(estimator="gigpo", gamma=1.0, gamma_turn=0.95, whiten=True, **{"lambda": 1.0}),
 ]
 
 
 def main():
     rng = np.random.default_rng(20261121)
     cases = []
-    for _ in range(12):
+    for case in range(16):
         groups, members = int(rng.integers(1, 5)), int(rng.integers(1, 5))
-        batch = [random_trajectory(rng, g) for g in range(groups) for _ in range(members)]
+        max_turn_tokens = 4 if case % 2 == 0 else 40
+        batch = [random_trajectory(rng, g, max_turn_tokens) for g in range(groups) for _ in range(members)]
         for cfg in CONFIGS:
             cases.append(dict(config=cfg, batch=batch, expected=compute(cfg, batch)))
     norm_cases = []

@@ -32,6 +32,24 @@ impl Estimator {
     pub fn uses_critic(self) -> bool {
         matches!(self, Estimator::Gae | Estimator::BiLevelGae | Estimator::TurnGae)
     }
+
+    /// Which positions' advantages set the whitening mean and variance, as VAGEN / verl do:
+    /// turn-gae gives every token of a turn the same value, so counting tokens would weigh
+    /// long turns more; VAGEN whitens it over the turn ends (its `reward_mask`). Every other
+    /// estimator uses every advantage-mask token (verl's `masked_whiten` over the response
+    /// or loss mask). The shift and scale then apply to every masked token either way.
+    pub fn whitening_population(self) -> WhiteningPopulation {
+        match self {
+            Estimator::TurnGae => WhiteningPopulation::TurnEnds,
+            _ => WhiteningPopulation::MaskedTokens,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhiteningPopulation {
+    MaskedTokens,
+    TurnEnds,
 }
 
 /// Hyperparameters of the estimators; each says which estimators read it.
@@ -49,8 +67,9 @@ pub struct AdvantageConfig {
     pub lambda_turn: Option<f64>,
     /// Token-level λ inside turns (bi-level-gae); unset: `lambda`.
     pub lambda_token: Option<f64>,
-    /// Whiten advantages over all masked tokens of the batch; unset: on for the critic-based
-    /// estimators, off for grpo / brpo / reinforce (already normalised, or raw by design).
+    /// Whiten advantages over the batch (see [`Estimator::whitening_population`] for which
+    /// positions set the mean and variance); unset: on for the critic-based estimators, off
+    /// for grpo / brpo / reinforce / gigpo (already normalised, or raw by design).
     pub whiten: Option<bool>,
     /// Added to the standard deviation in grpo / brpo / gigpo.
     pub epsilon: f64,
@@ -114,8 +133,9 @@ pub struct Advantages {
     pub value_mask: Vec<bool>,
 }
 
-/// Advantages and returns for a batch. Whitening, when on, uses every masked token of the
-/// batch (mean and unbiased variance, ε = 1e-8) and leaves returns alone.
+/// Advantages and returns for a batch. Whitening, when on, takes the mean and unbiased
+/// variance (ε = 1e-8) over the estimator's [`WhiteningPopulation`] in the whole batch,
+/// shifts and scales every masked token, and leaves returns alone.
 pub fn compute_advantages(cfg: &AdvantageConfig, batch: &[Trajectory]) -> Result<Vec<Advantages>, AlgoError> {
     cfg.validate()?;
     for (i, t) in batch.iter().enumerate() {
@@ -163,7 +183,7 @@ pub fn compute_advantages(cfg: &AdvantageConfig, batch: &[Trajectory]) -> Result
         }
     };
     if cfg.whiten.unwrap_or(cfg.estimator.uses_critic()) {
-        whiten(batch, &mut out);
+        whiten(batch, &mut out, cfg.estimator.whitening_population());
     }
     Ok(out)
 }
@@ -179,12 +199,17 @@ impl From<gae::Out> for Advantages {
     }
 }
 
-fn whiten(batch: &[Trajectory], out: &mut [Advantages]) {
-    let masked: Vec<f64> = batch
-        .iter()
-        .zip(out.iter())
-        .flat_map(|(t, o)| o.advantages.iter().zip(t.adv_mask).filter(|(_, m)| **m).map(|(a, _)| *a))
-        .collect();
+fn whiten(batch: &[Trajectory], out: &mut [Advantages], population: WhiteningPopulation) {
+    let masked: Vec<f64> = match population {
+        WhiteningPopulation::MaskedTokens => batch
+            .iter()
+            .zip(out.iter())
+            .flat_map(|(t, o)| o.advantages.iter().zip(t.adv_mask).filter(|(_, m)| **m).map(|(a, _)| *a))
+            .collect(),
+        WhiteningPopulation::TurnEnds => {
+            batch.iter().zip(out.iter()).flat_map(|(t, o)| t.turn_ends.iter().map(|&e| o.advantages[e])).collect()
+        }
+    };
     let m = mean(&masked);
     let var = if masked.len() < 2 {
         0.0

@@ -16,7 +16,7 @@ mod normalize;
 mod stats;
 
 pub use error::AlgoError;
-pub use estimator::{AdvantageConfig, Advantages, Estimator, compute_advantages};
+pub use estimator::{AdvantageConfig, Advantages, Estimator, WhiteningPopulation, compute_advantages};
 pub use filter::{FilterConfig, FilterKeep, Filtered, GroupStats, filter_groups};
 pub use input::Trajectory;
 pub use normalize::{NormGrouping, NormMethod, normalize_scores};

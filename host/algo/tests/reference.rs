@@ -29,6 +29,18 @@ fn every_estimator_agrees_with_the_python_reference_to_1e_6() {
     let f = fixture();
     let cases = f["estimators"].as_array().unwrap();
     assert!(cases.len() >= 100, "{} cases", cases.len());
+    // The fixture must cover every estimator with whitening both on and off, or a change to
+    // one population could slip through.
+    let mut covered = std::collections::BTreeSet::new();
+    for case in cases {
+        let cfg: AdvantageConfig = serde_json::from_value(case["config"].clone()).unwrap();
+        covered.insert((format!("{:?}", cfg.estimator), cfg.whiten.unwrap_or(cfg.estimator.uses_critic())));
+    }
+    for e in ["Gae", "BiLevelGae", "TurnGae", "Grpo", "Brpo", "Reinforce", "Gigpo"] {
+        for w in [false, true] {
+            assert!(covered.contains(&(e.to_string(), w)), "no reference case for {e} with whiten = {w}");
+        }
+    }
     for (n, case) in cases.iter().enumerate() {
         let cfg: AdvantageConfig = serde_json::from_value(case["config"].clone()).unwrap();
         let owned: Vec<_> = case["batch"]
@@ -38,6 +50,7 @@ fn every_estimator_agrees_with_the_python_reference_to_1e_6() {
             .map(|t| {
                 let ends: Vec<usize> =
                     t["turn_ends"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
+                let states: Vec<u64> = t["turn_states"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
                 (
                     floats(&t["rewards"]),
                     floats(&t["values"]),
@@ -45,19 +58,20 @@ fn every_estimator_agrees_with_the_python_reference_to_1e_6() {
                     bools(&t["adv_mask"]),
                     ends,
                     t["group"].as_u64().unwrap(),
+                    states,
                 )
             })
             .collect();
         let views: Vec<Trajectory> = owned
             .iter()
-            .map(|(r, v, l, a, e, g)| Trajectory {
+            .map(|(r, v, l, a, e, g, s)| Trajectory {
                 rewards: r,
                 values: v,
                 loss_mask: l,
                 adv_mask: a,
                 turn_ends: e,
                 group: *g,
-                turn_states: &[],
+                turn_states: s,
             })
             .collect();
         let out = compute_advantages(&cfg, &views).unwrap_or_else(|e| panic!("case {n}: {e}"));
