@@ -32,16 +32,38 @@ fn a_nondeterministic_reset_is_caught() {
     assert_eq!(f.len(), 1, "{f:?}");
     assert_eq!(f[0].0, "determinism");
     assert!(f[0].1.contains("state leaks between episodes"), "{}", f[0].1);
+    // It names the call and the field that differ.
+    assert!(f[0].1.contains("differs at reset: the observation text"), "{}", f[0].1);
     // Natively the counter is shared by all instances: even two fresh ones disagree.
     let f = failures_of(r#"{"mode": "nondeterministic"}"#, "hostile.so");
-    assert!(f.iter().any(|(c, d)| c == "determinism" && d.contains("two fresh instances differ at turn 0")), "{f:?}");
+    assert!(f.iter().any(|(c, d)| c == "determinism" && d.contains("two fresh instances differ at reset: the observation text")), "{f:?}");
+}
+
+#[test]
+fn nondeterministic_pixels_are_named_as_such() {
+    let f = failures_of(r#"{"mode": "noisy-image"}"#, "hostile");
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!(f[0].0, "determinism");
+    assert!(f[0].1.contains("at step 1: image 0's pixels (1 bytes differ, the first at pixel 1 of 2x2)"), "{}", f[0].1);
+}
+
+#[test]
+fn a_failing_step_is_labelled_as_a_failing_episode_not_as_nondeterminism() {
+    let f = failures_of(r#"{"mode": "step-fails"}"#, "hostile");
+    let labels: Vec<&str> = f.iter().map(|(c, _)| c.as_str()).collect();
+    assert!(labels.contains(&"episodes") && !labels.contains(&"create"), "{f:?}");
+    let (_, detail) = f.iter().find(|(c, _)| c == "episodes").unwrap();
+    assert!(detail.contains("seed 0, step 1") && detail.contains("step always fails"), "{detail}");
+    let (_, det) = f.iter().find(|(c, _)| c == "determinism").unwrap();
+    assert!(det.starts_with("not judged"), "{det}");
 }
 
 #[test]
 fn a_wrong_image_count_is_caught() {
     let f = failures_of(r#"{"mode": "wrong-image"}"#, "hostile");
     assert!(!f.is_empty());
-    assert!(f.iter().all(|(_, d)| d.contains("0 <image> markers for 1 images")), "{f:?}");
+    let mut judged = f.iter().filter(|(_, d)| !d.starts_with("not judged"));
+    assert!(judged.clone().count() > 0 && judged.all(|(_, d)| d.contains("0 <image> markers for 1 images")), "{f:?}");
 }
 
 #[test]

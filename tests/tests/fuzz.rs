@@ -1,7 +1,7 @@
 //! `fuzz` finds what the hostile fixtures hide, and its reproducers replay the failure.
 
 use std::time::{Duration, Instant};
-use vagen_runtime::fuzz::{FindingKind, FuzzOptions, fuzz, replay};
+use vagen_runtime::fuzz::{FindingKind, FuzzOptions, Verdict, fuzz, replay};
 use vagen_runtime::{Error, Limits};
 use vagen_tests::{load, plugin_path, reference_plugins, runtime};
 
@@ -19,7 +19,13 @@ fn campaign(mode: &str) -> vagen_runtime::fuzz::FuzzReport {
     // The reproducer plays the failure back on fresh instances.
     for f in &report.findings {
         let again = replay(plugin.as_ref(), &f.reproducer).unwrap();
-        assert!(again.reproduced.is_some(), "{mode}: {:?} did not replay: {:?}", f.kind, f.reproducer);
+        assert!(
+            matches!(again.verdict, Verdict::Reproduced(_)),
+            "{mode}: {:?} did not replay: {:?} {:?}",
+            f.kind,
+            again.verdict,
+            f.reproducer
+        );
     }
     report
 }
@@ -36,6 +42,67 @@ fn a_trap_on_a_rare_action_sequence_is_found_and_shrunk() {
     assert!(f.message.contains("rare sequence go, GO"), "{}", f.message);
     // Shrinking keeps just the two answers that matter.
     assert_eq!(f.reproducer.answers.iter().map(|a| a.trim()).collect::<Vec<_>>(), ["go", "GO"]);
+}
+
+#[test]
+fn a_step_that_always_fails_is_a_finding_at_the_first_step() {
+    let r = campaign("step-fails");
+    assert_eq!(kinds(&r), [FindingKind::Error]);
+    let f = &r.findings[0];
+    assert!(f.message.starts_with("step 1: environment failed in step: step always fails"), "{}", f.message);
+    assert_eq!(f.reproducer.answers.len(), 1, "{:?}", f.reproducer);
+    assert_eq!(f.reproducer.failed_call, Some(1));
+}
+
+#[test]
+fn a_reset_that_fails_for_some_seeds_is_a_finding() {
+    let r = campaign("reset-fails");
+    assert_eq!(kinds(&r), [FindingKind::Error]);
+    let f = &r.findings[0];
+    assert!(f.message.starts_with("reset: environment failed in reset: cannot start seed"), "{}", f.message);
+    assert_eq!(f.reproducer.seed % 3, 1);
+    assert!(f.reproducer.answers.is_empty(), "{:?}", f.reproducer);
+}
+
+#[test]
+fn a_campaign_keeps_to_its_time_budget_within_a_call() {
+    let (plugin, _dir) = load("hostile", Limits::default());
+    // Steps slow but within every deadline: one takes `step`, an episode four of them (three
+    // steps, then the step after done), so judging time only between episodes overshot a
+    // budget of one step by three.
+    let config = r#"{"mode": "spin", "spin_millions": 150}"#;
+    let mut env = plugin.create(config).unwrap();
+    env.reset(0).unwrap();
+    let t = Instant::now();
+    env.step("go").unwrap();
+    let step = t.elapsed();
+    assert!(step > Duration::from_millis(50), "a spin step took only {step:?}: too fast to tell");
+    let opts = FuzzOptions { config: config.into(), duration: Some(step), ..FuzzOptions::default() };
+    let started = Instant::now();
+    let r = fuzz(plugin.as_ref(), &opts).unwrap();
+    let took = started.elapsed();
+    assert!(took < step * 5 / 2, "a campaign of {step:?} took {took:?}");
+    assert!(r.findings.iter().all(|f| f.kind == FindingKind::SlowCall), "{:?}", kinds(&r));
+}
+
+#[test]
+fn a_replay_says_why_a_recorded_failure_did_not_recur() {
+    let (plugin, _dir) = load("hostile", Limits::default());
+    let f = &campaign("step-fails").findings[0];
+    // The same script on a healthy instance: no error at step 1.
+    let healthy = vagen_runtime::fuzz::Reproducer { config: r#"{"mode": "healthy"}"#.into(), ..f.reproducer.clone() };
+    match replay(plugin.as_ref(), &healthy).unwrap().verdict {
+        Verdict::NotReproduced(why) => {
+            assert!(why.contains("played without error") && why.contains("recorded at step 1"), "{why}")
+        }
+        v => panic!("{v:?}"),
+    }
+    // A different error at the same call is not the recorded one.
+    let other = vagen_runtime::fuzz::Reproducer { config: r#"{"mode": "panic"}"#.into(), ..f.reproducer.clone() };
+    match replay(plugin.as_ref(), &other).unwrap().verdict {
+        Verdict::NotReproduced(why) => assert!(why.contains("failed differently") && why.contains("trapped"), "{why}"),
+        v => panic!("{v:?}"),
+    }
 }
 
 #[test]

@@ -4,7 +4,7 @@
 use vagen_model::{GenerateOptions, LoadOptions, Model};
 use vagen_rollout::{
     Format, History, LayoutOptions, ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
-    RolloutConfig, ScriptedPolicy, layout, metrics, rollout,
+    RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
 };
 use vagen_runtime::Limits;
 use vagen_tests::load;
@@ -139,7 +139,7 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
         seed: 5,
         ..Default::default()
     };
-    let mut policy = ModelPolicy { model: model.clone(), options };
+    let mut policy = ModelPolicy::new(model.clone(), options);
     let config = RolloutConfig { group_size: 2, max_turns: 2, ..Default::default() };
     let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &mut policy).unwrap();
     assert_eq!(trajs.len(), 4);
@@ -154,6 +154,39 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
         }
     }
     assert!(metrics(&trajs).mean_response_tokens.unwrap() > 0.0);
+}
+
+#[test]
+fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
+    let options = GenerateOptions { max_new_tokens: 64, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
+    let config = RolloutConfig { max_turns: 6, ..Default::default() };
+    let seeds = [4, 5, 6];
+    // Each episode's first prompt length, from turns that fit anywhere.
+    let mut roomy = ModelPolicy::new(model.clone(), options.clone());
+    let once = RolloutConfig { max_turns: 1, ..config.clone() };
+    let first = rollout(plugin.as_ref(), "", &seeds, &once, &mut roomy).unwrap();
+    let prompts: Vec<usize> = first
+        .iter()
+        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user).unwrap().len())
+        .collect();
+    // Room for a short first answer and no second prompt.
+    let window = prompts.iter().max().unwrap() + 10;
+    let mut tight = ModelPolicy::new(model.clone(), options).with_context_window(window);
+    let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut tight).unwrap();
+    for (t, prompt) in trajs.iter().zip(&prompts) {
+        assert!(t.failure.is_none(), "{:?}", t.failure);
+        assert_eq!(t.turns.len(), 1, "only the first turn fits");
+        let answer = t.turns[0].token_ids.as_ref().unwrap().len();
+        assert!(answer <= window - prompt, "the answer ({answer} tokens) is capped at what is left");
+        if !t.done {
+            assert_eq!(t.truncated, Some(Truncation::Context));
+        }
+    }
+    let m = metrics(&trajs);
+    assert_eq!(m.truncated_context, trajs.iter().filter(|t| !t.done).count());
+    assert!(m.truncated_context > 0 && m.failed == 0, "{m:?}");
 }
 
 #[test]

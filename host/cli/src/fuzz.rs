@@ -70,6 +70,9 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
     for (outcome, n) in &report.outcomes {
         println!("  episodes ending {outcome:<14} {n}");
     }
+    if report.episodes == 0 {
+        bail!("no episode of {name} finished in the time given, so nothing was checked; give it more --seconds");
+    }
     if report.findings.is_empty() {
         println!("no findings");
         return Ok(());

@@ -50,6 +50,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         top_k: a.top_k,
         stop: a.stop,
         seed: a.seed,
+        ..Default::default()
     };
     let out = model.generate(&[prompt], &options)?.remove(0);
     if a.json {

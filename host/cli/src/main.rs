@@ -69,11 +69,31 @@ fn main() {
         .with_writer(std::io::stderr)
         .init();
     if let Err(e) = dispatch(Cli::parse()) {
+        if let Some(exit) = e.downcast_ref::<Exit>() {
+            eprintln!("{}", exit.message);
+            std::process::exit(exit.code);
+        }
         // One line that names the problem; causes joined with ": ".
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
+
+/// An outcome that is not an error but must not exit 0 either, with its own status (see
+/// "Guarantees" in docs/architecture.md).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
 
 fn dispatch(cli: Cli) -> Result<()> {
     match (cli.command, cli.run) {

@@ -4,7 +4,7 @@
 use crate::model_args::ModelArgs;
 use crate::policy::PolicyKind;
 use crate::record::ImageSink;
-use crate::run::{MIN_EPISODES_FOR_RATE, RunArgs, save_answers};
+use crate::run::{MIN_EPISODES_FOR_RATE, RunArgs, failed_run, save_answers, too_many_failures};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -44,7 +44,7 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
             };
             // Flattening ModelArgs into RunArgs would break clap's "no subcommand means run".
             let args = ModelArgs { model: a.model.clone(), device: a.device.clone(), dtype: a.dtype.clone() };
-            Box::new(ModelPolicy { model: std::rc::Rc::new(args.load()?), options })
+            Box::new(ModelPolicy::new(std::rc::Rc::new(args.load()?), options))
         }
         PolicyKind::Human => bail!("the human policy types raw answers: drop --format"),
     };
@@ -72,19 +72,8 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
         bar.inc(chunk.len() as u64);
         trajs.extend(chunk);
         let failed = trajs.iter().filter(|t| t.failure.is_some()).count();
-        if trajs.len() as u64 >= MIN_EPISODES_FOR_RATE && failed as f64 > a.max_failure_rate * trajs.len() as f64 {
-            bar.finish_and_clear();
-            let bad = trajs.iter().rev().find(|t| t.failure.is_some()).expect("a failure");
-            let file = save_answers(plugin.as_ref(), a, bad.seed, &bad.answers())?;
-            bail!(
-                "stopping: {failed} of {} episodes of {} failed (more than {:.0}%); last error: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-                trajs.len(),
-                path.display(),
-                a.max_failure_rate * 100.0,
-                bad.failure.as_deref().unwrap_or(""),
-                file.display(),
-                file.display()
-            );
+        if trajs.len() as u64 >= MIN_EPISODES_FOR_RATE && too_many_failures(failed, trajs.len(), a.max_failure_rate) {
+            break;
         }
     }
     bar.finish_and_clear();
@@ -103,9 +92,21 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
         m.episodes,
         m.failed
     );
+    if let Some(e) = trajs.iter().find_map(|t| t.failure.as_deref()) {
+        println!("  first error     {e}");
+    }
+    if m.truncated_context > 0 {
+        println!("  out of context  {} episodes ended when the prompt outgrew the context window", m.truncated_context);
+    }
     println!("  success rate    {:.3}   pass@{g} {:.3}", m.success, m.pass_at_group);
-    println!("  mean reward     {:.3}", m.mean_reward);
-    println!("  mean turns      {:.2}", m.mean_turns);
+    // Averages over completed episodes: with none, a figure would be a made-up 0.
+    if m.failed < m.episodes {
+        println!("  mean reward     {:.3}", m.mean_reward);
+        println!("  mean turns      {:.2}", m.mean_turns);
+    } else {
+        println!("  mean reward     n/a (no episode completed)");
+        println!("  mean turns      n/a (no episode completed)");
+    }
     println!("  actions valid   {:.3}   effective {:.3}", m.valid_action_rate, m.effective_action_rate);
     println!("  format correct  {:.3}", m.format_correct_rate);
     match m.mean_response_tokens {
@@ -120,6 +121,13 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
             "{}",
             serde_json::to_string(&serde_json::json!({ "env": manifest.name, "format": format.name(), "metrics": m }))?
         );
+    }
+    if too_many_failures(m.failed, m.episodes, a.max_failure_rate) {
+        let bad = trajs.iter().find(|t| t.failure.is_some()).expect("failures were counted");
+        let error = bad.failure.as_deref().unwrap_or("");
+        let answers = bad.answers();
+        let file = save_answers(plugin.as_ref(), a, bad.seed, &answers, error, Some(answers.len()))?;
+        return Err(failed_run(m.failed, m.episodes, path, a.max_failure_rate, error, &file));
     }
     Ok(())
 }

@@ -11,7 +11,7 @@ use rand_core::SeedableRng;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
-use vagen_runtime::fuzz::{Reproducer, replay as replay_file};
+use vagen_runtime::fuzz::{Reproducer, Verdict, replay as replay_file};
 use vagen_runtime::{EnvPool, Environment, Plugin};
 
 #[derive(Args)]
@@ -22,8 +22,10 @@ pub struct RunArgs {
     /// Play back a reproducer saved by `fuzz` or by a failed run (its plugin unless --plugin).
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
-    /// Stop the run when more than this share of episodes has failed (judged after 20).
-    #[arg(long, default_value_t = 0.25)]
+    /// The run fails (exit status 1, with a reproducer) when more than this share of its
+    /// episodes failed; judged at the end whatever the count, and from 20 episodes on also
+    /// while running, to stop early.
+    #[arg(long, default_value_t = 0.25, value_parser = parse_rate)]
     pub max_failure_rate: f64,
     /// Who answers.
     #[arg(long, value_enum, default_value_t = PolicyKind::Random)]
@@ -83,6 +85,9 @@ struct Episode {
     index: usize,
     seed: u64,
     answers: Vec<String>,
+    /// The env call an error came from: 0 `reset`, k the k-th `step`; `None` for errors
+    /// from elsewhere (the policy, writing images).
+    failed_call: Option<usize>,
     success: bool,
     reward: f64,
     turns: u32,
@@ -91,8 +96,34 @@ struct Episode {
     rows: Vec<TurnRecord>,
 }
 
-/// Episodes judged before the failure rate can stop a run.
+/// Episodes judged before the failure rate can stop a run early (the end always judges).
 pub const MIN_EPISODES_FOR_RATE: u64 = 20;
+
+/// A share in [0, 1]; NaN would silently disable the gate, a negative one fail every run.
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+        Ok(r) => Err(format!("{r} is not a share between 0 and 1")),
+        Err(e) => Err(format!("{s:?}: {e}")),
+    }
+}
+
+/// Whether `failed` of `total` episodes exceeds the allowed share.
+pub fn too_many_failures(failed: usize, total: usize, max_rate: f64) -> bool {
+    failed > 0 && failed as f64 > max_rate * total as f64
+}
+
+/// The error a run ends with when too many episodes failed: counts, the first error in full,
+/// and where its reproducer went.
+pub fn failed_run(failed: usize, total: usize, plugin: &Path, max_rate: f64, first: &str, file: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{failed} of {total} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {first}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+        plugin.display(),
+        max_rate * 100.0,
+        file.display(),
+        file.display(),
+    )
+}
 
 pub fn run(a: RunArgs) -> Result<()> {
     if let Some(file) = &a.replay {
@@ -133,7 +164,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             let ep = episode(env, &policy, &sink, i, a.seed.wrapping_add(i as u64), max_turns, human);
             let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
             let f = failed.fetch_add(u64::from(ep.error.is_some()), Ordering::Relaxed) + u64::from(ep.error.is_some());
-            if n >= MIN_EPISODES_FOR_RATE && f as f64 > a.max_failure_rate * n as f64 {
+            if n >= MIN_EPISODES_FOR_RATE && too_many_failures(f as usize, n as usize, a.max_failure_rate) {
                 stop.store(true, Ordering::Relaxed);
             }
             bar.inc(1);
@@ -146,30 +177,24 @@ pub fn run(a: RunArgs) -> Result<()> {
 
     let mut episodes: Vec<Episode> = per_worker.into_iter().flatten().collect();
     episodes.sort_by_key(|e| e.index);
-    if stop.load(Ordering::Relaxed) {
-        let bad = episodes.iter().find(|e| e.error.is_some()).expect("a failure stopped the run");
-        let file = save_reproducer(plugin.as_ref(), &a, bad)?;
-        bail!(
-            "stopping: {} of {} episodes of {} failed (more than {:.0}%); last error: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-            failed.load(Ordering::Relaxed),
-            finished.load(Ordering::Relaxed),
-            path.display(),
-            a.max_failure_rate * 100.0,
-            bad.error.as_deref().unwrap_or(""),
-            file.display(),
-            file.display(),
-        );
-    }
-    let summary = Summary::of(&episodes, wall);
+    let summary = Summary::of(&episodes, wall, a.episodes);
     for e in episodes.iter().filter_map(|e| e.error.as_ref().map(|m| (e.index, m))).take(5) {
         eprintln!("episode {} failed: {}", e.0, e.1);
     }
+    let first_failure =
+        episodes.iter().find(|e| e.error.is_some()).map(|e| (e.seed, e.answers.clone(), e.error.clone(), e.failed_call));
     if let Some(out) = &a.out {
         write_jsonl(out, episodes.into_iter().flat_map(|e| e.rows))?;
     }
     summary.print(&manifest.name, a.out.as_ref());
     if a.json {
         println!("{}", serde_json::to_string(&summary)?);
+    }
+    if too_many_failures(summary.failed_episodes, summary.episodes, a.max_failure_rate) {
+        let (seed, answers, error, call) = first_failure.expect("failures were counted");
+        let error = error.unwrap_or_default();
+        let file = save_answers(plugin.as_ref(), &a, seed, &answers, &error, call)?;
+        return Err(failed_run(summary.failed_episodes, summary.episodes, &path, a.max_failure_rate, &error, &file));
     }
     Ok(())
 }
@@ -188,6 +213,7 @@ fn episode(
         index,
         seed,
         answers: Vec::new(),
+        failed_call: None,
         success: false,
         reward: 0.0,
         turns: 0,
@@ -230,6 +256,12 @@ fn episode(
     })();
     if let Err(e) = result {
         let msg = format!("{e:#}");
+        ep.failed_call = match e.downcast_ref::<vagen_runtime::Error>() {
+            // reset failed before anything was shown; a step failed after its answer was kept.
+            Some(_) if ep.rows.is_empty() => Some(0),
+            Some(_) if ep.answers.len() as u64 > ep.steps => Some(ep.answers.len()),
+            _ => None,
+        };
         let mut r = row(index, seed, ep.turns + 1, None, String::new(), Vec::new());
         r.error = Some(msg.clone());
         ep.rows.push(r);
@@ -270,28 +302,38 @@ fn show(text: &str, images: &[String]) {
     }
 }
 
+/// Success counts every episode played (a failed one is not a success); reward and turns
+/// average the episodes that completed, and are absent when none did, rather than 0.
 #[derive(serde::Serialize)]
 struct Summary {
     episodes: usize,
+    /// Episodes asked for; more than `episodes` when the failure rate stopped the run early.
+    requested: usize,
     failed_episodes: usize,
+    first_error: Option<String>,
     success_rate: f64,
-    mean_reward: f64,
-    mean_turns: f64,
+    mean_reward: Option<f64>,
+    mean_turns: Option<f64>,
     env_steps: u64,
     env_steps_per_sec: f64,
     wall_seconds: f64,
 }
 
 impl Summary {
-    fn of(eps: &[Episode], wall: f64) -> Self {
-        let n = eps.len().max(1) as f64;
+    fn of(eps: &[Episode], wall: f64, requested: usize) -> Self {
+        let done: Vec<&Episode> = eps.iter().filter(|e| e.error.is_none()).collect();
+        let mean = |f: fn(&Episode) -> f64| {
+            (!done.is_empty()).then(|| done.iter().map(|e| f(e)).sum::<f64>() / done.len() as f64)
+        };
         let env_steps: u64 = eps.iter().map(|e| e.steps).sum();
         Self {
             episodes: eps.len(),
-            failed_episodes: eps.iter().filter(|e| e.error.is_some()).count(),
-            success_rate: eps.iter().filter(|e| e.success).count() as f64 / n,
-            mean_reward: eps.iter().map(|e| e.reward).sum::<f64>() / n,
-            mean_turns: eps.iter().map(|e| e.turns as f64).sum::<f64>() / n,
+            requested,
+            failed_episodes: eps.len() - done.len(),
+            first_error: eps.iter().find_map(|e| e.error.clone()),
+            success_rate: eps.iter().filter(|e| e.success).count() as f64 / eps.len().max(1) as f64,
+            mean_reward: mean(|e| e.reward),
+            mean_turns: mean(|e| f64::from(e.turns)),
             env_steps,
             env_steps_per_sec: if wall > 0.0 { env_steps as f64 / wall } else { 0.0 },
             wall_seconds: wall,
@@ -299,10 +341,21 @@ impl Summary {
     }
 
     fn print(&self, name: &str, out: Option<&PathBuf>) {
-        println!("{name}: {} episodes ({} failed)", self.episodes, self.failed_episodes);
+        let stopped = if self.episodes < self.requested {
+            format!(", stopped early of {} asked", self.requested)
+        } else {
+            String::new()
+        };
+        println!("{name}: {} episodes ({} failed{stopped})", self.episodes, self.failed_episodes);
+        if let Some(e) = &self.first_error {
+            println!("  first error     {e}");
+        }
+        let or_none = |x: Option<f64>, digits: usize| {
+            x.map_or_else(|| "n/a (no episode completed)".to_string(), |v| format!("{v:.digits$}"))
+        };
         println!("  success rate    {:.3}", self.success_rate);
-        println!("  mean reward     {:.3}", self.mean_reward);
-        println!("  mean turns      {:.2}", self.mean_turns);
+        println!("  mean reward     {}", or_none(self.mean_reward, 3));
+        println!("  mean turns      {}", or_none(self.mean_turns, 2));
         println!(
             "  env steps       {} in {:.2} s = {:.0} steps/s",
             self.env_steps, self.wall_seconds, self.env_steps_per_sec
@@ -313,38 +366,47 @@ impl Summary {
     }
 }
 
-fn save_reproducer(plugin: &dyn Plugin, a: &RunArgs, ep: &Episode) -> Result<PathBuf> {
-    save_answers(plugin, a, ep.seed, &ep.answers)
-}
-
-/// Writes a failed episode's seed and answers where `--out` goes (or the working folder).
-pub fn save_answers(plugin: &dyn Plugin, a: &RunArgs, seed: u64, answers: &[String]) -> Result<PathBuf> {
-    let r = Reproducer::fault(plugin, &a.env_config, seed, answers.to_vec());
+/// Writes a failed episode's seed, answers and error where `--out` goes (or the working
+/// folder).
+pub fn save_answers(
+    plugin: &dyn Plugin,
+    a: &RunArgs,
+    seed: u64,
+    answers: &[String],
+    error: &str,
+    failed_call: Option<usize>,
+) -> Result<PathBuf> {
+    let r = Reproducer::failure(plugin, &a.env_config, seed, answers.to_vec(), error, failed_call);
     let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, seed));
     std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;
     Ok(file)
 }
 
-/// `run --replay FILE`: plays a reproducer back; exit status 1 when the failure shows again.
+/// `run --replay FILE`: plays a reproducer back. Exit status 1 when the recorded failure
+/// shows again (the env still fails), [`NOT_REPRODUCED`] when it does not, with the reason.
 fn replay(file: &Path, plugin: Option<&Path>, limits: &[String]) -> Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let r: Reproducer =
         serde_json::from_str(&text).with_context(|| format!("{} is not a reproducer", file.display()))?;
     let path = plugin.map(Path::to_path_buf).unwrap_or_else(|| r.plugin.clone());
     let loaded = load(&path, limits_from(limits)?)?;
-    if !r.sha256.is_empty() && loaded.info().sha256 != r.sha256 {
+    let changed = !r.sha256.is_empty() && loaded.info().sha256 != r.sha256;
+    if changed {
         eprintln!("note: {} has changed since the reproducer was saved (sha256 differs)", path.display());
     }
     let out = replay_file(loaded.as_ref(), &r)?;
     for line in &out.lines {
         println!("{line}");
     }
-    match out.reproduced {
-        Some(what) => bail!("reproduced: {what}"),
-        None => {
-            println!("the recorded failure did not show");
-            Ok(())
+    match out.verdict {
+        Verdict::Reproduced(what) => bail!("reproduced: {what}"),
+        Verdict::NotReproduced(why) => {
+            let changed = if changed { " (the plugin file has changed since it was recorded)" } else { "" };
+            Err(crate::Exit { code: NOT_REPRODUCED, message: format!("not reproduced{changed}: {why}") }.into())
         }
     }
 }
+
+/// `run --replay`'s exit status when the recorded outcome did not recur.
+pub const NOT_REPRODUCED: i32 = 3;

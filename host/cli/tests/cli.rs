@@ -183,7 +183,7 @@ fn check_exits_zero_on_a_good_plugin_and_one_naming_the_problem_on_a_bad_one() {
     let fl = plugin("plugins", "frozenlake");
     let o = host(&["check", "--plugin", fl.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stdout(&o));
-    assert!(stdout(&o).contains("all 6 checks passed"), "{}", stdout(&o));
+    assert!(stdout(&o).contains("all 7 checks passed"), "{}", stdout(&o));
     let hostile = plugin("test-plugins", "hostile");
     let o = host(&["check", "--plugin", hostile.to_str().unwrap(), "--env-config", r#"{"mode": "nondeterministic"}"#]);
     assert_eq!(o.status.code(), Some(1));
@@ -264,17 +264,58 @@ fn too_many_failures_stop_the_run_with_a_reproducer_that_replays() {
     ]);
     assert_eq!(o.status.code(), Some(1));
     let err = String::from_utf8_lossy(&o.stderr);
-    let line = err.lines().find(|l| l.starts_with("error: stopping:")).unwrap_or_else(|| panic!("{err}"));
+    let line = err.lines().find(|l| l.starts_with("error: ")).unwrap_or_else(|| panic!("{err}"));
     assert!(line.contains("hostile.wasm") && line.contains("more than 25%") && line.contains("reproducer:"), "{line}");
+    assert!(stdout(&o).contains("stopped early of 100 asked"), "{}", stdout(&o));
     let file = dir.path().join("hostile-failure-seed0.json");
     assert!(file.is_file(), "{line}");
     let o = host(&["run", "--replay", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("reproduced: round 0: step trapped"),
+        String::from_utf8_lossy(&o.stderr).contains("reproduced: step 1: step trapped"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+#[test]
+fn a_short_run_whose_episodes_all_fail_exits_non_zero_and_its_reproducer_replays_exactly() {
+    let hostile = plugin("test-plugins", "hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.jsonl");
+    let (p, o) = (hostile.to_str().unwrap(), out.to_str().unwrap());
+    let args = ["run", "--plugin", p, "--episodes", "4", "--env-config", r#"{"mode": "step-fails"}"#, "--out", o];
+    let run = host(&args);
+    assert_eq!(run.status.code(), Some(1), "{}", stdout(&run));
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(err.contains("4 of 4 episodes") && err.contains("first error: environment failed in step: step always fails"), "{err}");
+    // No average over episodes that never completed.
+    let text = stdout(&run);
+    assert!(text.contains("mean turns      n/a (no episode completed)") && !text.contains("0.00"), "{text}");
+    assert!(text.contains("first error     environment failed in step: step always fails"), "{text}");
+    let file = dir.path().join("hostile-failure-seed0.json");
+    let replay = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert_eq!(replay.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&replay.stderr);
+    assert!(said.contains("reproduced: step 1: environment failed in step: step always fails"), "{said}");
+
+    // Played against an env that no longer fails, the verdict says so, and why, non-zero.
+    let mut r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    r["config"] = r#"{"mode": "healthy"}"#.into();
+    std::fs::write(&file, r.to_string()).unwrap();
+    let replay = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert_eq!(replay.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&replay.stderr);
+    assert!(said.contains("not reproduced:") && said.contains("played without error; recorded at step 1"), "{said}");
+
+    // Within the allowed share, the same failures do not fail the run.
+    let lenient = host(&[&args[..], &["--max-failure-rate", "1"]].concat());
+    assert!(lenient.status.success(), "{}", String::from_utf8_lossy(&lenient.stderr));
+    for bad in ["-1", "NaN", "1.5"] {
+        let flag = format!("--max-failure-rate={bad}");
+        let o = host(&[&args[..], &[flag.as_str()]].concat());
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", String::from_utf8_lossy(&o.stderr));
+    }
 }
 
 #[test]
@@ -302,8 +343,9 @@ fn fuzz_reports_no_finding_on_a_reference_plugin_and_saves_a_reproducer_for_a_br
     let file = dir.path().join("hostile-fault.json");
     assert!(file.is_file(), "{}", stdout(&o));
     let o = host(&["run", "--replay", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
     assert!(
-        String::from_utf8_lossy(&o.stderr).contains("reproduced:")
+        String::from_utf8_lossy(&o.stderr).contains("reproduced: step 2")
             && String::from_utf8_lossy(&o.stderr).contains("rare sequence"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
@@ -403,7 +445,7 @@ fn a_rollout_with_too_many_env_failures_stops_with_a_reproducer() {
     ]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("stopping") && err.contains("hostile.wasm") && err.contains("reproducer"), "{err}");
+    assert!(err.contains("episodes of") && err.contains("hostile.wasm") && err.contains("reproducer"), "{err}");
     let file =
         std::fs::read_dir(dir.path()).unwrap().flatten().find(|e| e.file_name().to_string_lossy().contains("failure"));
     let file = file.expect("a reproducer file").path();

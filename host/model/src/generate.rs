@@ -24,11 +24,29 @@ pub struct GenerateOptions {
     pub stop: Vec<String>,
     /// Seeds the draws: same seed, prompts and options give the same tokens.
     pub seed: u64,
+    /// A tighter cap per prompt (one entry each), e.g. what is left of each prompt's context
+    /// window; empty: `max_new_tokens` for every prompt.
+    pub max_new_tokens_per_prompt: Vec<usize>,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions { max_new_tokens: 64, temperature: 1.0, top_p: 1.0, top_k: 0, stop: vec![], seed: 0 }
+        GenerateOptions {
+            max_new_tokens: 64,
+            temperature: 1.0,
+            top_p: 1.0,
+            top_k: 0,
+            stop: vec![],
+            seed: 0,
+            max_new_tokens_per_prompt: vec![],
+        }
+    }
+}
+
+impl GenerateOptions {
+    /// Tokens prompt `i` may generate.
+    pub fn cap(&self, i: usize) -> usize {
+        self.max_new_tokens_per_prompt.get(i).map_or(self.max_new_tokens, |&c| c.min(self.max_new_tokens))
     }
 }
 
@@ -72,7 +90,8 @@ pub fn generate(
     let device = lm.model.device();
     let batch = prompts.len();
     let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
-    let new = options.max_new_tokens;
+    let caps: Vec<usize> = (0..batch).map(|i| options.cap(i)).collect();
+    let new = caps.iter().copied().max().unwrap_or(0);
     let (ids, key_mask) = left_pad(prompts, longest, new, device);
     let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
     let mut cache = KvCache::new(lm.config(), batch, longest + new, lm.model.kind(), device);
@@ -100,6 +119,9 @@ pub fn generate(
                 if options.stop.iter().any(|s| tail.contains(s.as_str())) {
                     row.finish = Some(FinishReason::Stop);
                 }
+            }
+            if row.finish.is_none() && row.ids.len() >= caps[b] {
+                row.finish = Some(FinishReason::Length);
             }
         }
         if step + 1 == new || rows.iter().all(|r| r.finish.is_some()) {
@@ -151,6 +173,17 @@ fn validate(lm: &Qwen2ForCausalLM, prompts: &[Vec<u32>], options: &GenerateOptio
     if options.max_new_tokens == 0 {
         return Err(Error::Invalid("max_new_tokens must be at least 1".into()));
     }
+    let per_prompt = &options.max_new_tokens_per_prompt;
+    if !per_prompt.is_empty() && per_prompt.len() != prompts.len() {
+        return Err(Error::Invalid(format!(
+            "max_new_tokens_per_prompt has {} entries for {} prompts",
+            per_prompt.len(),
+            prompts.len()
+        )));
+    }
+    if let Some(i) = per_prompt.iter().position(|&c| c == 0) {
+        return Err(Error::Invalid(format!("prompt {i}: a cap of 0 new tokens leaves nothing to generate")));
+    }
     for (i, p) in prompts.iter().enumerate() {
         if p.is_empty() {
             return Err(Error::Invalid(format!("prompt {i} has no tokens")));
@@ -158,11 +191,11 @@ fn validate(lm: &Qwen2ForCausalLM, prompts: &[Vec<u32>], options: &GenerateOptio
         if let Some(&bad) = p.iter().find(|&&t| t as usize >= c.vocab_size) {
             return Err(Error::Invalid(format!("prompt {i}: token id {bad} >= vocab_size {}", c.vocab_size)));
         }
-        if p.len() + options.max_new_tokens > c.max_position_embeddings {
+        if p.len() + options.cap(i) > c.max_position_embeddings {
             return Err(Error::Invalid(format!(
                 "prompt {i}: {} tokens + {} new exceed max_position_embeddings {}",
                 p.len(),
-                options.max_new_tokens,
+                options.cap(i),
                 c.max_position_embeddings
             )));
         }

@@ -92,6 +92,14 @@ impl Default for RolloutConfig {
     }
 }
 
+/// Why an episode ended early without failing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Truncation {
+    /// The next prompt left no room to answer in the policy's context window.
+    Context,
+}
+
 /// One turn: what the policy saw last, what it wrote, what the env made of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct TurnRecord {
@@ -143,6 +151,10 @@ pub struct Trajectory {
     pub success: bool,
     /// Why the episode could not go on (an env fault): excluded from training.
     pub failure: Option<String>,
+    /// Why it stopped before the env said done, when it was not out of turns: trained on
+    /// as far as it went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<Truncation>,
     /// The answer whose step failed, for a reproducer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_answer: Option<String>,
@@ -207,6 +219,7 @@ pub fn rollout(
             done: false,
             success: false,
             failure: None,
+            truncated: None,
             failed_answer: None,
         })
         .collect();
@@ -278,6 +291,19 @@ pub fn rollout(
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
+        // An episode whose prompt outgrew the context ends here, before its env is stepped.
+        let (active, responses): (Vec<usize>, Vec<_>) = active
+            .into_iter()
+            .zip(responses)
+            .filter(|(i, r)| {
+                if r.out_of_context.is_none() {
+                    return true;
+                }
+                trajs[*i].truncated = Some(Truncation::Context);
+                current[*i] = None;
+                false
+            })
+            .unzip();
         let mut answers: Vec<Option<String>> = vec![None; n];
         let mut parsed: Vec<Option<Parsed>> = vec![None; n];
         for (&i, response) in active.iter().zip(&responses) {
@@ -442,6 +468,8 @@ fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
 pub struct RolloutMetrics {
     pub episodes: usize,
     pub failed: usize,
+    /// Episodes ended because the prompt outgrew the context window.
+    pub truncated_context: usize,
     pub success: f64,
     /// Groups with at least one success.
     pub pass_at_group: f64,
@@ -472,6 +500,7 @@ pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
     RolloutMetrics {
         episodes: trajs.len(),
         failed: trajs.len() - ok.len(),
+        truncated_context: trajs.iter().filter(|t| t.truncated == Some(Truncation::Context)).count(),
         success: ok.iter().filter(|t| t.success).count() as f64 / n,
         pass_at_group: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
         mean_turns: turns.len() as f64 / n,

@@ -13,11 +13,14 @@ mod parse;
 mod policy;
 
 pub use driver::{
-    FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, TurnRecord, metrics, rollout,
+    FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics,
+    rollout,
 };
 pub use format::{Format, TAGS};
 pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
 };
 pub use parse::{Parsed, parse};
-pub use policy::{ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy};
+pub use policy::{
+    ModelPolicy, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
+};

@@ -37,6 +37,17 @@ pub struct Response {
     /// The sampled ids (and their log-probs) when the policy is a model.
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
+    /// Set, with no answer, when the prompt left no room to answer in the policy's context
+    /// window: the episode ends there, truncated for `context`, and is trained on as far
+    /// as it went.
+    pub out_of_context: Option<OutOfContext>,
+}
+
+/// A prompt that outgrew the context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfContext {
+    pub prompt_tokens: usize,
+    pub window: usize,
 }
 
 impl Response {
@@ -127,6 +138,25 @@ impl Policy for ScriptedPolicy {
 pub struct ModelPolicy {
     pub model: Rc<Model>,
     pub options: GenerateOptions,
+    /// Prompt plus answer tokens a turn may take (RAGEN's `max_context_window`): each
+    /// answer is capped at what its prompt leaves, and a prompt that leaves nothing ends its
+    /// episode (`Response::out_of_context`) instead of failing the batch.
+    pub context_window: usize,
+}
+
+impl ModelPolicy {
+    /// The whole of the model's window (`max_position_embeddings`).
+    pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
+        let context_window = model.lm.config().max_position_embeddings;
+        ModelPolicy { model, options, context_window }
+    }
+
+    /// A smaller window (e.g. the longest sequence training lays out); never past the
+    /// model's own.
+    pub fn with_context_window(mut self, tokens: usize) -> Self {
+        self.context_window = self.context_window.min(tokens);
+        self
+    }
 }
 
 impl Policy for ModelPolicy {
@@ -135,13 +165,27 @@ impl Policy for ModelPolicy {
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let prompts = requests.iter().map(|r| prompt_of(self.model.as_ref(), r)).collect::<Result<Vec<_>, _>>()?;
+        let window = self.context_window;
+        let room: Vec<usize> = prompts.iter().map(|p| window.saturating_sub(p.len())).collect();
+        let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
         // One seed per batch, from the requests' own: the same rollout draws the same tokens.
         let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
-        let options = GenerateOptions { seed, ..self.options.clone() };
-        let generations = self.model.generate(&prompts, &options)?;
-        Ok(generations
-            .into_iter()
-            .map(|g| Response { text: g.text, token_ids: Some(g.token_ids), logprobs: Some(g.logprobs) })
+        let options = GenerateOptions {
+            seed,
+            max_new_tokens_per_prompt: fits.iter().map(|&i| room[i].min(self.options.max_new_tokens)).collect(),
+            ..self.options.clone()
+        };
+        let batch: Vec<Vec<u32>> = fits.iter().map(|&i| prompts[i].clone()).collect();
+        let mut generations = self.model.generate(&batch, &options)?.into_iter();
+        Ok((0..prompts.len())
+            .map(|i| {
+                if room[i] == 0 {
+                    let out = OutOfContext { prompt_tokens: prompts[i].len(), window };
+                    return Response { out_of_context: Some(out), ..Response::default() };
+                }
+                let g = generations.next().expect("one generation per prompt that fits");
+                Response { text: g.text, token_ids: Some(g.token_ids), logprobs: Some(g.logprobs), out_of_context: None }
+            })
             .collect())
     }
 }

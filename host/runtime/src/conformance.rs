@@ -71,7 +71,16 @@ pub fn check(plugin: &dyn Plugin, opts: &CheckOptions) -> Report {
     );
     r.record("create", check_create(plugin, opts));
     r.record("step-before-reset", check_step_before_reset(plugin, opts));
-    r.record("determinism", check_determinism(plugin, opts));
+    // A call that fails is the env's error, not nondeterminism: it gets its own line, and
+    // determinism is judged only on episodes that play.
+    let episodes = check_episodes(plugin, opts);
+    let played = episodes.is_ok();
+    r.record("episodes", episodes);
+    if played {
+        r.record("determinism", check_determinism(plugin, opts));
+    } else {
+        r.record("determinism", Err("not judged: episodes fail (see `episodes`)".into()));
+    }
     r.record("step-after-done", check_step_after_done(plugin, opts));
     if m.has_oracle {
         r.record("oracle", check_oracle(plugin, opts));
@@ -100,15 +109,83 @@ fn check_step_before_reset(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<S
     }
 }
 
-/// Everything observable about one episode, one entry per call, compared byte for byte.
-fn transcript(env: &mut dyn Environment, plugin: &dyn Plugin, seed: u64) -> Result<(Vec<String>, bool), String> {
-    let obs = env.reset(seed).map_err(|e| format!("reset({seed}): {e}"))?;
-    let mut out = vec![fingerprint(&obs)];
+/// Everything observable about one call, field by field, so that a difference can be named.
+#[derive(PartialEq)]
+struct Call {
+    answer: Option<String>,
+    text: String,
+    /// Each image's size and pixels.
+    images: Vec<(u32, u32, Vec<u8>)>,
+    /// reward, done, success, valid actions, effective actions, metrics (absent for reset).
+    outcome: Option<(f64, bool, bool, u32, u32, Vec<(String, f64)>)>,
+}
+
+impl Call {
+    fn new(answer: Option<String>, obs: &crate::Observation, step: Option<&crate::StepResult>) -> Self {
+        Self {
+            answer,
+            text: obs.text.clone(),
+            images: obs.images.iter().map(|i| (i.width, i.height, i.rgb.clone())).collect(),
+            outcome: step.map(|s| {
+                let metrics = s.metrics.iter().map(|m| (m.name.clone(), m.value)).collect();
+                (s.reward, s.done, s.success, s.valid_actions, s.effective_actions, metrics)
+            }),
+        }
+    }
+}
+
+/// The first field in which two calls differ, in words.
+fn difference(a: &Call, b: &Call) -> String {
+    if a.answer != b.answer {
+        return format!("the answer given (the oracle answered {:?}, then {:?})", a.answer, b.answer);
+    }
+    if a.text != b.text {
+        let at = a.text.chars().zip(b.text.chars()).take_while(|(x, y)| x == y).count();
+        return format!("the observation text, from character {at}: {:?} vs {:?}", clip(&a.text, at), clip(&b.text, at));
+    }
+    if a.images.len() != b.images.len() {
+        return format!("the number of images ({} vs {})", a.images.len(), b.images.len());
+    }
+    for (k, (x, y)) in a.images.iter().zip(&b.images).enumerate() {
+        if (x.0, x.1) != (y.0, y.1) {
+            return format!("image {k}'s size ({}x{} vs {}x{})", x.0, x.1, y.0, y.1);
+        }
+        if let Some(p) = x.2.iter().zip(&y.2).position(|(u, v)| u != v) {
+            let n = x.2.iter().zip(&y.2).filter(|(u, v)| u != v).count();
+            return format!("image {k}'s pixels ({n} bytes differ, the first at pixel {} of {}x{})", p / 3, x.0, x.1);
+        }
+    }
+    match (&a.outcome, &b.outcome) {
+        (Some(x), Some(y)) => {
+            let fields: [(&str, String, String); 6] = [
+                ("reward", format!("{:?}", x.0), format!("{:?}", y.0)),
+                ("done", x.1.to_string(), y.1.to_string()),
+                ("success", x.2.to_string(), y.2.to_string()),
+                ("valid actions", x.3.to_string(), y.3.to_string()),
+                ("effective actions", x.4.to_string(), y.4.to_string()),
+                ("metrics", format!("{:?}", x.5), format!("{:?}", y.5)),
+            ];
+            let (name, u, v) = fields.into_iter().find(|(_, u, v)| u != v).unwrap_or(("nothing", String::new(), String::new()));
+            format!("{name} ({u} vs {v})")
+        }
+        _ => "whether the call was a reset or a step".into(),
+    }
+}
+
+fn clip(t: &str, from: usize) -> String {
+    t.chars().skip(from).take(40).collect()
+}
+
+/// One episode, one entry per call (0: reset, k: the k-th step), and whether it ended.
+/// A call that fails is an `Err` naming the seed, the call and the answer.
+fn transcript(env: &mut dyn Environment, plugin: &dyn Plugin, seed: u64) -> Result<(Vec<Call>, bool), String> {
+    let obs = env.reset(seed).map_err(|e| format!("seed {seed}, reset: {e}"))?;
+    let mut out = vec![Call::new(None, &obs, None)];
     let mut answers = Answers::new(plugin, seed);
     for turn in 1..=plugin.manifest().default_max_turns {
-        let answer = answers.next(env).map_err(|e| format!("seed {seed}, turn {turn}: {e}"))?;
-        let s = env.step(&answer).map_err(|e| format!("seed {seed}, turn {turn}, answer {answer:?}: {e}"))?;
-        out.push(format!("{answer:?} -> {}", fingerprint(&s)));
+        let answer = answers.next(env).map_err(|e| format!("seed {seed}, oracle before step {turn}: {e}"))?;
+        let s = env.step(&answer).map_err(|e| format!("seed {seed}, step {turn} (answer {answer:?}): {e}"))?;
+        out.push(Call::new(Some(answer), &s.observation, Some(&s)));
         if s.done {
             return Ok((out, true));
         }
@@ -116,42 +193,48 @@ fn transcript(env: &mut dyn Environment, plugin: &dyn Plugin, seed: u64) -> Resu
     Ok((out, false))
 }
 
-fn fingerprint(v: &impl std::fmt::Debug) -> String {
-    // Debug output covers every field, image bytes included (they are not skipped there).
-    format!("{v:?}")
+fn call_name(k: usize) -> String {
+    if k == 0 { "reset".into() } else { format!("step {k}") }
+}
+
+/// Where and how two transcripts of one seed first differ, if they do.
+fn divergence(a: &[Call], b: &[Call]) -> Option<String> {
+    let k = (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))?;
+    Some(match (a.get(k), b.get(k)) {
+        (Some(x), Some(y)) => format!("at {}: {}", call_name(k), difference(x, y)),
+        (Some(_), None) | (None, Some(_)) => {
+            format!("in length: one episode ended after {} calls, the other after {}", a.len(), b.len())
+        }
+        (None, None) => unreachable!("k is below the longer length"),
+    })
+}
+
+fn check_episodes(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, String> {
+    let mut env = plugin.create(&opts.config).map_err(|e| format!("create: {e}"))?;
+    let mut finished = 0;
+    for &seed in &opts.seeds {
+        finished += usize::from(transcript(env.as_mut(), plugin, seed)?.1);
+    }
+    Ok(format!("{} seeds played without an error ({finished} ended within the turn limit)", opts.seeds.len()))
 }
 
 fn check_determinism(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, String> {
     let create = || plugin.create(&opts.config).map_err(|e| format!("create: {e}"));
     let (mut a, mut b) = (create()?, create()?);
-    let mut finished = 0;
     for &seed in &opts.seeds {
-        let (ta, done) = transcript(a.as_mut(), plugin, seed)?;
+        let (ta, _) = transcript(a.as_mut(), plugin, seed)?;
         let (tb, _) = transcript(b.as_mut(), plugin, seed)?;
-        first_difference(&ta, &tb).map_or(Ok(()), |t| {
-            Err(format!(
-                "seed {seed}: two fresh instances differ at turn {t}{}",
-                if t == 0 { " (the reset observation)" } else { "" }
-            ))
-        })?;
-        finished += usize::from(done);
+        if let Some(d) = divergence(&ta, &tb) {
+            return Err(format!("seed {seed}: two fresh instances differ {d}"));
+        }
         // The same instance, after other episodes, must replay the seed exactly.
         transcript(a.as_mut(), plugin, seed.wrapping_add(1))?;
         let (again, _) = transcript(a.as_mut(), plugin, seed)?;
-        first_difference(&ta, &again).map_or(Ok(()), |t| {
-            Err(format!(
-                "seed {seed}: replaying on the same instance differs at turn {t}; state leaks between episodes"
-            ))
-        })?;
+        if let Some(d) = divergence(&ta, &again) {
+            return Err(format!("seed {seed}: replaying on the same instance differs {d}; state leaks between episodes"));
+        }
     }
-    Ok(format!(
-        "{} seeds replay identically on fresh and reused instances ({finished} episodes ended within the turn limit)",
-        opts.seeds.len()
-    ))
-}
-
-fn first_difference(a: &[String], b: &[String]) -> Option<usize> {
-    (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))
+    Ok(format!("{} seeds replay identically on fresh and reused instances", opts.seeds.len()))
 }
 
 fn check_step_after_done(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, String> {

@@ -175,6 +175,7 @@ mod tests {
             done: true,
             success: false,
             failure: None,
+            truncated: None,
             failed_answer: None,
         }
     }

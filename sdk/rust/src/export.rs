@@ -51,7 +51,7 @@ impl<T: Env + Package> wit_env::GuestEnvironment for Instance<T> {
     }
 
     fn reset(&self, seed: u64) -> Result<wit::Observation, wit::EnvError> {
-        Ok(to_wit_observation(self.0.borrow_mut().reset(seed)))
+        self.0.borrow_mut().reset(seed).map(to_wit_observation).map_err(to_wit_error)
     }
 
     fn step(&self, answer: String) -> Result<wit::StepResult, wit::EnvError> {

@@ -45,6 +45,20 @@ pub trait Env: Sized + 'static {
     /// Executes the content of the agent's `<answer>` tag.
     fn step(&mut self, answer: &str) -> Step;
 
+    /// `reset` for an env that can fail to start an episode (a level file that will not
+    /// parse, a simulator that refuses a seed): return [`EnvError::Failed`] and the host
+    /// ends the episode as failed, naming your message, instead of seeing a trap. The SDK
+    /// calls this one; by default it is `reset`.
+    fn try_reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        Ok(self.reset(seed))
+    }
+
+    /// `step` for an env that can fail to carry out an answer (not an invalid action,
+    /// which is a normal [`Step`] with `valid_actions = 0`). By default it is `step`.
+    fn try_step(&mut self, answer: &str) -> Result<Step, EnvError> {
+        Ok(self.step(answer))
+    }
+
     /// Static facts. `name`, `version` and `description` left empty are filled from the
     /// plugin's Cargo package; `default_config` is filled from `Config::default()`.
     fn manifest() -> Manifest {

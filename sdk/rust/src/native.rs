@@ -71,7 +71,7 @@ pub unsafe fn call<T: Env + Package>(env: *mut c_void, op: u32, arg: *const u8, 
                 Some(Op::Reset) => {
                     let seed =
                         <[u8; 8]>::try_from(arg).map_err(|_| EnvError::Failed("reset takes an 8-byte seed".into()))?;
-                    Ok(encode(&session.reset(u64::from_le_bytes(seed))))
+                    Ok(encode(&session.reset(u64::from_le_bytes(seed))?))
                 }
                 Some(Op::Step) => Ok(encode(&session.step(text()?)?)),
                 Some(Op::DescribeState) => Ok(encode(&session.describe_state())),

@@ -46,10 +46,12 @@ impl<T: Env> Session<T> {
         self.env.system_prompt()
     }
 
-    pub fn reset(&mut self, seed: u64) -> Observation {
-        let obs = self.env.reset(seed);
+    pub fn reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        // A failed reset leaves no episode running: a step after it is refused.
+        self.phase = Phase::BeforeReset;
+        let obs = self.env.try_reset(seed)?;
         self.phase = Phase::Running;
-        obs
+        Ok(obs)
     }
 
     pub fn step(&mut self, answer: &str) -> Result<Step, EnvError> {
@@ -60,7 +62,7 @@ impl<T: Env> Session<T> {
             }
             Phase::Running => {}
         }
-        let step = self.env.step(answer);
+        let step = self.env.try_step(answer)?;
         if step.done {
             self.phase = Phase::Done;
         }

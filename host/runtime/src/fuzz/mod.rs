@@ -5,7 +5,7 @@
 mod answers;
 mod reproducer;
 
-pub use reproducer::{Replay, Reproducer, replay};
+pub use reproducer::{Replay, Reproducer, Verdict, replay};
 
 use crate::{Environment, Error, Observation, Plugin, StepResult};
 use answers::AnswerGen;
@@ -54,13 +54,15 @@ impl Default for FuzzOptions {
 pub enum FindingKind {
     /// A trap, timeout, out-of-memory, out-of-fuel or malformed result.
     Fault,
+    /// `reset` or a `step` before `done` returned an error (`failed`, `invalid-state`,
+    /// `bad-config`): the env could not carry out a call it had to.
+    Error,
     Nondeterminism,
     Leak,
     SlowCall,
-    /// `step` after `done` was accepted, or a reset failed.
+    /// `step` after `done` was accepted.
     Protocol,
 }
-
 #[derive(Clone, Debug)]
 pub struct Finding {
     pub kind: FindingKind,
@@ -96,19 +98,32 @@ pub(crate) struct Script {
 /// What one episode showed, call by call, for comparisons.
 pub(crate) struct Played {
     pub transcript: Vec<String>,
-    pub fault: Option<Error>,
+    /// The first error of `reset` or of a `step` before `done`, and its call: 0 is `reset`,
+    /// k the k-th `step`. A fault of the step after `done` counts too (a trap where a
+    /// refusal was due).
+    pub error: Option<(usize, Error)>,
     pub slowest: (Duration, &'static str),
     pub step_after_done_accepted: bool,
+    pub reached_done: bool,
+    /// The deadline passed before the script ended: nothing can be judged from it.
+    pub cut: bool,
 }
 
-/// Plays a script: reset, the answers (stopping at done), then one step after done, which
-/// must be refused.
-pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
+/// The name of call `k` of an episode.
+pub(crate) fn call_name(k: usize) -> String {
+    if k == 0 { "reset".into() } else { format!("step {k}") }
+}
+
+/// Plays a script: reset, the answers (stopping at done or at the first error), then one
+/// step after done, which must be refused. Stops between calls once `deadline` has passed.
+pub(crate) fn play(env: &mut dyn Environment, s: &Script, deadline: Option<Instant>) -> Played {
     let mut p = Played {
         transcript: Vec::new(),
-        fault: None,
+        error: None,
         slowest: (Duration::ZERO, "reset"),
         step_after_done_accepted: false,
+        reached_done: false,
+        cut: false,
     };
     let t = Instant::now();
     let reset = env.reset(s.seed);
@@ -117,13 +132,15 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
         Ok(obs) => p.transcript.push(fingerprint(&obs, None)),
         Err(e) => {
             p.transcript.push(format!("reset error {}", e.kind()));
-            if e.is_fault() {
-                p.fault = Some(e);
-            }
+            p.error = Some((0, e));
             return p;
         }
     }
     for (i, a) in s.answers.iter().enumerate() {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            p.cut = true;
+            return p;
+        }
         let t = Instant::now();
         let r = env.step(a);
         if t.elapsed() > p.slowest.0 {
@@ -134,22 +151,21 @@ pub(crate) fn play(env: &mut dyn Environment, s: &Script) -> Played {
                 let done = step.done;
                 p.transcript.push(fingerprint(&step.observation, Some(&step)));
                 if done {
+                    p.reached_done = true;
                     let after = env.step(s.answers.get(i + 1).map_or("", String::as_str));
                     p.step_after_done_accepted = after.is_ok();
                     if let Err(e) = after
                         && e.is_fault()
                     {
-                        p.fault = Some(e);
+                        p.error = Some((i + 2, e));
                     }
                     return p;
                 }
             }
             Err(e) => {
                 p.transcript.push(format!("step error {}", e.kind()));
-                if e.is_fault() {
-                    p.fault = Some(e);
-                    return p;
-                }
+                p.error = Some((i + 1, e));
+                return p;
             }
         }
     }
@@ -180,15 +196,19 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
     let answers = AnswerGen::new(&m.action_names, &m.action_separator, m.max_actions_per_turn);
     let max_turns = m.default_max_turns.max(1) as usize + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
+    let started = Instant::now();
+    // Every call checks it, shrinking and replays included, so `--seconds` is kept to within
+    // one call (a call is bounded by the sandbox's deadline).
+    let deadline = opts.duration.map(|d| started + d);
     let mut env = plugin.create(&opts.config)?;
     let mut report = FuzzReport::default();
     let mut found: BTreeMap<FindingKind, Finding> = BTreeMap::new();
-    let (started, mut baseline) = (Instant::now(), None::<(u64, u64)>);
+    let mut baseline = None::<(u64, u64)>;
     loop {
         let enough = opts.stop_on_finding && !found.is_empty();
         if enough
             || opts.iterations.is_some_and(|n| report.episodes >= n)
-            || opts.duration.is_some_and(|d| started.elapsed() >= d)
+            || deadline.is_some_and(|d| Instant::now() >= d)
         {
             break;
         }
@@ -200,24 +220,29 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
         // Some episodes stop early: the next reset comes mid-episode.
         let turns = if rng.next_u64() % 5 == 0 { (rng.next_u64() % max_turns as u64) as usize } else { max_turns };
         let script = Script { seed, answers: (0..turns).map(|_| answers.next(&mut rng)).collect() };
-        let played = play(env.as_mut(), &script);
+        let played = play(env.as_mut(), &script, deadline);
+        if played.cut {
+            break;
+        }
         report.episodes += 1;
         report.steps += played.transcript.len().saturating_sub(1) as u64;
-        if let Some(e) = &played.fault {
+        if let Some((call, e)) = &played.error {
             *report.outcomes.entry(e.kind()).or_default() += 1;
-            if !found.contains_key(&FindingKind::Fault) {
-                let small = shrink(plugin, &opts.config, &script, e.kind());
-                let message = format!("{e} (seed {}, {} answers after shrinking)", small.seed, small.answers.len());
-                note(
-                    &mut found,
-                    FindingKind::Fault,
-                    message,
-                    Reproducer::new(plugin, &opts.config, FindingKind::Fault, &small, 1),
+            let kind = if e.is_fault() { FindingKind::Fault } else { FindingKind::Error };
+            if !found.contains_key(&kind) {
+                let (small, call, error) = shrink(plugin, &opts.config, &script, (*call, e), deadline);
+                let message = format!(
+                    "{}: {error} (seed {}, {} answers after shrinking)",
+                    call_name(call),
+                    small.seed,
+                    small.answers.len()
                 );
+                let r = Reproducer::new(plugin, &opts.config, kind, &small, 1).with_error(call, &error);
+                note(&mut found, kind, message, r);
             } else {
-                note(&mut found, FindingKind::Fault, String::new(), Reproducer::default());
+                note(&mut found, kind, String::new(), Reproducer::default());
             }
-            continue; // the instance was re-created; memory and determinism start over
+            continue; // a faulted instance was re-created; memory and determinism start over
         }
         *report.outcomes.entry("ok").or_default() += 1;
         if played.step_after_done_accepted {
@@ -231,21 +256,21 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
         if played.slowest.0 > opts.max_call {
             let msg =
                 format!("seed {seed}: {} took {:?} (budget {:?})", played.slowest.1, played.slowest.0, opts.max_call);
-            note(
-                &mut found,
-                FindingKind::SlowCall,
-                msg,
-                Reproducer::new(plugin, &opts.config, FindingKind::SlowCall, &script, 1),
-            );
+            let mut r = Reproducer::new(plugin, &opts.config, FindingKind::SlowCall, &script, 1);
+            r.budget_ms = Some(opts.max_call.as_millis() as u64);
+            note(&mut found, FindingKind::SlowCall, msg, r);
         }
         if report.episodes % opts.replay_every.max(1) == 0 {
             let mut fresh = plugin.create(&opts.config)?;
-            let again = play(fresh.as_mut(), &script);
+            let again = play(fresh.as_mut(), &script, deadline);
+            if again.cut {
+                break;
+            }
             if again.transcript != played.transcript {
                 let at = (0..played.transcript.len().max(again.transcript.len()))
                     .find(|&i| played.transcript.get(i) != again.transcript.get(i))
                     .unwrap_or(0);
-                let msg = format!("seed {seed}: a fresh instance replaying the episode differs at call {at}");
+                let msg = format!("seed {seed}: a fresh instance replaying the episode differs at {}", call_name(at));
                 note(
                     &mut found,
                     FindingKind::Nondeterminism,
@@ -283,32 +308,40 @@ fn note(found: &mut BTreeMap<FindingKind, Finding>, kind: FindingKind, message: 
     found.entry(kind).and_modify(|f| f.count += 1).or_insert(Finding { kind, message, reproducer, count: 1 });
 }
 
-/// Drops answers (later ones first, then earlier) while the same kind of fault still
-/// happens on a fresh instance.
-fn shrink(plugin: &dyn Plugin, config: &str, s: &Script, kind: &str) -> Script {
-    let faults = |cand: &Script| {
-        plugin
-            .create(config)
-            .ok()
-            .is_some_and(|mut env| play(env.as_mut(), cand).fault.is_some_and(|e| e.kind() == kind))
-    };
-    let mut best = s.clone();
-    // Cut everything after the answer that faulted.
-    while best.answers.len() > 1 {
-        let mut shorter = best.clone();
-        shorter.answers.pop();
-        if !faults(&shorter) {
-            break;
+/// Drops answers (later ones first, then earlier) while the same kind of error still
+/// happens on a fresh instance; returns the smallest script with its failing call and error.
+/// Past the deadline it keeps what it has.
+fn shrink(
+    plugin: &dyn Plugin,
+    config: &str,
+    s: &Script,
+    (call, error): (usize, &Error),
+    deadline: Option<Instant>,
+) -> (Script, usize, String) {
+    let kind = error.kind();
+    let fails = |cand: &Script| -> Option<(usize, String)> {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return None;
         }
-        best = shorter;
+        let mut env = plugin.create(config).ok()?;
+        play(env.as_mut(), cand, deadline).error.filter(|(_, e)| e.kind() == kind).map(|(c, e)| (c, e.to_string()))
+    };
+    let mut best = (s.clone(), call, error.to_string());
+    // Everything after the failing call is never played.
+    best.0.answers.truncate(call);
+    while best.0.answers.len() > 1 {
+        let mut shorter = best.0.clone();
+        shorter.answers.pop();
+        let Some((c, e)) = fails(&shorter) else { break };
+        best = (shorter, c, e);
     }
-    let mut i = best.answers.len();
+    let mut i = best.0.answers.len();
     while i > 0 {
         i -= 1;
-        let mut cand = best.clone();
+        let mut cand = best.0.clone();
         cand.answers.remove(i);
-        if faults(&cand) {
-            best = cand;
+        if let Some((c, e)) = fails(&cand) {
+            best = (cand, c, e);
         }
     }
     best
