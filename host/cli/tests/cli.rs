@@ -158,8 +158,10 @@ fn errors_are_one_line_and_name_the_problem() {
 }
 
 #[test]
-fn a_crashing_env_fails_its_episodes_and_the_run_goes_on() {
+fn a_crashing_env_fails_its_episodes_the_run_goes_on_and_then_exits_non_zero() {
     let hostile = plugin("test-plugins", "hostile");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.jsonl");
     let o = host(&[
         "run",
         "--plugin",
@@ -170,11 +172,15 @@ fn a_crashing_env_fails_its_episodes_and_the_run_goes_on() {
         "3",
         "--env-config",
         r#"{"mode": "panic"}"#,
+        "--out",
+        out.to_str().unwrap(),
         "--json",
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Every episode ran and is in the summary; with all of them failed the run did not pass.
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
     let s = last_json(&o);
     assert_eq!((s["episodes"].as_u64(), s["failed_episodes"].as_u64()), (Some(3), Some(3)));
+    assert!(s["mean_turns"].is_null(), "{s}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("panics on purpose"));
 }
 
@@ -291,7 +297,8 @@ fn a_short_run_whose_episodes_all_fail_exits_non_zero_and_its_reproducer_replays
     assert!(err.contains("4 of 4 episodes") && err.contains("first error: environment failed in step: step always fails"), "{err}");
     // No average over episodes that never completed.
     let text = stdout(&run);
-    assert!(text.contains("mean turns      n/a (no episode completed)") && !text.contains("0.00"), "{text}");
+    assert!(text.contains("mean turns      n/a (no episode completed)"), "{text}");
+    assert!(text.contains("mean reward     n/a (no episode completed)"), "{text}");
     assert!(text.contains("first error     environment failed in step: step always fails"), "{text}");
     let file = dir.path().join("hostile-failure-seed0.json");
     let replay = host(&["run", "--replay", file.to_str().unwrap()]);
