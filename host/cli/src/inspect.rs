@@ -2,6 +2,7 @@ use crate::limits_arg::{limits_from, load};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
+use vagen_runtime::PluginInfo;
 
 #[derive(Args)]
 pub struct InspectArgs {
@@ -24,7 +25,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
     println!("size          {} bytes", info.size_bytes);
     println!("sha256        {}", info.sha256);
-    println!("imports       {}", if info.imports.is_empty() { "none".into() } else { info.imports.join(", ") });
+    print_imports(info);
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);
     let modalities: Vec<_> = m.modalities.iter().map(|x| format!("{x:?}").to_lowercase()).collect();
@@ -43,4 +44,23 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     println!("oracle        {}", if m.has_oracle { "yes" } else { "no" });
     println!("config        {}", m.default_config);
     Ok(())
+}
+
+/// One row per imported interface: what the component asks for beside what the sandbox
+/// lets it reach through it (the table in `host/runtime/src/sandbox.rs`).
+fn print_imports(info: &PluginInfo) {
+    if info.kind == "native" {
+        println!("imports       everything the host process can reach (native code is trusted: no sandbox)");
+        return;
+    }
+    if info.imports.is_empty() {
+        println!("imports       none");
+        return;
+    }
+    let denied = info.imports.iter().filter(|i| i.access == "denied").count();
+    println!("imports       {} interfaces, {denied} denied by the sandbox:", info.imports.len());
+    let width = info.imports.iter().map(|i| i.name.len()).max().unwrap_or(0);
+    for i in &info.imports {
+        println!("  {:width$}  {:7}  {}", i.name, i.access, i.how);
+    }
 }

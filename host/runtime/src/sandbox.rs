@@ -44,6 +44,9 @@ impl Determinism {
 impl Sandbox {
     /// No preopened directories, no environment variables or arguments, no sockets or
     /// name lookups, stdin closed; stdout and stderr go to capped in-memory buffers.
+    /// Preopens, env vars, args and stdin are the builder's defaults (nothing here adds
+    /// any), so `tests/tests/capabilities.rs` checks them from inside a guest: a
+    /// wasmtime-wasi upgrade could change a default. Keep `GRANTS` below in step.
     pub(crate) fn new(memory_cap: usize, output_bytes: usize) -> (Self, Determinism) {
         let random = SeededRandom::new(0);
         let clock = VirtualClock::default();
@@ -65,6 +68,55 @@ impl Sandbox {
             Sandbox { wasi, table: ResourceTable::new(), clock: clock.clone(), memory: MemoryCap::new(memory_cap) };
         (sandbox, Determinism { random, clock, stderr })
     }
+}
+
+/// What a guest reaches through each interface the linker provides, as `Sandbox::new`
+/// builds the context; `vagen-host inspect` prints it beside a plugin's imports, and
+/// `tests/tests/capabilities.rs` checks the denials from inside a guest.
+const GRANTS: &[(&str, &str, &str)] = &[
+    ("wasi:filesystem/preopens", "denied", "no preopened directories: get-directories is empty"),
+    ("wasi:filesystem/types", "denied", "no descriptor to call it on (no preopens): no host file or directory"),
+    ("wasi:cli/environment", "denied", "no env vars (the host's are not inherited), no args, no initial cwd"),
+    ("wasi:cli/stdin", "denied", "closed: every read ends at once"),
+    ("wasi:cli/stdout", "virtual", "kept in memory up to output_bytes, never read: not the host's stdout"),
+    ("wasi:cli/stderr", "virtual", "kept in memory up to output_bytes, shown only in a trap's error"),
+    ("wasi:cli/exit", "granted", "ends the call as a trap; the instance is discarded"),
+    ("wasi:cli/terminal-input", "denied", "no terminal"),
+    ("wasi:cli/terminal-output", "denied", "no terminal"),
+    ("wasi:cli/terminal-stdin", "denied", "no terminal"),
+    ("wasi:cli/terminal-stdout", "denied", "no terminal"),
+    ("wasi:cli/terminal-stderr", "denied", "no terminal"),
+    ("wasi:clocks/wall-clock", "virtual", "from 2025-01-01T00:00:00Z, +1 us per reading, rewound at every reset"),
+    (
+        "wasi:clocks/monotonic-clock",
+        "virtual",
+        "+1 us per reading, rewound at every reset; timers fire at once and move time to their deadline",
+    ),
+    ("wasi:random/random", "virtual", "ChaCha8 seeded with the episode seed at every reset (0 before the first)"),
+    ("wasi:random/insecure", "virtual", "the same seeded ChaCha8 stream as wasi:random/random"),
+    ("wasi:random/insecure-seed", "virtual", "always 0"),
+    ("wasi:io/error", "granted", "errors of the stdio streams; reaches nothing else"),
+    ("wasi:io/poll", "granted", "waits on the stdio streams and virtual timers; reaches nothing else"),
+    ("wasi:io/streams", "granted", "the stdio streams (see wasi:cli); reaches nothing else"),
+    ("wasi:sockets/instance-network", "denied", "a network handle that every use refuses"),
+    ("wasi:sockets/network", "denied", "error codes and address types only"),
+    ("wasi:sockets/tcp-create-socket", "denied", "TCP not allowed: access-denied (and every address is refused)"),
+    ("wasi:sockets/tcp", "denied", "no TCP socket can be created"),
+    ("wasi:sockets/udp-create-socket", "denied", "UDP not allowed: access-denied (and every address is refused)"),
+    ("wasi:sockets/udp", "denied", "no UDP socket can be created"),
+    ("wasi:sockets/ip-name-lookup", "denied", "lookups not allowed: permanent-resolver-failure"),
+    ("vagen:env/types", "granted", "the environment world's own types; no functions"),
+];
+
+/// `(access, how)` for an imported interface (`name@version`); see [`Import`](crate::types::Import).
+pub(crate) fn grant(import: &str) -> (&'static str, &'static str) {
+    let interface = import.split_once('@').map_or(import, |(name, _)| name);
+    GRANTS
+        .iter()
+        .find(|(name, ..)| *name == interface)
+        .map_or(("unknown", "missing from the sandbox's capability table (sandbox.rs)"), |&(_, access, how)| {
+            (access, how)
+        })
 }
 
 impl WasiView for Sandbox {

@@ -36,9 +36,24 @@ pub struct PluginInfo {
     pub kind: &'static str,
     /// The `vagen:env` version the plugin implements.
     pub wit_version: String,
-    /// What the plugin imports (for `.wasm`, the WASI interfaces it links).
-    pub imports: Vec<String>,
+    /// What the plugin imports (for `.wasm`, the WASI interfaces it links), each with what
+    /// the sandbox lets it reach through it. Empty for native plugins, which reach all.
+    pub imports: Vec<Import>,
     /// Time to compile, or to load the compiled code from the cache.
     pub load_ms: f64,
     pub from_cache: bool,
+}
+
+/// One imported interface and what the sandbox grants through it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Import {
+    /// As imported, version included: `wasi:filesystem/preopens@0.2.0`.
+    pub name: String,
+    /// `denied` (nothing of the host's is reachable), `virtual` (a stand-in the host
+    /// makes: seeded randomness, a virtual clock, an in-memory buffer), `granted` (works,
+    /// but reaches no host resource) or `unknown` (missing from the sandbox's table:
+    /// treat as granted).
+    pub access: &'static str,
+    /// How: what the guest gets when it calls in.
+    pub how: &'static str,
 }

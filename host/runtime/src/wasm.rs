@@ -6,7 +6,8 @@ use crate::bindings::{self, EnvironmentPre, wit_env};
 use crate::cache::sha256_hex;
 use crate::checks;
 use crate::runtime::{EPOCH_TICK, Runtime};
-use crate::sandbox::{Determinism, Sandbox};
+use crate::sandbox::{Determinism, Sandbox, grant};
+use crate::types::Import;
 use crate::{Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -51,7 +52,14 @@ impl WasmPlugin {
         };
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let wit_version = check_exports(path, &component, &inner.engine)?;
-        let imports = component.component_type().imports(&inner.engine).map(|(name, _)| name.to_string()).collect();
+        let imports = component
+            .component_type()
+            .imports(&inner.engine)
+            .map(|(name, _)| {
+                let (access, how) = grant(name);
+                Import { name: name.to_string(), access, how }
+            })
+            .collect();
         let instance_pre = inner
             .linker
             .instantiate_pre(&component)

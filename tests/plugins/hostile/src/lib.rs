@@ -4,16 +4,25 @@
 use serde::{Deserialize, Serialize};
 use vagen_sdk::{Env, EnvError, Image, Manifest, Observation, Step, export_env};
 
+mod probe;
+
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
-    /// rare-trap | flaky | leak | huge-image
+    /// rare-trap | flaky | leak | huge-image | step-fails | reset-fails | noisy-image | spin |
+    /// read-file | read-env | connect | send-udp | lookup (probes in `reset`, see probe.rs)
     pub mode: String,
+    /// What a probe aims at: a host path, an env var name, an address or a host name.
+    pub target: String,
+    /// For `spin`: millions of loop iterations each step burns (slow, but within deadlines).
+    pub spin_millions: u32,
 }
 
 pub struct Hostile {
     mode: String,
+    spin_millions: u32,
+    target: String,
     steps: u32,
     seed: u64,
     last_answer: String,
@@ -43,11 +52,27 @@ impl Env for Hostile {
             "flaky",
             "leak",
             "huge-image",
+            "step-fails",
+            "reset-fails",
+            "noisy-image",
+            "spin",
+            "read-file",
+            "read-env",
+            "connect",
+            "send-udp",
+            "lookup",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
         }
-        Ok(Self { mode: config.mode, steps: 0, seed: 0, last_answer: String::new() })
+        Ok(Self {
+            mode: config.mode,
+            target: config.target,
+            spin_millions: config.spin_millions,
+            steps: 0,
+            seed: 0,
+            last_answer: String::new(),
+        })
     }
 
     fn manifest() -> Manifest {
@@ -58,6 +83,9 @@ impl Env for Hostile {
         self.steps = 0;
         self.seed = seed;
         self.last_answer.clear();
+        if let Some(report) = probe::run(&self.mode, &self.target) {
+            return Observation::text(report);
+        }
         if self.mode == "leak" {
             LEAKED.lock().unwrap_or_else(|e| e.into_inner()).push(std::hint::black_box(vec![7u8; 1 << 20]));
         }
@@ -111,6 +139,22 @@ impl Env for Hostile {
                 let env = std::env::vars().count();
                 step.observation = Observation::text(format!("{outcome}; {listing}; {env} env vars"));
             }
+            "spin" => {
+                let mut x = self.seed;
+                for _ in 0..u64::from(self.spin_millions) * 1_000_000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+                step.metrics.push(("spun".into(), (x % 2) as f64));
+            }
+            "noisy-image" => {
+                // Text and outcome stay put; one pixel counts the steps this instance took.
+                static STEPS: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+                let n = STEPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let mut rgb = vec![0u8; 2 * 2 * 3];
+                rgb[5] = n;
+                step.observation.text.push_str(" <image>");
+                step.observation.images.push(Image { width: 2, height: 2, rgb });
+            }
             "wrong-image" => {
                 step.observation.images.push(Image { width: 4, height: 4, rgb: vec![0; 48] });
             }
@@ -149,6 +193,22 @@ impl Env for Hostile {
 
     fn oracle(&self) -> Option<String> {
         Some("go".into())
+    }
+
+    fn try_reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
+        // One seed in three: an env that cannot start some episodes, as a raising Python
+        // `reset` does.
+        if self.mode == "reset-fails" && seed % 3 == 1 {
+            return Err(EnvError::Failed(format!("cannot start seed {seed}")));
+        }
+        Ok(self.reset(seed))
+    }
+
+    fn try_step(&mut self, answer: &str) -> Result<Step, EnvError> {
+        if self.mode == "step-fails" {
+            return Err(EnvError::Failed(format!("step always fails (answer {:?})", answer.trim())));
+        }
+        Ok(self.step(answer))
     }
 }
 
