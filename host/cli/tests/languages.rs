@@ -49,7 +49,7 @@ fn python_javascript_and_c_envs_build_from_source_check_and_replay_exactly() {
         build(sdk, example, &wasm);
         let w = wasm.to_str().unwrap();
         let checked = ok(host(&cache, &["check", "--plugin", w]), &format!("check {example}"));
-        assert!(checked.contains("all 6 checks passed"), "{checked}");
+        assert!(checked.contains("all 7 checks passed"), "{checked}");
         // One oracle episode and three random ones, each twice: identical logs, oracle wins.
         for (policy, episodes) in [("oracle", "1"), ("random", "3")] {
             let logs: Vec<String> = ["a", "b"]
@@ -103,7 +103,7 @@ fn the_three_templates_build_pass_check_and_play_the_same_seeded_episodes() {
             .expect("bash runs");
         ok(o, &format!("building the {sdk} template"));
         let w = wasm.to_str().unwrap();
-        assert!(ok(host(&cache, &["check", "--plugin", w]), sdk).contains("all 6 checks passed"));
+        assert!(ok(host(&cache, &["check", "--plugin", w]), sdk).contains("all 7 checks passed"));
         let log = dir.path().join(format!("corridor-{sdk}.jsonl"));
         let args = ["run", "--plugin", w, "--policy", "random", "--episodes", "5", "--seed", "3", "--out"];
         ok(host(&cache, &[&args[..], &[log.to_str().unwrap()]].concat()), sdk);
