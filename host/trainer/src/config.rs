@@ -122,7 +122,10 @@ pub struct RolloutSection {
     /// estimator; each turn's advantage comes from its whole episode (the estimator runs
     /// over episodes, one position per turn).
     pub per_turn: bool,
-    /// Longest training sequence; whole turns past it are dropped from the end.
+    /// Longest training sequence; whole turns past it are dropped from the end. Also the
+    /// rollout's context window (with the model's own as the ceiling): a turn's answer is
+    /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
+    /// there (`train/out_of_context_trajectories`), trained on as far as it went.
     pub max_sequence_tokens: usize,
     pub format_reward: FormatReward,
     pub rewards: RewardPlacement,

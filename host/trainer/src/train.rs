@@ -324,9 +324,10 @@ impl Trainer {
             top_k: cfg.rollout.top_k,
             stop: vec!["</answer>".into()],
             seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ..Default::default()
         };
         let mut policy = Exploring {
-            inner: ModelPolicy { model: self.actor.clone(), options },
+            inner: ModelPolicy::new(self.actor.clone(), options).with_context_window(cfg.rollout.max_sequence_tokens),
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
             at: cfg.rollout.explore_at,
@@ -345,11 +346,14 @@ impl Trainer {
         if rm.failed as f64 > cfg.env.max_failure_rate * rm.episodes as f64 {
             let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
             let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
-            let reproducer = vagen_runtime::fuzz::Reproducer::fault(
+            let answers = bad.answers();
+            let reproducer = vagen_runtime::fuzz::Reproducer::failure(
                 self.plugin.as_ref(),
                 &cfg.train_env_config_json(),
                 bad.seed,
-                bad.answers(),
+                answers.clone(),
+                bad.failure.as_deref().unwrap_or(""),
+                Some(answers.len()),
             );
             std::fs::write(&file, serde_json::to_string_pretty(&reproducer)?)?;
             bail!(
@@ -526,6 +530,7 @@ impl Trainer {
             ("train/valid_action_rate", rm.valid_action_rate),
             ("train/format_correct_rate", rm.format_correct_rate),
             ("train/failed_trajectories", rm.failed as f64),
+            ("train/out_of_context_trajectories", rm.truncated_context as f64),
             ("train/truncated_sequences", seqs.iter().filter(|l| l.seq.truncated).count() as f64),
             ("rollout/response_length", rm.mean_response_tokens.unwrap_or(0.0)),
             ("rollout/in_group_std", credit.before.mean_in_group_std),
@@ -567,8 +572,9 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
         top_k: 0,
         stop: vec!["</answer>".into()],
         seed: cfg.schedule.seed,
+        ..Default::default()
     };
-    let mut policy = ModelPolicy { model, options };
+    let mut policy = ModelPolicy::new(model, options).with_context_window(cfg.rollout.max_sequence_tokens);
     Ok(rollout(plugin, &cfg.env_config_json(), &seeds, &rollout_config(cfg, 1), &mut policy)?)
 }
 
