@@ -1,7 +1,7 @@
 //! Files that are not vagen plugins, and configs that are wrong, get one-line errors
 //! that name the problem.
 
-use vagen_runtime::{Error, Limits};
+use vagen_runtime::{ActionSpace, Error, Limits};
 use vagen_tests::{load, plugin_path, runtime};
 
 fn load_err(bytes: &[u8], file: &str) -> Error {
@@ -46,7 +46,7 @@ fn a_component_of_another_world_is_not_a_plugin() {
     let e = rt.load(plugin_path("not-an-env")).err().expect("a command component is no env");
     assert!(matches!(e, Error::NotAPlugin { .. }), "{e}");
     let s = one_line(&e);
-    assert!(s.contains("wasi:cli/run@") && s.contains("not vagen:env/env@0.1.0"), "{s}");
+    assert!(s.contains("wasi:cli/run@") && s.contains("not vagen:env/env@0.2.0"), "{s}");
 }
 
 #[test]
@@ -55,7 +55,7 @@ fn another_wit_version_is_named_with_both_versions() {
     let e = rt.load(plugin_path("future-wit")).err().expect("vagen:env@9.0.0 is not ours");
     assert!(matches!(e, Error::WrongWitVersion { .. }), "{e}");
     let s = one_line(&e);
-    assert!(s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0"), "{s}");
+    assert!(s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0 or 0.2.0"), "{s}");
 }
 
 #[test]
@@ -103,5 +103,32 @@ fn the_manifest_describes_frozenlake() {
     assert_eq!(m.action_names, ["Left", "Down", "Right", "Up"]);
     assert!(m.has_oracle);
     assert!(m.default_config.contains("\"size\":4"), "{}", m.default_config);
+    assert_eq!(plugin.info().wit_version, "0.2.0");
+}
+
+#[test]
+fn an_instance_reports_the_action_space_its_config_set() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let space = |config: &str| plugin.create(config).unwrap().action_space().clone();
+    assert_eq!(space(""), ActionSpace::of(plugin.manifest()));
+    let ragen = space(r#"{"preset": "ragen"}"#);
+    assert_eq!((ragen.action_separator.as_str(), ragen.max_actions_per_turn), ("||", 5));
+    assert_eq!(ragen.action_names, plugin.manifest().action_names);
+    // Native builds say the same through their ABI.
+    let (native, _cache) = load("frozenlake.so", Limits::default());
+    assert_eq!(native.create(r#"{"preset": "ragen"}"#).unwrap().action_space(), &ragen);
+}
+
+#[test]
+fn a_0_1_0_component_still_loads_and_its_manifest_stands_for_every_instance() {
+    let (plugin, _cache) = load("wit-0-1", Limits::default());
     assert_eq!(plugin.info().wit_version, "0.1.0");
+    // Its config may change the separator, but 0.1.0 has no call to say so.
+    let mut env = plugin.create(r#"{"separator": ";"}"#).unwrap();
+    assert_eq!(env.action_space(), &ActionSpace::of(plugin.manifest()));
+    assert_eq!(env.reset(3).unwrap().text, "turn 0");
+    let s = env.step("A; B").unwrap();
+    assert_eq!((s.valid_actions, s.done), (2, false));
+    assert!(env.system_prompt().unwrap().contains("separated by ;"));
+    assert!(matches!(plugin.create(r#"{"x": 1}"#).err(), Some(Error::BadConfig(_))));
 }

@@ -3,8 +3,8 @@
 
 use vagen_model::{GenerateOptions, LoadOptions, Model};
 use vagen_rollout::{
-    Format, History, LayoutOptions, ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
-    RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
+    ContextOverflow, Format, History, LayoutOptions, ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy,
+    Request, Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
 };
 use vagen_runtime::Limits;
 use vagen_tests::load;
@@ -35,6 +35,26 @@ fn oracle_through_the_full_path_solves_frozenlake_and_sokoban_in_every_format() 
             assert!(trajs[0].system.contains(&format.pattern()));
         }
     }
+}
+
+#[test]
+fn random_answers_follow_the_instances_separator_and_action_limit() {
+    // RAGEN's preset: `||` between up to 5 actions, where the manifest says `,` and 3.
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let config = RolloutConfig { group_size: 2, format: Format::NoThink, ..Default::default() };
+    let seeds: Vec<u64> = (0..40).collect();
+    let ragen = r#"{"preset": "ragen"}"#;
+    let trajs =
+        rollout(plugin.as_ref(), ragen, &seeds, &config, &mut RandomPolicy { format: Format::NoThink }).unwrap();
+    let turns: Vec<_> = trajs.iter().flat_map(|t| &t.turns).collect();
+    let most = turns.iter().map(|t| t.parsed.actions.len()).max().unwrap();
+    assert_eq!(most, 5, "answers carry up to the preset's 5 actions");
+    // Every action of an answer is valid, unless the episode ended (a hole, the goal, the
+    // preset's 10 actions) before all of them ran.
+    for t in turns.iter().filter(|t| !t.done) {
+        assert_eq!(t.valid_actions as usize, t.parsed.actions.len(), "{:?}", t.answer);
+    }
+    assert!(turns.iter().any(|t| t.answer.contains("||")), "multi-action answers are joined with ||");
 }
 
 #[test]
@@ -187,6 +207,51 @@ fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
     let m = metrics(&trajs);
     assert_eq!(m.truncated_context, trajs.iter().filter(|t| !t.done).count());
     assert!(m.truncated_context > 0 && m.failed == 0, "{m:?}");
+}
+
+#[test]
+fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
+    let options = GenerateOptions { max_new_tokens: 24, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
+    let config = RolloutConfig { max_turns: 6, ..Default::default() };
+    let seeds = [4, 5, 6];
+    let first = rollout(plugin.as_ref(), "", &seeds, &RolloutConfig { max_turns: 1, ..config.clone() }, &mut {
+        ModelPolicy::new(model.clone(), options.clone())
+    })
+    .unwrap();
+    let longest = first
+        .iter()
+        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user).unwrap().len())
+        .max()
+        .unwrap();
+    // A full answer after the first prompt, and room for a later one's feedback line (which
+    // echoes up to 24 tokens of answer), but not for two turns of history on top of it.
+    let window = longest + 24 + 60;
+    let policy =
+        |overflow| ModelPolicy::new(model.clone(), options.clone()).with_context_window(window).with_overflow(overflow);
+    let ended = rollout(plugin.as_ref(), "", &seeds, &config, &mut policy(ContextOverflow::End)).unwrap();
+    let going = rollout(plugin.as_ref(), "", &seeds, &config, &mut policy(ContextOverflow::DropOldest)).unwrap();
+    assert!(metrics(&ended).truncated_context > 0, "{:?}", metrics(&ended));
+    assert_eq!(metrics(&going).truncated_context, 0, "{:?}", metrics(&going));
+    for (e, g) in ended.iter().zip(&going) {
+        assert!(g.turns.len() >= e.turns.len());
+        if !g.done {
+            assert_eq!(g.turns.len(), 6, "an episode that did not end ran all its turns");
+        }
+    }
+    // The later turns were asked without their history: with it, their prompts would not
+    // have left a full answer's room.
+    let history_dropped = going.iter().any(|t| {
+        let turns = t.assistant_turns();
+        (1..turns.len()).any(|k| {
+            let full = vagen_rollout::prompt_ids(model.as_ref(), &t.system, &turns[..k], &turns[k].user).unwrap();
+            full.len() + 24 > window
+        })
+    });
+    assert!(history_dropped);
+    let turns = |ts: &[vagen_rollout::Trajectory]| ts.iter().map(|t| t.turns.len()).sum::<usize>();
+    assert!(turns(&going) > turns(&ended), "{} vs {}", turns(&going), turns(&ended));
 }
 
 #[test]

@@ -50,7 +50,8 @@ fn every_estimator_agrees_with_the_python_reference_to_1e_6() {
             .map(|t| {
                 let ends: Vec<usize> =
                     t["turn_ends"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as usize).collect();
-                let states: Vec<u64> = t["turn_states"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+                let states: Vec<u64> =
+                    t["turn_states"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
                 (
                     floats(&t["rewards"]),
                     floats(&t["values"]),

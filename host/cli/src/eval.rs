@@ -16,9 +16,12 @@ pub struct EvalArgs {
     model: String,
     /// A training config (e.g. RUN/config.toml): its plugin, env config, rollout settings
     /// (format, system prompt, state description, per-turn prompts), held-out seeds and
-    /// evaluation temperature, as the run's own evaluations. Other options then only
-    /// override the episodes and the first seed.
-    #[arg(long, conflicts_with_all = ["plugin", "format", "temperature", "max_new_tokens", "max_turns", "env_config"])]
+    /// evaluation temperature and sandbox limits (`[sandbox]`), as the run's own evaluations.
+    /// Other options then only override the episodes and the first seed.
+    #[arg(
+        long,
+        conflicts_with_all = ["plugin", "format", "temperature", "max_new_tokens", "max_turns", "env_config", "limits"]
+    )]
     config: Option<PathBuf>,
     #[arg(long, required_unless_present = "config")]
     plugin: Option<PathBuf>,
@@ -44,6 +47,10 @@ pub struct EvalArgs {
     device: String,
     #[arg(long, default_value = "f32")]
     dtype: String,
+    /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable; with
+    /// `--config`, the config's `[sandbox]` table holds them).
+    #[arg(long = "limit", value_name = "KEY=VALUE")]
+    limits: Vec<String>,
     #[arg(long)]
     out: Option<PathBuf>,
     #[arg(long)]
@@ -66,7 +73,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         out: a.out,
         json: a.json,
         parallel: None,
-        limits: vec![],
+        limits: a.limits,
         format: Some(a.format),
         group_size: 1,
         history: "all".into(),
@@ -75,6 +82,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         dtype: a.dtype,
         temperature: a.temperature,
         max_new_tokens: a.max_new_tokens,
+        context_overflow: Default::default(),
     })
 }
 
@@ -85,7 +93,7 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     overrides.extend(a.episodes.map(|n| format!("env.val_episodes={n}")));
     overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
     let cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
-    let runtime = vagen_runtime::Runtime::new(vagen_runtime::Limits::default())?;
+    let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
     let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
     let model = Rc::new(vagen_trainer::load_model(&cfg)?);
     let trajs = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;

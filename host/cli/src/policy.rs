@@ -8,7 +8,8 @@ use vagen_runtime::{Environment, Manifest, random_answer};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyKind {
-    /// 1..=max actions per turn, each drawn uniformly from the action names.
+    /// 1..=max actions per turn, each drawn uniformly from the action names (the
+    /// instance's, as its config set them).
     Random,
     /// The plugin's expert answers.
     Oracle,
@@ -20,7 +21,6 @@ pub enum PolicyKind {
 
 pub struct Policy {
     kind: PolicyKind,
-    manifest: Manifest,
 }
 
 impl Policy {
@@ -32,7 +32,7 @@ impl Policy {
             PolicyKind::Oracle if !m.has_oracle => bail!("{} has no oracle", m.name),
             _ => {}
         }
-        Ok(Self { kind, manifest: m.clone() })
+        Ok(Self { kind })
     }
 
     pub fn kind(&self) -> PolicyKind {
@@ -42,8 +42,9 @@ impl Policy {
     /// The next answer; `None` when a person ends input.
     pub fn answer(&self, env: &mut dyn Environment, rng: &mut ChaCha8Rng) -> Result<Option<String>> {
         match self.kind {
-            // `new` refused envs without action names, so there is always an answer.
-            PolicyKind::Random => Ok(random_answer(&self.manifest, rng)),
+            // `new` refused envs without action names (a config may not add any), so there
+            // is always an answer.
+            PolicyKind::Random => Ok(random_answer(env.action_space(), rng)),
             PolicyKind::Oracle => match env.oracle()? {
                 Some(a) => Ok(Some(a)),
                 None => bail!("the oracle gave no answer for this state"),

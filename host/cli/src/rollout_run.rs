@@ -44,7 +44,7 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
             };
             // Flattening ModelArgs into RunArgs would break clap's "no subcommand means run".
             let args = ModelArgs { model: a.model.clone(), device: a.device.clone(), dtype: a.dtype.clone() };
-            Box::new(ModelPolicy::new(std::rc::Rc::new(args.load()?), options))
+            Box::new(ModelPolicy::new(std::rc::Rc::new(args.load()?), options).with_overflow(a.context_overflow))
         }
         PolicyKind::Human => bail!("the human policy types raw answers: drop --format"),
     };

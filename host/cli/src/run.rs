@@ -79,6 +79,16 @@ pub struct RunArgs {
     /// Tokens per response at most, for `--policy model`.
     #[arg(long, default_value_t = 256)]
     pub max_new_tokens: usize,
+    /// For `--policy model`, a prompt that leaves too little room to answer in the model's
+    /// context window: `end` its episode (truncated for context), or `drop-oldest` whole
+    /// turns from the prompt until a full answer fits.
+    #[arg(long, default_value = "end", value_parser = parse_overflow)]
+    pub context_overflow: vagen_rollout::ContextOverflow,
+}
+
+fn parse_overflow(s: &str) -> Result<vagen_rollout::ContextOverflow, String> {
+    serde_json::from_value(serde_json::Value::String(s.into()))
+        .map_err(|_| format!("{s:?}: expected `end` or `drop-oldest`"))
 }
 
 struct Episode {
@@ -115,7 +125,14 @@ pub fn too_many_failures(failed: usize, total: usize, max_rate: f64) -> bool {
 
 /// The error a run ends with when too many episodes failed: counts, the first error in full,
 /// and where its reproducer went.
-pub fn failed_run(failed: usize, total: usize, plugin: &Path, max_rate: f64, first: &str, file: &Path) -> anyhow::Error {
+pub fn failed_run(
+    failed: usize,
+    total: usize,
+    plugin: &Path,
+    max_rate: f64,
+    first: &str,
+    file: &Path,
+) -> anyhow::Error {
     anyhow::anyhow!(
         "{failed} of {total} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {first}; reproducer: {} (replay with `vagen-host run --replay {}`)",
         plugin.display(),
@@ -181,8 +198,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     for e in episodes.iter().filter_map(|e| e.error.as_ref().map(|m| (e.index, m))).take(5) {
         eprintln!("episode {} failed: {}", e.0, e.1);
     }
-    let first_failure =
-        episodes.iter().find(|e| e.error.is_some()).map(|e| (e.seed, e.answers.clone(), e.error.clone(), e.failed_call));
+    let first_failure = episodes
+        .iter()
+        .find(|e| e.error.is_some())
+        .map(|e| (e.seed, e.answers.clone(), e.error.clone(), e.failed_call));
     if let Some(out) = &a.out {
         write_jsonl(out, episodes.into_iter().flat_map(|e| e.rows))?;
     }

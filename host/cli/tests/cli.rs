@@ -129,7 +129,7 @@ fn inspect_shows_the_manifest_and_hash() {
     assert!(o.status.success());
     let v = last_json(&o);
     assert_eq!(v["manifest"]["name"], "frozenlake");
-    assert_eq!(v["plugin"]["wit_version"], "0.1.0");
+    assert_eq!(v["plugin"]["wit_version"], "0.2.0");
     assert_eq!(v["plugin"]["sha256"].as_str().unwrap().len(), 64);
     let text = stdout(&host(&["inspect", "--plugin", fl.to_str().unwrap()]));
     assert!(text.contains("Left, Down, Right, Up"), "{text}");
@@ -294,7 +294,10 @@ fn a_short_run_whose_episodes_all_fail_exits_non_zero_and_its_reproducer_replays
     let run = host(&args);
     assert_eq!(run.status.code(), Some(1), "{}", stdout(&run));
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("4 of 4 episodes") && err.contains("first error: environment failed in step: step always fails"), "{err}");
+    assert!(
+        err.contains("4 of 4 episodes") && err.contains("first error: environment failed in step: step always fails"),
+        "{err}"
+    );
     // No average over episodes that never completed.
     let text = stdout(&run);
     assert!(text.contains("mean turns      n/a (no episode completed)"), "{text}");

@@ -2,7 +2,7 @@
 //! `Qwen2ForTokenClassification` with one label (`model.*` + `score.*`), as verl's critic.
 
 use crate::qwen2::Linear;
-use crate::{DType, Error, LoadOptions, Qwen2Config, Qwen2Model, Result, weights};
+use crate::{DType, Error, LoadOptions, Model, Qwen2Config, Qwen2Model, Result, weights};
 use std::collections::HashMap;
 use std::path::Path;
 use tch::nn::VarStore;
@@ -29,6 +29,20 @@ impl ValueModel {
         let dir = Path::new(spec);
         let config = Qwen2Config::from_file(&dir.join("config.json"))?;
         Self::assemble(config, weights::read_dir(dir)?, dir, options)
+    }
+
+    /// verl's critic: a copy of `actor`'s decoder, name for name (its own tensors, on the
+    /// actor's device and in its dtype), with the head at zero.
+    pub fn from_policy(actor: &Model) -> Result<Self> {
+        let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
+        Self::assemble(actor.config().clone(), actor.vs.variables(), Path::new("<actor>"), options)
+    }
+
+    /// A decoder of `config`'s shape drawn from `seed` as the embedded model's is, with the
+    /// head at zero: a critic that shares no weights with any policy.
+    pub fn random(config: Qwen2Config, seed: u64, options: LoadOptions) -> Result<Self> {
+        let tensors = crate::default_model::initial_weights(&config, seed);
+        Self::assemble(config, tensors, Path::new("<random>"), options)
     }
 
     fn assemble(

@@ -6,7 +6,7 @@ use crate::{Format, Parsed, parse};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 use vagen_model::Message;
-use vagen_runtime::{EnvPool, Image, Manifest, Plugin};
+use vagen_runtime::{ActionSpace, EnvPool, Image, Plugin};
 
 /// How much earlier conversation each prompt carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -228,6 +228,9 @@ pub fn rollout(
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
     let mut pool = EnvPool::new(envs);
+    // Each instance's own: its config may set another separator or per-turn limit than the
+    // manifest's defaults.
+    let spaces: Vec<Arc<ActionSpace>> = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
     let example = manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
     let instructions = config.format.instructions(&example);
     let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), String> {
@@ -254,7 +257,7 @@ pub fn rollout(
         }
     }
     let max_turns = if config.max_turns > 0 { config.max_turns } else { manifest.default_max_turns.max(1) as usize };
-    let per_turn = match (config.max_actions_per_turn, manifest.max_actions_per_turn as usize) {
+    let per_turn = |space: &ActionSpace| match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
         (0, m) => m,
         (c, 0) => c,
         (c, m) => c.min(m),
@@ -282,6 +285,7 @@ pub fn rollout(
                     messages: messages(&trajs[i], &shown.user, config.history),
                     sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
                     manifest: manifest.clone(),
+                    actions: spaces[i].clone(),
                     oracle: oracles[i].clone(),
                     seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
                 }
@@ -307,13 +311,14 @@ pub fn rollout(
         let mut answers: Vec<Option<String>> = vec![None; n];
         let mut parsed: Vec<Option<Parsed>> = vec![None; n];
         for (&i, response) in active.iter().zip(&responses) {
-            let mut p = parse(&response.text, config.format, &manifest.action_separator, per_turn);
+            let space = &spaces[i];
+            let mut p = parse(&response.text, config.format, &space.action_separator, per_turn(space));
             if config.max_actions_per_episode > 0 {
                 let left = config.max_actions_per_episode.saturating_sub(actions_sent[i]);
                 p.actions.truncate(left);
             }
             actions_sent[i] += p.actions.len();
-            answers[i] = Some(p.step_answer(&separator_with_space(&manifest)));
+            answers[i] = Some(p.step_answer(&separator_with_space(space)));
             parsed[i] = Some(p);
         }
         let mut results = pool.step_all(&answers);
@@ -405,11 +410,11 @@ struct Shown {
     images: Vec<Image>,
 }
 
-/// The env's separator as the random policy writes it (", " for ","), so answers read
-/// naturally in logs.
-fn separator_with_space(m: &Manifest) -> String {
-    let s = m.action_separator.trim();
-    if s.is_empty() { m.action_separator.clone() } else { format!("{s} ") }
+/// The instance's separator as the random policy writes it (", " for ","), so answers
+/// read naturally in logs.
+fn separator_with_space(a: &ActionSpace) -> String {
+    let s = a.action_separator.trim();
+    if s.is_empty() { a.action_separator.clone() } else { format!("{s} ") }
 }
 
 /// The observation text with the state description after it, or instead of it.

@@ -22,5 +22,6 @@ pub use layout::{
 };
 pub use parse::{Parsed, parse};
 pub use policy::{
-    ModelPolicy, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
+    ContextOverflow, ModelPolicy, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
+    ScriptedPolicy,
 };

@@ -8,7 +8,7 @@ use rand_core::SeedableRng;
 use std::rc::Rc;
 use std::sync::Arc;
 use vagen_model::{GenerateOptions, Message, Model};
-use vagen_runtime::{Manifest, random_answer};
+use vagen_runtime::{ActionSpace, Manifest, random_answer};
 
 /// One conversation waiting for its next assistant turn.
 #[derive(Clone)]
@@ -25,6 +25,8 @@ pub struct Request {
     /// had no tokens): a model policy prompts with them rather than re-tokenising the text.
     pub sampled: Vec<Option<Vec<u32>>>,
     pub manifest: Arc<Manifest>,
+    /// How the trajectory's instance reads actions (its config's, not the manifest's).
+    pub actions: Arc<ActionSpace>,
     /// The env's expert answer, filled in when the policy asks for it.
     pub oracle: Option<String>,
     /// Derived from the episode seed and the turn: a policy's draws for this request.
@@ -89,7 +91,7 @@ impl Policy for RandomPolicy {
             .iter()
             .map(|r| {
                 let mut rng = ChaCha8Rng::seed_from_u64(r.seed);
-                let answer = random_answer(&r.manifest, &mut rng).ok_or_else(|| PolicyError::Unsupported {
+                let answer = random_answer(&r.actions, &mut rng).ok_or_else(|| PolicyError::Unsupported {
                     policy: "random",
                     env: r.manifest.name.clone(),
                     reason: "it takes free-form answers, not action names".into(),
@@ -134,6 +136,20 @@ impl Policy for ScriptedPolicy {
     }
 }
 
+/// What a prompt that leaves too little of the context window for an answer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContextOverflow {
+    /// The answer gets what is left; a prompt that leaves nothing ends its episode,
+    /// truncated for `context` (RAGEN's `max_context_window`).
+    #[default]
+    End,
+    /// The prompt leaves out its oldest whole turns, one at a time, until a full answer
+    /// (`max_new_tokens`) fits, or none is left; the episode goes on. It ends as with `end`
+    /// only when the current observation alone leaves no room.
+    DropOldest,
+}
+
 /// A language model through its chat template and the generation engine.
 pub struct ModelPolicy {
     pub model: Rc<Model>,
@@ -142,13 +158,14 @@ pub struct ModelPolicy {
     /// answer is capped at what its prompt leaves, and a prompt that leaves nothing ends its
     /// episode (`Response::out_of_context`) instead of failing the batch.
     pub context_window: usize,
+    pub overflow: ContextOverflow,
 }
 
 impl ModelPolicy {
     /// The whole of the model's window (`max_position_embeddings`).
     pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
         let context_window = model.lm.config().max_position_embeddings;
-        ModelPolicy { model, options, context_window }
+        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End }
     }
 
     /// A smaller window (e.g. the longest sequence training lays out); never past the
@@ -157,6 +174,27 @@ impl ModelPolicy {
         self.context_window = self.context_window.min(tokens);
         self
     }
+
+    pub fn with_overflow(mut self, overflow: ContextOverflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// `r`'s prompt; with [`ContextOverflow::DropOldest`], without as many of its oldest
+    /// turns as it takes to leave room for a full answer.
+    fn prompt(&self, r: &Request) -> Result<Vec<u32>, PolicyError> {
+        let mut prompt = prompt_of(self.model.as_ref(), r, 0)?;
+        if self.overflow == ContextOverflow::DropOldest {
+            let mut dropped = 0;
+            while self.context_window.saturating_sub(prompt.len()) < self.options.max_new_tokens
+                && dropped < r.sampled.len()
+            {
+                dropped += 1;
+                prompt = prompt_of(self.model.as_ref(), r, dropped)?;
+            }
+        }
+        Ok(prompt)
+    }
 }
 
 impl Policy for ModelPolicy {
@@ -164,7 +202,7 @@ impl Policy for ModelPolicy {
         "model"
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let prompts = requests.iter().map(|r| prompt_of(self.model.as_ref(), r)).collect::<Result<Vec<_>, _>>()?;
+        let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
         let window = self.context_window;
         let room: Vec<usize> = prompts.iter().map(|p| window.saturating_sub(p.len())).collect();
         let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
@@ -184,14 +222,20 @@ impl Policy for ModelPolicy {
                     return Response { out_of_context: Some(out), ..Response::default() };
                 }
                 let g = generations.next().expect("one generation per prompt that fits");
-                Response { text: g.text, token_ids: Some(g.token_ids), logprobs: Some(g.logprobs), out_of_context: None }
+                Response {
+                    text: g.text,
+                    token_ids: Some(g.token_ids),
+                    logprobs: Some(g.logprobs),
+                    out_of_context: None,
+                }
             })
             .collect())
     }
 }
 
-/// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out.
-fn prompt_of(model: &vagen_model::Model, r: &Request) -> Result<Vec<u32>, PolicyError> {
+/// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out,
+/// leaving out the first `skip` (user, assistant) pairs.
+fn prompt_of(model: &vagen_model::Model, r: &Request, skip: usize) -> Result<Vec<u32>, PolicyError> {
     let bad = |what: &str| PolicyError::Prompt(format!("trajectory {} turn {}: {what}", r.trajectory, r.turn));
     let [system, rest @ .., user] = r.messages.as_slice() else {
         return Err(bad("needs at least a system and a user message"));
@@ -202,6 +246,7 @@ fn prompt_of(model: &vagen_model::Model, r: &Request) -> Result<Vec<u32>, Policy
     let history: Vec<AssistantTurn> = rest
         .chunks(2)
         .zip(&r.sampled)
+        .skip(skip)
         .map(|(pair, ids)| AssistantTurn {
             user: pair[0].content.clone(),
             response: pair[1].content.clone(),

@@ -1,60 +1,124 @@
-//! Host bindings for `wit/v0.1.0` and their conversion into the host's types.
+//! Host bindings for every WIT version the host loads (`wit/v0.1.0`, `wit/v0.2.0`), each
+//! in its own module with the same conversions into the host's types, and the enums that
+//! hold a component of either version.
 
-use crate::{Error, Image, Manifest, Metric, Modality, Observation, StepResult};
+use crate::sandbox::Sandbox;
+use crate::{ActionSpace, Error, Image, Manifest, Metric, Modality, Observation, StepResult};
 
-wasmtime::component::bindgen!({
-    world: "environment",
-    path: "../../wit/v0.1.0",
-});
+/// One version's generated bindings and their conversions. The versions share every type
+/// but `action-space`, so the conversions read the same in each.
+macro_rules! wit_version {
+    ($module:ident, $path:literal) => {
+        pub(crate) mod $module {
+            use super::*;
 
-pub(crate) use exports::vagen::env::env as wit_env;
-pub(crate) use vagen::env::types as wit;
+            wasmtime::component::bindgen!({
+                world: "environment",
+                path: $path,
+            });
 
-pub(crate) fn manifest(m: wit::Manifest) -> Manifest {
-    Manifest {
-        name: m.name,
-        version: m.version,
-        description: m.description,
-        modalities: m
-            .modalities
-            .into_iter()
-            .map(|m| match m {
-                wit::Modality::Text => Modality::Text,
-                wit::Modality::Image => Modality::Image,
-            })
-            .collect(),
-        action_names: m.action_names,
-        action_separator: m.action_separator,
-        max_actions_per_turn: m.max_actions_per_turn,
-        default_max_turns: m.default_max_turns,
-        default_config: m.default_config,
-        has_oracle: m.has_oracle,
+            pub(crate) use vagen::env::types as wit;
+
+            pub(crate) fn manifest(m: wit::Manifest) -> Manifest {
+                Manifest {
+                    name: m.name,
+                    version: m.version,
+                    description: m.description,
+                    modalities: m
+                        .modalities
+                        .into_iter()
+                        .map(|m| match m {
+                            wit::Modality::Text => Modality::Text,
+                            wit::Modality::Image => Modality::Image,
+                        })
+                        .collect(),
+                    action_names: m.action_names,
+                    action_separator: m.action_separator,
+                    max_actions_per_turn: m.max_actions_per_turn,
+                    default_max_turns: m.default_max_turns,
+                    default_config: m.default_config,
+                    has_oracle: m.has_oracle,
+                }
+            }
+
+            pub(crate) fn observation(o: wit::Observation) -> Observation {
+                Observation {
+                    text: o.text,
+                    images: o
+                        .images
+                        .into_iter()
+                        .map(|i| Image { width: i.width, height: i.height, rgb: i.rgb })
+                        .collect(),
+                }
+            }
+
+            pub(crate) fn step_result(s: wit::StepResult) -> StepResult {
+                StepResult {
+                    observation: observation(s.observation),
+                    reward: s.reward,
+                    done: s.done,
+                    success: s.success,
+                    valid_actions: s.valid_actions,
+                    effective_actions: s.effective_actions,
+                    metrics: s.metrics.into_iter().map(|m| Metric { name: m.name, value: m.value }).collect(),
+                }
+            }
+
+            pub(crate) fn guest_error(e: wit::EnvError, call: &'static str) -> Error {
+                match e {
+                    wit::EnvError::BadConfig(m) => Error::BadConfig(m),
+                    wit::EnvError::InvalidState(m) => Error::InvalidState(m),
+                    wit::EnvError::Failed(message) => Error::Failed { call, message },
+                }
+            }
+        }
+    };
+}
+
+wit_version!(v0_1, "../../wit/v0.1.0");
+wit_version!(v0_2, "../../wit/v0.2.0");
+
+/// The versions this host loads, oldest first; components are written against the last.
+pub(crate) const VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+
+pub(crate) fn action_space(a: v0_2::wit::ActionSpace) -> ActionSpace {
+    ActionSpace {
+        action_names: a.action_names,
+        action_separator: a.action_separator,
+        max_actions_per_turn: a.max_actions_per_turn,
     }
 }
 
-pub(crate) fn observation(o: wit::Observation) -> Observation {
-    Observation {
-        text: o.text,
-        images: o.images.into_iter().map(|i| Image { width: i.width, height: i.height, rgb: i.rgb }).collect(),
-    }
+/// A type-checked component, pre-instantiated, of the version it exports.
+pub(crate) enum Pre {
+    V0_1(v0_1::EnvironmentPre<Sandbox>),
+    V0_2(v0_2::EnvironmentPre<Sandbox>),
 }
 
-pub(crate) fn step_result(s: wit::StepResult) -> StepResult {
-    StepResult {
-        observation: observation(s.observation),
-        reward: s.reward,
-        done: s.done,
-        success: s.success,
-        valid_actions: s.valid_actions,
-        effective_actions: s.effective_actions,
-        metrics: s.metrics.into_iter().map(|m| Metric { name: m.name, value: m.value }).collect(),
-    }
+/// One instantiated component.
+pub(crate) enum Bindings {
+    V0_1(v0_1::Environment),
+    V0_2(v0_2::Environment),
 }
 
-pub(crate) fn guest_error(e: wit::EnvError, call: &'static str) -> Error {
-    match e {
-        wit::EnvError::BadConfig(m) => Error::BadConfig(m),
-        wit::EnvError::InvalidState(m) => Error::InvalidState(m),
-        wit::EnvError::Failed(message) => Error::Failed { call, message },
-    }
+/// Evaluates `$body` with `$v` naming the component's version module and `$env` its
+/// `environment` resource interface, for a [`Bindings`] of either version.
+macro_rules! with_env {
+    ($bindings:expr, |$v:ident, $env:ident| $body:expr) => {
+        match $bindings {
+            $crate::bindings::Bindings::V0_1(b) => {
+                #[allow(unused_imports)] // calls that convert nothing leave it unused
+                use $crate::bindings::v0_1 as $v;
+                let $env = b.vagen_env_env().environment();
+                $body
+            }
+            $crate::bindings::Bindings::V0_2(b) => {
+                #[allow(unused_imports)] // calls that convert nothing leave it unused
+                use $crate::bindings::v0_2 as $v;
+                let $env = b.vagen_env_env().environment();
+                $body
+            }
+        }
+    };
 }
+pub(crate) use with_env;

@@ -2,29 +2,16 @@
 //! `malformed` error: the plugin broke the contract.
 
 use crate::types::IMAGE_MARKER;
-use crate::{Error, Limits, Manifest, Observation, StepResult};
+use crate::{ActionSpace, Error, Limits, Manifest, Observation, StepResult};
 
 pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
     let fail = |detail: String| Err(Error::Malformed { call: "manifest", detail });
     if m.name.trim().is_empty() {
         return fail("empty name".into());
     }
-    if m.max_actions_per_turn == 0 {
-        return fail("max-actions-per-turn is 0".into());
-    }
+    action_space(&ActionSpace::of(m), "manifest")?;
     if m.default_max_turns == 0 {
         return fail("default-max-turns is 0".into());
-    }
-    if !m.action_names.is_empty() && m.action_separator.trim().is_empty() {
-        return fail("discrete actions but no action separator".into());
-    }
-    if let Some(a) = m.action_names.iter().find(|a| a.trim().is_empty()) {
-        return fail(format!("blank action name {a:?}"));
-    }
-    let mut names: Vec<&String> = m.action_names.iter().collect();
-    names.sort();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        return fail(format!("action {:?} listed twice", w[0]));
     }
     if !m.default_config.trim().is_empty() {
         match serde_json::from_str::<serde_json::Value>(&m.default_config) {
@@ -32,6 +19,26 @@ pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
             Ok(_) => return fail("default-config is not a JSON object".into()),
             Err(e) => return fail(format!("default-config: {e}")),
         }
+    }
+    Ok(())
+}
+
+/// The action fields of a manifest, or of one instance (`action-space`).
+pub(crate) fn action_space(a: &ActionSpace, call: &'static str) -> Result<(), Error> {
+    let fail = |detail: String| Err(Error::Malformed { call, detail });
+    if a.max_actions_per_turn == 0 {
+        return fail("max-actions-per-turn is 0".into());
+    }
+    if !a.action_names.is_empty() && a.action_separator.trim().is_empty() {
+        return fail("discrete actions but no action separator".into());
+    }
+    if let Some(name) = a.action_names.iter().find(|n| n.trim().is_empty()) {
+        return fail(format!("blank action name {name:?}"));
+    }
+    let mut names: Vec<&String> = a.action_names.iter().collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return fail(format!("action {:?} listed twice", w[0]));
     }
     Ok(())
 }

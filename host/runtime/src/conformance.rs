@@ -141,7 +141,11 @@ fn difference(a: &Call, b: &Call) -> String {
     }
     if a.text != b.text {
         let at = a.text.chars().zip(b.text.chars()).take_while(|(x, y)| x == y).count();
-        return format!("the observation text, from character {at}: {:?} vs {:?}", clip(&a.text, at), clip(&b.text, at));
+        return format!(
+            "the observation text, from character {at}: {:?} vs {:?}",
+            clip(&a.text, at),
+            clip(&b.text, at)
+        );
     }
     if a.images.len() != b.images.len() {
         return format!("the number of images ({} vs {})", a.images.len(), b.images.len());
@@ -165,7 +169,8 @@ fn difference(a: &Call, b: &Call) -> String {
                 ("effective actions", x.4.to_string(), y.4.to_string()),
                 ("metrics", format!("{:?}", x.5), format!("{:?}", y.5)),
             ];
-            let (name, u, v) = fields.into_iter().find(|(_, u, v)| u != v).unwrap_or(("nothing", String::new(), String::new()));
+            let (name, u, v) =
+                fields.into_iter().find(|(_, u, v)| u != v).unwrap_or(("nothing", String::new(), String::new()));
             format!("{name} ({u} vs {v})")
         }
         _ => "whether the call was a reset or a step".into(),
@@ -231,7 +236,9 @@ fn check_determinism(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String,
         transcript(a.as_mut(), plugin, seed.wrapping_add(1))?;
         let (again, _) = transcript(a.as_mut(), plugin, seed)?;
         if let Some(d) = divergence(&ta, &again) {
-            return Err(format!("seed {seed}: replaying on the same instance differs {d}; state leaks between episodes"));
+            return Err(format!(
+                "seed {seed}: replaying on the same instance differs {d}; state leaks between episodes"
+            ));
         }
     }
     Ok(format!("{} seeds replay identically on fresh and reused instances", opts.seeds.len()))
@@ -296,7 +303,7 @@ impl Answers {
     }
 
     fn next(&mut self, env: &mut dyn Environment) -> Result<String, Error> {
-        if let Some(a) = random_answer(&self.manifest, &mut self.rng) {
+        if let Some(a) = random_answer(env.action_space(), &mut self.rng) {
             return Ok(a);
         }
         if self.manifest.has_oracle

@@ -1,11 +1,14 @@
 //! The one interface the rest of the host uses, whatever the plugin is made of.
 
-use crate::{Error, Manifest, Observation, PluginInfo, StepResult};
+use crate::{ActionSpace, Error, Manifest, Observation, PluginInfo, StepResult};
 
 /// A live environment instance. Calls that fail with [`Error::is_fault`] leave the
 /// instance re-created behind the scenes; the caller must `reset` before stepping again.
 pub trait Environment: Send {
     fn manifest(&self) -> &Manifest;
+    /// How this instance reads actions (its config's separator and per-turn limit), read
+    /// when it was created; the manifest's fields for plugins too old to say.
+    fn action_space(&self) -> &ActionSpace;
     fn system_prompt(&mut self) -> Result<String, Error>;
     fn reset(&mut self, seed: u64) -> Result<Observation, Error>;
     fn step(&mut self, answer: &str) -> Result<StepResult, Error>;

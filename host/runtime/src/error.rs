@@ -18,9 +18,9 @@ pub enum Error {
     WrongWitVersion { path: PathBuf, found: String, supported: String },
 
     #[error(
-        "{path} is a native plugin for ABI version {found}, but this host supports version {supported}: rebuild it against this vagen-sdk"
+        "{path} is a native plugin for ABI version {found}, but this host supports ABI versions {supported}: rebuild it against this vagen-sdk"
     )]
-    WrongAbiVersion { path: PathBuf, found: u32, supported: u32 },
+    WrongAbiVersion { path: PathBuf, found: u32, supported: String },
 
     #[error(
         "{path} needs an import this host does not provide (plugins get no filesystem, network or other host APIs): {detail}"

@@ -24,13 +24,14 @@ mod wasm;
 
 pub use environment::{Environment, Plugin};
 pub use error::Error;
-pub use limits::Limits;
+pub use limits::{LimitError, Limits};
 pub use native::{NativeEnv, NativePlugin};
 pub use pool::EnvPool;
 pub use random_answer::random_answer;
 pub use runtime::Runtime;
-pub use types::{Image, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};
+pub use types::{ActionSpace, Image, Import, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};
 pub use wasm::{WasmEnv, WasmPlugin};
 
-/// The WIT package version this host implements.
-pub const WIT_VERSION: &str = "0.1.0";
+/// The WIT package version this host implements; it also loads every older one
+/// (`wit/` holds each).
+pub const WIT_VERSION: &str = "0.2.0";

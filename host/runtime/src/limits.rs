@@ -1,4 +1,6 @@
 //! Everything a plugin is allowed, in user units, in one struct a config file can hold.
+//! The CLI's `--limit key=value` flags and a training config's `[sandbox]` table both go
+//! through [`Limits::with_values`], so they take the same keys and refuse the same values.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
@@ -46,7 +48,70 @@ impl Default for Limits {
     }
 }
 
+/// A limit that cannot be set: its key and why. The caller names where it was set
+/// (`--limit`, the `[sandbox]` table).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("{key}: {message}")]
+pub struct LimitError {
+    pub key: String,
+    pub message: String,
+}
+
 impl Limits {
+    /// The defaults with each `(key, value)` put in its place (keys are the field names).
+    /// Refused, naming the key: an unknown key (listing the known ones), a value of the
+    /// wrong type, and what [`Limits::validate`] refuses.
+    pub fn with_values<'a>(
+        values: impl IntoIterator<Item = (&'a str, serde_json::Value)>,
+    ) -> Result<Limits, LimitError> {
+        let mut all = serde_json::to_value(Limits::default()).expect("Limits serialises");
+        let fields = all.as_object_mut().expect("Limits serialises to an object");
+        for (key, value) in values {
+            if !fields.contains_key(key) {
+                let known: Vec<&str> = fields.keys().map(String::as_str).collect();
+                let message = format!("no such limit (known: {})", known.join(", "));
+                return Err(LimitError { key: key.to_string(), message });
+            }
+            // Read alone first (every other field defaulted), so a wrong type is blamed on
+            // this key rather than on the struct.
+            let alone = serde_json::Map::from_iter([(key.to_string(), value.clone())]);
+            serde_json::from_value::<Limits>(serde_json::Value::Object(alone))
+                .map_err(|e| LimitError { key: key.to_string(), message: e.to_string() })?;
+            fields.insert(key.to_string(), value);
+        }
+        let limits: Limits = serde_json::from_value(all).expect("every value was read on its own");
+        limits.validate()?;
+        Ok(limits)
+    }
+
+    /// Refuses values under which no plugin could run: a zero deadline or memory cap (every
+    /// call would fail at once), zero fuel (likewise: leave it unset to turn metering off),
+    /// and a zero text cap (every observation carries text, if only its image markers).
+    /// The other caps may be 0: that forbids images, metrics or output, which an env may
+    /// legitimately not have.
+    pub fn validate(&self) -> Result<(), LimitError> {
+        let refuse = |key: &str, message: &str| Err(LimitError { key: key.into(), message: message.into() });
+        if self.call_timeout_ms == 0 {
+            return refuse("call_timeout_ms", "0 ms would time out every call; give a deadline of at least 1");
+        }
+        if self.create_timeout_ms == 0 {
+            return refuse("create_timeout_ms", "0 ms would time out every instance; give a deadline of at least 1");
+        }
+        if self.memory_mib == 0 {
+            return refuse("memory_mib", "0 MiB leaves a plugin no memory to start in");
+        }
+        if self.fuel_millions_per_call == Some(0) {
+            return refuse(
+                "fuel_millions_per_call",
+                "0 would stop every call at once; leave it unset to turn fuel off",
+            );
+        }
+        if self.max_text_bytes == 0 {
+            return refuse("max_text_bytes", "0 would refuse every observation (each carries text)");
+        }
+        Ok(())
+    }
+
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
     }
@@ -61,5 +126,34 @@ impl Limits {
 
     pub fn fuel_per_call(&self) -> Option<u64> {
         self.fuel_millions_per_call.map(|m| m.saturating_mul(1_000_000))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Limits;
+    use serde_json::json;
+
+    #[test]
+    fn values_replace_defaults_and_bad_ones_are_refused_naming_their_key() {
+        let l = Limits::with_values([("call_timeout_ms", json!(50)), ("fuel_millions_per_call", json!(7))]).unwrap();
+        assert_eq!(l, Limits { call_timeout_ms: 50, fuel_millions_per_call: Some(7), ..Limits::default() });
+        assert_eq!(Limits::with_values([]).unwrap(), Limits::default());
+        for (key, value, needle) in [
+            ("call_timeout_ms", json!(0), "0 ms"),
+            ("create_timeout_ms", json!(0), "0 ms"),
+            ("memory_mib", json!(0), "0 MiB"),
+            ("fuel_millions_per_call", json!(0), "unset"),
+            ("max_text_bytes", json!(0), "every observation"),
+            ("memory_mib", json!(-1), "invalid value"),
+            ("call_timeout_ms", json!("fast"), "invalid type"),
+            ("call_timeout", json!(50), "no such limit (known: call_timeout_ms, create_timeout_ms"),
+        ] {
+            let err = Limits::with_values([(key, value)]).unwrap_err();
+            assert_eq!(err.key, key);
+            assert!(err.to_string().starts_with(&format!("{key}: ")) && err.message.contains(needle), "{err}");
+        }
+        // The other caps may be 0.
+        assert_eq!(Limits::with_values([("max_images", json!(0))]).unwrap().max_images, 0);
     }
 }

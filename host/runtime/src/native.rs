@@ -5,13 +5,13 @@
 
 use crate::cache::sha256_hex;
 use crate::checks;
-use crate::{Environment, Error, Limits, Manifest, Metric, Observation, Plugin, PluginInfo, StepResult};
+use crate::{ActionSpace, Environment, Error, Limits, Manifest, Metric, Observation, Plugin, PluginInfo, StepResult};
 use libloading::Library;
 use std::ffi::c_void;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-use vagen_abi::{self as abi, Buffer, NATIVE_ABI_VERSION, Op, status, symbols};
+use vagen_abi::{self as abi, Buffer, NATIVE_ABI_VERSION, OLDEST_NATIVE_ABI_VERSION, Op, status, symbols};
 
 #[derive(Clone)]
 pub struct NativePlugin {
@@ -20,6 +20,8 @@ pub struct NativePlugin {
 
 struct Shared {
     fns: Fns,
+    /// The plugin's ABI version: from 2 on, instances say their action space.
+    abi_version: u32,
     manifest: Manifest,
     info: PluginInfo,
     limits: Limits,
@@ -54,8 +56,9 @@ impl NativePlugin {
             unsafe { *lib.get::<abi::AbiVersionFn>(symbols::ABI_VERSION).map_err(symbol(symbols::ABI_VERSION))? };
         // SAFETY: a plain function of no arguments.
         let found = unsafe { version() };
-        if found != NATIVE_ABI_VERSION {
-            return Err(Error::WrongAbiVersion { path: path.into(), found, supported: NATIVE_ABI_VERSION });
+        if !(OLDEST_NATIVE_ABI_VERSION..=NATIVE_ABI_VERSION).contains(&found) {
+            let supported = format!("{OLDEST_NATIVE_ABI_VERSION} to {NATIVE_ABI_VERSION}");
+            return Err(Error::WrongAbiVersion { path: path.into(), found, supported });
         }
         let (manifest_fn, fns) = unsafe {
             let manifest = *lib.get::<abi::ManifestFn>(symbols::MANIFEST).map_err(symbol(symbols::MANIFEST))?;
@@ -77,17 +80,25 @@ impl NativePlugin {
             sha256: sha256_hex(&bytes),
             size_bytes: bytes.len() as u64,
             kind: "native",
-            wit_version: format!("native-abi-{NATIVE_ABI_VERSION}"),
+            wit_version: format!("native-abi-{found}"),
             imports: Vec::new(),
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             from_cache: false,
         };
-        Ok(Self { shared: Arc::new(Shared { fns, manifest, info, limits, _lib: lib }) })
+        Ok(Self { shared: Arc::new(Shared { fns, abi_version: found, manifest, info, limits, _lib: lib }) })
     }
 
     pub fn instantiate(&self, config: &str) -> Result<NativeEnv, Error> {
         let handle = create(&self.shared, config)?;
-        Ok(NativeEnv { shared: self.shared.clone(), config: config.to_string(), handle: Some(handle) })
+        let actions = ActionSpace::of(&self.shared.manifest);
+        let mut env =
+            NativeEnv { shared: self.shared.clone(), config: config.to_string(), handle: Some(handle), actions };
+        if self.shared.abi_version >= 2 {
+            let space: ActionSpace = env.call(Op::ActionSpace, &[], "action-space")?;
+            checks::action_space(&space, "action-space")?;
+            env.actions = space;
+        }
+        Ok(env)
     }
 }
 
@@ -149,6 +160,8 @@ pub struct NativeEnv {
     shared: Arc<Shared>,
     config: String,
     handle: Option<Handle>,
+    /// Read once at creation: a re-created instance has the same config.
+    actions: ActionSpace,
 }
 
 // SAFETY: an instance is only ever used by one thread at a time (`&mut self`), and the SDK's
@@ -198,6 +211,10 @@ impl NativeEnv {
 impl Environment for NativeEnv {
     fn manifest(&self) -> &Manifest {
         &self.shared.manifest
+    }
+
+    fn action_space(&self) -> &ActionSpace {
+        &self.actions
     }
 
     fn system_prompt(&mut self) -> Result<String, Error> {

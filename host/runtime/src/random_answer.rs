@@ -1,12 +1,12 @@
 //! The random policy's answer, shared by `vagen-host run --policy random` and `check`.
 
-use crate::Manifest;
+use crate::ActionSpace;
 use rand_core::Rng;
 
-/// 1..=max-actions-per-turn actions, each drawn uniformly from the manifest's action names,
+/// 1..=max-actions-per-turn actions, each drawn uniformly from an instance's action names,
 /// joined by its separator; `None` for free-form envs. Modulo bias is irrelevant for a
 /// handful of actions.
-pub fn random_answer(m: &Manifest, rng: &mut impl Rng) -> Option<String> {
+pub fn random_answer(m: &ActionSpace, rng: &mut impl Rng) -> Option<String> {
     if m.action_names.is_empty() {
         return None;
     }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 use std::path::PathBuf;
-pub use vagen_abi::{Image, Manifest, Modality, Observation};
+pub use vagen_abi::{ActionSpace, Image, Manifest, Modality, Observation};
 
 /// The marker an observation's text carries for each image.
 pub const IMAGE_MARKER: &str = "<image>";

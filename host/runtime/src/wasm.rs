@@ -2,13 +2,13 @@
 //! that live in their own sandboxed store, and fault handling that discards and
 //! re-creates an instance.
 
-use crate::bindings::{self, EnvironmentPre, wit_env};
+use crate::bindings::{self, Bindings, Pre, v0_1, v0_2, with_env};
 use crate::cache::sha256_hex;
 use crate::checks;
 use crate::runtime::{EPOCH_TICK, Runtime};
 use crate::sandbox::{Determinism, Sandbox, grant};
 use crate::types::Import;
-use crate::{Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION};
+use crate::{ActionSpace, Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +25,7 @@ pub struct WasmPlugin {
 
 struct Shared {
     runtime: Runtime,
-    pre: EnvironmentPre<Sandbox>,
+    pre: Pre,
     manifest: Manifest,
     info: PluginInfo,
 }
@@ -64,10 +64,14 @@ impl WasmPlugin {
             .linker
             .instantiate_pre(&component)
             .map_err(|e| Error::UnsupportedImport { path: path.into(), detail: format!("{e:#}") })?;
-        let pre = EnvironmentPre::new(instance_pre).map_err(|e| Error::NotAPlugin {
+        let mismatch = |e: wasmtime::Error| Error::NotAPlugin {
             path: path.into(),
-            reason: format!("its exports do not match vagen:env@{WIT_VERSION}: {e:#}"),
-        })?;
+            reason: format!("its exports do not match vagen:env@{wit_version}: {e:#}"),
+        };
+        let pre = match wit_version.as_str() {
+            "0.1.0" => Pre::V0_1(v0_1::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
+            _ => Pre::V0_2(v0_2::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
+        };
         let info = PluginInfo {
             path: path.into(),
             sha256,
@@ -84,8 +88,19 @@ impl WasmPlugin {
 
     /// A new instance with its own sandbox; `config` is JSON (`""` for the defaults).
     pub fn instantiate(&self, config: &str) -> Result<WasmEnv, Error> {
-        let mut env = WasmEnv { shared: self.shared.clone(), config: config.to_string(), live: None };
+        let actions = ActionSpace::of(&self.shared.manifest);
+        let mut env = WasmEnv { shared: self.shared.clone(), config: config.to_string(), live: None, actions };
         env.live()?;
+        // A 0.1.0 component cannot say: its manifest's fields stand for the instance.
+        let space = env.call("action-space", |s, b, h| match b {
+            Bindings::V0_1(_) => Ok(None),
+            Bindings::V0_2(b) => b.vagen_env_env().environment().call_action_space(s, h).map(Some),
+        })?;
+        if let Some(space) = space {
+            let space = bindings::action_space(space);
+            checks::action_space(&space, "action-space")?;
+            env.actions = space;
+        }
         Ok(env)
     }
 }
@@ -132,7 +147,7 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     Ok(())
 }
 
-/// Finds the `vagen:env/env@X` export and checks X.
+/// Finds the `vagen:env/env@X` export and checks that this host loads X.
 fn check_exports(path: &Path, component: &Component, engine: &wasmtime::Engine) -> Result<String, Error> {
     let exports: Vec<String> = component.component_type().exports(engine).map(|(n, _)| n.to_string()).collect();
     let Some(found) = exports.iter().find_map(|n| n.strip_prefix(EXPORT_PREFIX)) else {
@@ -142,25 +157,31 @@ fn check_exports(path: &Path, component: &Component, engine: &wasmtime::Engine) 
             reason: format!("it exports {listed}, not {EXPORT_PREFIX}{WIT_VERSION}"),
         });
     };
-    if found != WIT_VERSION {
+    if !bindings::VERSIONS.contains(&found) {
         return Err(Error::WrongWitVersion {
             path: path.into(),
             found: found.to_string(),
-            supported: WIT_VERSION.to_string(),
+            supported: bindings::VERSIONS.join(" or "),
         });
     }
     Ok(found.to_string())
 }
 
-fn read_manifest(runtime: &Runtime, pre: &EnvironmentPre<Sandbox>) -> Result<Manifest, Error> {
+fn read_manifest(runtime: &Runtime, pre: &Pre) -> Result<Manifest, Error> {
     let limits = &runtime.inner.limits;
     let (mut store, det) = new_store(runtime);
     arm(&mut store, limits.create_timeout(), limits.fuel_per_call());
-    let raw = pre
-        .instantiate(&mut store)
-        .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
-        .map_err(|e| classify(e, "manifest", &store, &det, limits.create_timeout(), limits.fuel_per_call()))?;
-    let manifest = bindings::manifest(raw);
+    let manifest = match pre {
+        Pre::V0_1(pre) => pre
+            .instantiate(&mut store)
+            .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
+            .map(v0_1::manifest),
+        Pre::V0_2(pre) => pre
+            .instantiate(&mut store)
+            .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
+            .map(v0_2::manifest),
+    }
+    .map_err(|e| classify(e, "manifest", &store, &det, limits.create_timeout(), limits.fuel_per_call()))?;
     checks::manifest(&manifest)?;
     Ok(manifest)
 }
@@ -224,12 +245,14 @@ pub struct WasmEnv {
     shared: Arc<Shared>,
     config: String,
     live: Option<Live>,
+    /// Read once at creation: a re-created instance has the same config.
+    actions: ActionSpace,
 }
 
 struct Live {
     store: Store<Sandbox>,
     det: Determinism,
-    bindings: bindings::Environment,
+    bindings: Bindings,
     handle: ResourceAny,
 }
 
@@ -250,13 +273,19 @@ impl WasmEnv {
         let (timeout, fuel) = (limits.create_timeout(), limits.fuel_per_call());
         let (mut store, det) = new_store(&self.shared.runtime);
         arm(&mut store, timeout, fuel);
-        let created = self.shared.pre.instantiate(&mut store).and_then(|bindings| {
-            let created = bindings.vagen_env_env().environment().call_create(&mut store, &self.config)?;
+        let bindings = match &self.shared.pre {
+            Pre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
+            Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
+        };
+        let created = bindings.and_then(|bindings| {
+            let created = with_env!(&bindings, |v, env| env
+                .call_create(&mut store, &self.config)?
+                .map_err(|e| v::guest_error(e, "create")));
             Ok((bindings, created))
         });
         match created {
             Ok((bindings, Ok(handle))) => Ok(Live { store, det, bindings, handle }),
-            Ok((_, Err(e))) => Err(bindings::guest_error(e, "create")),
+            Ok((_, Err(e))) => Err(e),
             Err(e) => Err(classify(e, "create", &store, &det, timeout, fuel)),
         }
     }
@@ -265,14 +294,13 @@ impl WasmEnv {
     fn call<R>(
         &mut self,
         name: &'static str,
-        f: impl FnOnce(&mut Store<Sandbox>, &wit_env::GuestEnvironment, ResourceAny) -> wasmtime::Result<R>,
+        f: impl FnOnce(&mut Store<Sandbox>, &Bindings, ResourceAny) -> wasmtime::Result<R>,
     ) -> Result<R, Error> {
         let limits = &self.shared.runtime.inner.limits;
         let (timeout, fuel) = (limits.call_timeout(), limits.fuel_per_call());
         let live = self.live()?;
         arm(&mut live.store, timeout, fuel);
-        let iface = live.bindings.vagen_env_env().environment();
-        match f(&mut live.store, &iface, live.handle) {
+        match f(&mut live.store, &live.bindings, live.handle) {
             Ok(r) => Ok(r),
             Err(e) => {
                 let err = classify(e, name, &live.store, &live.det, timeout, fuel);
@@ -297,20 +325,26 @@ impl Environment for WasmEnv {
         &self.shared.manifest
     }
 
+    fn action_space(&self) -> &ActionSpace {
+        &self.actions
+    }
+
     fn system_prompt(&mut self) -> Result<String, Error> {
-        let text = self.call("system-prompt", |s, e, h| e.call_system_prompt(s, h))?;
+        let text = self.call("system-prompt", |s, b, h| with_env!(b, |_v, env| env.call_system_prompt(s, h)))?;
         let r = checks::text(&text, &self.shared.runtime.inner.limits, "system-prompt").map(|()| text);
         self.discard_on_fault(r)
     }
 
     fn reset(&mut self, seed: u64) -> Result<Observation, Error> {
         self.live()?.det.reseed(seed);
-        let r = self.call("reset", |s, e, h| e.call_reset(s, h, seed))?;
+        let r = self.call("reset", |s, b, h| {
+            Ok(with_env!(b, |v, env| env
+                .call_reset(s, h, seed)?
+                .map(v::observation)
+                .map_err(|e| v::guest_error(e, "reset"))))
+        })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.map_err(|e| bindings::guest_error(e, "reset")).and_then(|o| {
-            let o = bindings::observation(o);
-            checks::observation(&o, limits, "reset").map(|()| o)
-        });
+        let r = r.and_then(|o| checks::observation(&o, limits, "reset").map(|()| o));
         self.discard_on_fault(r)
     }
 
@@ -318,23 +352,25 @@ impl Environment for WasmEnv {
         if self.live.is_none() {
             return Err(Error::InvalidState("the instance was re-created after a fault; call reset".into()));
         }
-        let r = self.call("step", |s, e, h| e.call_step(s, h, answer))?;
+        let r = self.call("step", |s, b, h| {
+            Ok(with_env!(b, |v, env| env
+                .call_step(s, h, answer)?
+                .map(v::step_result)
+                .map_err(|e| v::guest_error(e, "step"))))
+        })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.map_err(|e| bindings::guest_error(e, "step")).and_then(|s| {
-            let s = bindings::step_result(s);
-            checks::step(&s, limits).map(|()| s)
-        });
+        let r = r.and_then(|s| checks::step(&s, limits).map(|()| s));
         self.discard_on_fault(r)
     }
 
     fn describe_state(&mut self) -> Result<String, Error> {
-        let text = self.call("describe-state", |s, e, h| e.call_describe_state(s, h))?;
+        let text = self.call("describe-state", |s, b, h| with_env!(b, |_v, env| env.call_describe_state(s, h)))?;
         let r = checks::text(&text, &self.shared.runtime.inner.limits, "describe-state").map(|()| text);
         self.discard_on_fault(r)
     }
 
     fn oracle(&mut self) -> Result<Option<String>, Error> {
-        let answer = self.call("oracle", |s, e, h| e.call_oracle(s, h))?;
+        let answer = self.call("oracle", |s, b, h| with_env!(b, |_v, env| env.call_oracle(s, h)))?;
         let r =
             checks::text(answer.as_deref().unwrap_or(""), &self.shared.runtime.inner.limits, "oracle").map(|()| answer);
         self.discard_on_fault(r)

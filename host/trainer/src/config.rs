@@ -4,7 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
-use vagen_rollout::{Format, FormatReward, RewardPlacement};
+use vagen_rollout::{ContextOverflow, Format, FormatReward, RewardPlacement};
+use vagen_runtime::{LimitError, Limits};
 
 use crate::{PolicyLossConfig, ValueLossConfig};
 
@@ -24,6 +25,16 @@ pub struct TrainConfig {
     pub schedule: ScheduleSection,
     #[serde(default)]
     pub sft: SftSection,
+    #[serde(default)]
+    pub critic: CriticSection,
+    /// The plugin's sandbox, under the names of `vagen-host --limit` (each documented, with
+    /// its default, in `vagen_runtime::Limits`): `call_timeout_ms`, `create_timeout_ms`,
+    /// `memory_mib`, `fuel_millions_per_call`, `output_bytes`, `max_text_bytes`,
+    /// `max_images`, `max_image_pixels`, `max_metrics`. Training and `vagen-host eval
+    /// --config` load the plugin under them; a native plugin gets only the output and
+    /// observation caps (it runs unsandboxed).
+    #[serde(default)]
+    pub sandbox: Limits,
 }
 
 /// Which environment, with which seeds, in which batch shape.
@@ -127,6 +138,11 @@ pub struct RolloutSection {
     /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
     /// there (`train/out_of_context_trajectories`), trained on as far as it went.
     pub max_sequence_tokens: usize,
+    /// A prompt that leaves too little of that window for an answer: `end` (default) its
+    /// episode, as above; `drop-oldest`: the prompt leaves out its oldest whole turns until
+    /// a full `max_new_tokens` answer fits, and the episode goes on (with one sequence per
+    /// trajectory, the update still lays out every turn, as with `history`).
+    pub context_overflow: ContextOverflow,
     pub format_reward: FormatReward,
     pub rewards: RewardPlacement,
     /// Replaces the env's system prompt (the format instructions are still appended unless
@@ -173,6 +189,7 @@ impl Default for RolloutSection {
             history: 0,
             per_turn: false,
             max_sequence_tokens: 4096,
+            context_overflow: ContextOverflow::End,
             format_reward: FormatReward::default(),
             rewards: RewardPlacement::PerTurn,
             system_prompt: None,
@@ -308,6 +325,28 @@ impl Default for SftSection {
     }
 }
 
+/// The critic of the critic-based estimators (gae, bi-level-gae, turn-gae).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CriticSection {
+    /// Where its transformer starts. `actor` (default): a copy of the actor's as RL begins
+    /// (after SFT, if any) with a fresh value head, as verl builds its critic from the
+    /// policy's weights: it starts from features that already read the prompts. `seed`: a
+    /// trunk of the actor's shape drawn at random (N(0, initializer_range), as the embedded
+    /// model) from `schedule.seed + 1`, sharing nothing with the actor. The head starts at
+    /// zero either way (every value 0). A resumed run reloads its trained critic instead.
+    pub init: CriticInit,
+}
+
+/// `critic.init`: see [`CriticSection::init`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CriticInit {
+    #[default]
+    Actor,
+    Seed,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("{path}: {message}")]
@@ -316,6 +355,16 @@ pub enum ConfigError {
     BadOverride(String),
     #[error("{field}: {message}")]
     Invalid { field: &'static str, message: String },
+    /// A `[sandbox]` key that is unknown or holds an unusable value. (Not a `#[from]`,
+    /// which would make the limit error a source and print its message twice.)
+    #[error("sandbox.{0}")]
+    Sandbox(LimitError),
+}
+
+impl From<LimitError> for ConfigError {
+    fn from(e: LimitError) -> Self {
+        ConfigError::Sandbox(e)
+    }
 }
 
 impl TrainConfig {
@@ -331,6 +380,13 @@ impl TrainConfig {
                 .and_then(|mut t| t.remove("v"))
                 .unwrap_or_else(|| toml::Value::String(value.to_string()));
             set(&mut doc, key.trim(), value).map_err(|_| ConfigError::BadOverride(o.clone()))?;
+        }
+        // Read by the code that reads `--limit` flags, for the same checks and messages that
+        // name the key (serde's would name neither the key of a bad value nor the table).
+        if let Some(sandbox) = doc.get("sandbox") {
+            let table = sandbox.as_table().ok_or_else(|| err("sandbox must be a table of limits".into()))?;
+            let values = table.iter().map(|(k, v)| (k.as_str(), serde_json::to_value(v).expect("TOML is JSON")));
+            Limits::with_values(values)?;
         }
         let config: TrainConfig =
             toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| err(e.to_string()))?;
@@ -413,6 +469,7 @@ impl TrainConfig {
             .dtype
             .parse::<vagen_model::DType>()
             .map_err(|e| ConfigError::Invalid { field: "model.dtype", message: e.to_string() })?;
+        self.sandbox.validate()?;
         Ok(())
     }
 

@@ -83,7 +83,7 @@ impl<P> Exploring<P> {
         requests
             .iter()
             .map(|r| {
-                let actions = &r.manifest.action_names;
+                let actions = &r.actions.action_names;
                 if actions.is_empty() {
                     return None;
                 }
@@ -102,7 +102,7 @@ impl<P> Exploring<P> {
         let mut picks = vec![None; requests.len()];
         for members in states.values().filter(|m| m.len() > 1) {
             let first = &requests[members[0]];
-            let actions = &first.manifest.action_names;
+            let actions = &first.actions.action_names;
             if actions.is_empty() {
                 continue;
             }
@@ -151,6 +151,7 @@ mod tests {
                 state: 0,
                 messages: vec![],
                 sampled: vec![],
+                actions: Arc::new(vagen_runtime::ActionSpace::of(&manifest)),
                 manifest: manifest.clone(),
                 oracle: None,
                 seed: 1000 + i as u64,
@@ -206,6 +207,7 @@ mod tests {
                 state,
                 messages: vec![],
                 sampled: vec![],
+                actions: Arc::new(vagen_runtime::ActionSpace::of(&manifest)),
                 manifest: manifest.clone(),
                 oracle: None,
                 seed: 77 + i as u64,

@@ -18,7 +18,7 @@ mod value_loss;
 
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
-pub use config::{ConfigError, TrainConfig};
+pub use config::{ConfigError, CriticInit, TrainConfig};
 pub use metrics::StepMetrics;
 pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};

@@ -32,7 +32,7 @@ impl Policy for NoisyOracle {
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
-            let random = replacement_draw(r.seed, self.noise).and_then(|mut rng| random_answer(&r.manifest, &mut rng));
+            let random = replacement_draw(r.seed, self.noise).and_then(|mut rng| random_answer(&r.actions, &mut rng));
             if random.is_some() {
                 self.noisy.insert((r.trajectory, r.turn));
             }

@@ -3,7 +3,7 @@
 
 use crate::batch::{Micro, Row, logprobs_and_entropy};
 use crate::checkpoint::{self, TrainerState};
-use crate::config::TrainConfig;
+use crate::config::{CriticInit, TrainConfig};
 use crate::credit::Laid;
 use crate::explore::Exploring;
 use crate::metrics::{MetricsLog, StepMetrics};
@@ -21,7 +21,7 @@ use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
 use vagen_rollout::{
     History, LayoutOptions, ModelPolicy, RolloutConfig, TrainingSequence, Trajectory, layout, rollout,
 };
-use vagen_runtime::{Limits, Plugin, Runtime};
+use vagen_runtime::{Plugin, Runtime};
 
 /// Seeds per SFT step are drawn from this many per step, below the RL seeds.
 const SFT_SEED_STRIDE: u64 = 1024;
@@ -51,13 +51,8 @@ impl Trainer {
         }
         std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
-        let options = load_options(&cfg)?;
         let actor = load_model(&cfg)?;
-        let critic = if cfg.algorithm.advantage.estimator.uses_critic() {
-            Some(ValueModel::from_spec(&cfg.model.path, options)?)
-        } else {
-            None
-        };
+        let critic = new_critic(&cfg, &actor)?;
         Self::assemble(cfg, run_dir, actor, critic, TrainerState::default())
     }
 
@@ -95,7 +90,7 @@ impl Trainer {
         state: TrainerState,
     ) -> Result<Self> {
         tch::manual_seed(cfg.schedule.seed as i64);
-        let runtime = Runtime::new(Limits::default())?;
+        let runtime = Runtime::new(cfg.sandbox.clone())?;
         let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
         // Before any work: an env config the plugin refuses would otherwise surface as a
         // failed first rollout (or, for the held-out one, only at the first evaluation).
@@ -170,6 +165,11 @@ impl Trainer {
         };
         crate::report::write(&self.run_dir)?;
         Ok((start, end))
+    }
+
+    /// The critic, with a critic-based estimator.
+    pub fn critic(&self) -> Option<&ValueModel> {
+        self.critic.as_ref()
     }
 
     /// Writes a checkpoint of the current state now.
@@ -250,6 +250,12 @@ impl Trainer {
             bar.inc(1);
         }
         bar.finish_and_clear();
+        // RL starts from the fine-tuned actor, so an `actor` critic is a copy of that one;
+        // it learned nothing during SFT. Once RL has updated it, it is never replaced.
+        if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
+            self.critic = new_critic(&self.cfg, &self.actor)?;
+            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
+        }
         Ok(())
     }
 
@@ -327,7 +333,9 @@ impl Trainer {
             ..Default::default()
         };
         let mut policy = Exploring {
-            inner: ModelPolicy::new(self.actor.clone(), options).with_context_window(cfg.rollout.max_sequence_tokens),
+            inner: ModelPolicy::new(self.actor.clone(), options)
+                .with_context_window(cfg.rollout.max_sequence_tokens)
+                .with_overflow(cfg.rollout.context_overflow),
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
             at: cfg.rollout.explore_at,
@@ -574,7 +582,9 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
         seed: cfg.schedule.seed,
         ..Default::default()
     };
-    let mut policy = ModelPolicy::new(model, options).with_context_window(cfg.rollout.max_sequence_tokens);
+    let mut policy = ModelPolicy::new(model, options)
+        .with_context_window(cfg.rollout.max_sequence_tokens)
+        .with_overflow(cfg.rollout.context_overflow);
     Ok(rollout(plugin, &cfg.env_config_json(), &seeds, &rollout_config(cfg, 1), &mut policy)?)
 }
 
@@ -611,6 +621,19 @@ pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
         Model::load(Path::new(&cfg.model.path), options)
             .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?
     })
+}
+
+/// A critic as `critic.init` says, beside `actor` (none for critic-free estimators).
+fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
+    if !cfg.algorithm.advantage.estimator.uses_critic() {
+        return Ok(None);
+    }
+    Ok(Some(match cfg.critic.init {
+        CriticInit::Actor => ValueModel::from_policy(actor)?,
+        CriticInit::Seed => {
+            ValueModel::random(actor.config().clone(), cfg.schedule.seed.wrapping_add(1), load_options(cfg)?)?
+        }
+    }))
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {

@@ -1,66 +1,12 @@
 //! Smoke tests of the training loop: every estimator runs two steps with finite losses,
 //! checkpoints reload, a resumed run continues exactly, bad configs are refused up front.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{config, hostile_config, metrics, parse, step_line};
 use tch::Tensor;
 use vagen_model::{LoadOptions, Model};
-use vagen_trainer::{TrainConfig, Trainer};
-
-fn plugin() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/frozenlake.wasm");
-    assert!(p.is_file(), "{} is not built: run `cargo xtask test`", p.display());
-    p
-}
-
-/// A tiny run: 2 groups × 2, two turns, short prompts, no SFT.
-fn config(estimator: &str, extra: &str) -> String {
-    format!(
-        r#"
-[env]
-plugin = "{}"
-groups = 2
-group_size = 2
-max_turns = 2
-val_episodes = 4
-[model]
-device = "cpu"
-[rollout]
-format = "no-think"
-max_new_tokens = 6
-system_prompt = "Walk to G."
-[algorithm.advantage]
-estimator = "{estimator}"
-[optim]
-actor_lr = 1e-4
-critic_lr = 1e-4
-mini_batch = 4
-micro_batch = 2
-[schedule]
-steps = 2
-eval_every = 0
-save_every = 1
-{extra}
-"#,
-        plugin().display()
-    )
-}
-
-fn parse(text: &str, overrides: &[&str]) -> Result<TrainConfig, String> {
-    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
-    TrainConfig::parse(text, "test.toml", &overrides).map_err(|e| e.to_string())
-}
-
-fn metrics(dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn step_line(dir: &Path, step: u64) -> serde_json::Value {
-    metrics(dir).into_iter().rfind(|m| m["step"] == step && m.get("train/reward").is_some()).unwrap()
-}
+use vagen_trainer::Trainer;
 
 #[test]
 fn two_steps_of_each_estimator_have_finite_losses() {
@@ -296,18 +242,15 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
 
 #[test]
 fn a_faulting_plugin_fails_only_its_trajectories_until_the_rate_stops_the_run() {
-    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
-    assert!(hostile.is_file(), "run `cargo xtask test`");
-    let text = config("grpo", "").replace(plugin().to_str().unwrap(), hostile.to_str().unwrap());
     // One step in twenty faults: a few trajectories fail, the run goes on.
-    let flaky = text.replace("[model]", "[env.config]\nmode = \"flaky\"\n[model]");
+    let flaky = hostile_config("flaky", "");
     let dir = tempfile::tempdir().unwrap();
     let cfg = parse(&flaky, &["env.groups=6", "env.max_turns=3", "schedule.steps=1"]).unwrap();
     Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
     let m = step_line(dir.path(), 1);
     assert!(m["train/failed_trajectories"].as_f64().unwrap() >= 1.0, "{m}");
     // Every step faults: the run stops, names the plugin, and leaves a reproducer.
-    let panics = text.replace("[model]", "[env.config]\nmode = \"panic\"\n[model]");
+    let panics = hostile_config("panic", "");
     let dir = tempfile::tempdir().unwrap();
     let cfg = parse(&panics, &["schedule.steps=1"]).unwrap();
     let err = Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err().to_string();
@@ -322,11 +265,7 @@ fn a_faulting_plugin_fails_only_its_trajectories_until_the_rate_stops_the_run() 
 
 #[test]
 fn train_config_applies_to_training_episodes_only_and_is_checked_up_front() {
-    let hostile = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
-    assert!(hostile.is_file(), "run `cargo xtask test`");
-    let text = config("grpo", "")
-        .replace(plugin().to_str().unwrap(), hostile.to_str().unwrap())
-        .replace("[model]", "[env.config]\nmode = \"healthy\"\n[env.train_config]\nmode = \"panic\"\n[model]");
+    let text = hostile_config("healthy", "").replace("[model]", "[env.train_config]\nmode = \"panic\"\n[model]");
     // Evaluation runs `env.config`: the healthy game.
     let dir = tempfile::tempdir().unwrap();
     let mut t = Trainer::new(parse(&text, &["schedule.steps=1"]).unwrap(), dir.path()).unwrap();

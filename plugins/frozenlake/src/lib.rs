@@ -53,6 +53,10 @@ impl Env for FrozenLake {
         }
     }
 
+    fn action_spec(&self) -> Option<&ActionSpec> {
+        Some(&self.spec)
+    }
+
     fn presets() -> &'static [(&'static str, &'static str)] {
         config::PRESETS
     }

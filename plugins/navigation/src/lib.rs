@@ -132,6 +132,10 @@ impl Env for Navigation {
         }
     }
 
+    fn action_spec(&self) -> Option<&ActionSpec> {
+        Some(&self.spec)
+    }
+
     fn presets() -> &'static [(&'static str, &'static str)] {
         config::PRESETS
     }

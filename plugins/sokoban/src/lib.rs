@@ -81,6 +81,10 @@ impl Env for Sokoban {
         }
     }
 
+    fn action_spec(&self) -> Option<&ActionSpec> {
+        Some(&self.spec)
+    }
+
     fn presets() -> &'static [(&'static str, &'static str)] {
         config::PRESETS
     }

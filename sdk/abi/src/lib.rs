@@ -20,12 +20,17 @@
 
 mod types;
 
-pub use types::{EnvError, Image, Manifest, Modality, Observation, Step};
+pub use types::{ActionSpace, EnvError, Image, Manifest, Modality, Observation, Step};
 
 use serde::{Serialize, de::DeserializeOwned};
 
 /// Bumped on any change to the symbols, signatures, ops or encodings of native plugins.
-pub const NATIVE_ABI_VERSION: u32 = 1;
+/// 2 added `Op::ActionSpace`.
+pub const NATIVE_ABI_VERSION: u32 = 2;
+
+/// The oldest version the host still loads: a version-1 plugin has no `ActionSpace` op,
+/// and its manifest's action fields stand for every instance.
+pub const OLDEST_NATIVE_ABI_VERSION: u32 = 1;
 
 /// Symbol names, NUL-terminated for dynamic loaders.
 pub mod symbols {
@@ -52,6 +57,7 @@ pub mod status {
 /// | `Step` | the answer, UTF-8 | `Step` |
 /// | `DescribeState` | none | `String` |
 /// | `Oracle` | none | `Option<String>` |
+/// | `ActionSpace` (ABI 2) | none | `ActionSpace` |
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -60,11 +66,14 @@ pub enum Op {
     Step = 3,
     DescribeState = 4,
     Oracle = 5,
+    ActionSpace = 6,
 }
 
 impl Op {
     pub fn from_u32(op: u32) -> Option<Op> {
-        [Op::SystemPrompt, Op::Reset, Op::Step, Op::DescribeState, Op::Oracle].into_iter().find(|o| *o as u32 == op)
+        [Op::SystemPrompt, Op::Reset, Op::Step, Op::DescribeState, Op::Oracle, Op::ActionSpace]
+            .into_iter()
+            .find(|o| *o as u32 == op)
     }
 }
 
@@ -152,6 +161,7 @@ mod tests {
         assert_eq!(unsafe { buf.as_slice() }, &[7, 8]);
         assert_eq!(unsafe { buf.into_vec() }, vec![7, 8]);
         assert_eq!(Op::from_u32(3), Some(Op::Step));
+        assert_eq!(Op::from_u32(6), Some(Op::ActionSpace));
         assert_eq!(Op::from_u32(9), None);
     }
 }

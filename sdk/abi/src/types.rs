@@ -51,7 +51,7 @@ pub enum Modality {
     Image,
 }
 
-/// Static facts about an environment (see `wit/v0.1.0/env.wit`).
+/// Static facts about an environment (see `wit/v0.2.0/env.wit`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     pub name: String,
@@ -80,6 +80,36 @@ impl Default for Manifest {
             default_config: String::new(),
             has_oracle: false,
         }
+    }
+}
+
+/// How one configured instance reads actions (`environment.action-space` in the WIT):
+/// the manifest's action fields, as the instance's config set them.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionSpace {
+    /// The action vocabulary; empty for free-form answers.
+    pub action_names: Vec<String>,
+    /// What separates several actions inside one answer, e.g. `,` or `||`.
+    pub action_separator: String,
+    /// Actions one answer may carry; at least 1.
+    pub max_actions_per_turn: u32,
+}
+
+impl ActionSpace {
+    /// The manifest's defaults: what an instance of a plugin that cannot say otherwise
+    /// (WIT 0.1.0, native ABI 1) reads.
+    pub fn of(m: &Manifest) -> Self {
+        ActionSpace {
+            action_names: m.action_names.clone(),
+            action_separator: m.action_separator.clone(),
+            max_actions_per_turn: m.max_actions_per_turn,
+        }
+    }
+}
+
+impl Default for ActionSpace {
+    fn default() -> Self {
+        ActionSpace::of(&Manifest::default())
     }
 }
 

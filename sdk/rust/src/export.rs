@@ -46,6 +46,15 @@ impl<T: Env + Package> wit_env::GuestEnvironment for Instance<T> {
         Ok(wit_env::Environment::new(Instance(RefCell::new(session))))
     }
 
+    fn action_space(&self) -> wit::ActionSpace {
+        let a = self.0.borrow().action_space();
+        wit::ActionSpace {
+            action_names: a.action_names,
+            action_separator: a.action_separator,
+            max_actions_per_turn: a.max_actions_per_turn,
+        }
+    }
+
     fn system_prompt(&self) -> String {
         self.0.borrow().system_prompt()
     }

@@ -20,7 +20,7 @@ pub use actions::{ActionSpec, ParsedActions};
 pub use config::NoConfig;
 pub use render::{Canvas, ObservationMode, grid_observation, grid_text};
 pub use rng::Rng;
-pub use vagen_abi::{EnvError, Image, Manifest, Modality, Observation, Step};
+pub use vagen_abi::{ActionSpace, EnvError, Image, Manifest, Modality, Observation, Step};
 pub use words::{echo, relative_position, turn_feedback};
 
 use serde::{Serialize, de::DeserializeOwned};
@@ -63,6 +63,14 @@ pub trait Env: Sized + 'static {
     /// plugin's Cargo package; `default_config` is filled from `Config::default()`.
     fn manifest() -> Manifest {
         Manifest::default()
+    }
+
+    /// How this instance reads actions, when its config can change the manifest's action
+    /// fields (separator, actions per turn): return the [`ActionSpec`] `step` parses with,
+    /// and the host's random policy, fuzzer and answer parsing follow it. `None` (the
+    /// default): the manifest's fields hold for every instance.
+    fn action_spec(&self) -> Option<&ActionSpec> {
+        None
     }
 
     /// Named partial configurations (JSON objects). A config `{"preset": "NAME", ...}`
@@ -170,7 +178,7 @@ pub mod __private {
     pub mod bindings {
         wit_bindgen::generate!({
             world: "environment",
-            path: "../../wit/v0.1.0",
+            path: "../../wit/v0.2.0",
             pub_export_macro: true,
             default_bindings_module: "vagen_sdk::__private::bindings",
         });

@@ -76,6 +76,7 @@ pub unsafe fn call<T: Env + Package>(env: *mut c_void, op: u32, arg: *const u8, 
                 Some(Op::Step) => Ok(encode(&session.step(text()?)?)),
                 Some(Op::DescribeState) => Ok(encode(&session.describe_state())),
                 Some(Op::Oracle) => Ok(encode(&session.oracle())),
+                Some(Op::ActionSpace) => Ok(encode(&session.action_space())),
                 None => Err(EnvError::Failed(format!("unknown op {op}"))),
             }
         })

@@ -1,7 +1,7 @@
 //! One env instance and the episode protocol around it, shared by the WebAssembly and the
 //! native exports: no step before reset or after done, oracle only while running.
 
-use crate::{Env, EnvError, Manifest, Observation, Step, config};
+use crate::{ActionSpace, Env, EnvError, Manifest, Observation, Step, config};
 
 /// Package facts `export_env!` takes from the plugin's Cargo.toml.
 pub trait Package {
@@ -40,6 +40,21 @@ impl<T: Env> Session<T> {
     pub fn create(config: &str) -> Result<Self, EnvError> {
         let config = config::resolve::<T::Config>(config, T::presets())?;
         Ok(Self { env: T::new(config)?, phase: Phase::BeforeReset })
+    }
+
+    /// The instance's own action spec when it has one, else the manifest's fields.
+    pub fn action_space(&self) -> ActionSpace
+    where
+        T: Package,
+    {
+        match self.env.action_spec() {
+            Some(spec) => ActionSpace {
+                action_names: spec.names.clone(),
+                action_separator: spec.separator.clone(),
+                max_actions_per_turn: u32::try_from(spec.max_per_turn).unwrap_or(u32::MAX),
+            },
+            None => ActionSpace::of(&manifest_of::<T>()),
+        }
     }
 
     pub fn system_prompt(&self) -> String {

@@ -193,7 +193,6 @@ fn fingerprint(obs: &Observation, step: Option<&StepResult>) -> String {
 
 pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error> {
     let m = plugin.manifest();
-    let answers = AnswerGen::new(&m.action_names, &m.action_separator, m.max_actions_per_turn);
     let max_turns = m.default_max_turns.max(1) as usize + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let started = Instant::now();
@@ -201,6 +200,9 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
     // one call (a call is bounded by the sandbox's deadline).
     let deadline = opts.duration.map(|d| started + d);
     let mut env = plugin.create(&opts.config)?;
+    // The instance's: the config under test may change the separator or the per-turn limit.
+    let a = env.action_space();
+    let answers = AnswerGen::new(&a.action_names, &a.action_separator, a.max_actions_per_turn);
     let mut report = FuzzReport::default();
     let mut found: BTreeMap<FindingKind, Finding> = BTreeMap::new();
     let mut baseline = None::<(u64, u64)>;

@@ -135,9 +135,8 @@ fn judge_kind(
         return Ok(Verdict::Reproduced(format!("{}: {e}", call_name(*c))));
     }
     let kind = r.kind;
-    let verdict = |shown: Option<String>, why_not: String| {
-        Ok(shown.map_or(Verdict::NotReproduced(why_not), Verdict::Reproduced))
-    };
+    let verdict =
+        |shown: Option<String>, why_not: String| Ok(shown.map_or(Verdict::NotReproduced(why_not), Verdict::Reproduced));
     match kind {
         Some(FindingKind::Protocol) => verdict(
             first.step_after_done_accepted.then(|| "a step after `done` was accepted".to_string()),
@@ -159,7 +158,10 @@ fn judge_kind(
             for round in 1..r.repeat.max(2) {
                 let p = play(env, script, None);
                 if p.transcript != first.transcript {
-                    return verdict(Some(format!("round {round} differs from round 0 on the same instance")), String::new());
+                    return verdict(
+                        Some(format!("round {round} differs from round 0 on the same instance")),
+                        String::new(),
+                    );
                 }
             }
             let mut fresh = plugin.create(&r.config)?;
@@ -178,7 +180,10 @@ fn judge_kind(
                     Some(format!("memory grew from {} to {} MiB over {} rounds", a >> 20, b >> 20, r.repeat)),
                     String::new(),
                 ),
-                (Some(a), Some(b)) => verdict(None, format!("memory stayed at {} MiB (from {} MiB) over {} rounds", b >> 20, a >> 20, r.repeat)),
+                (Some(a), Some(b)) => verdict(
+                    None,
+                    format!("memory stayed at {} MiB (from {} MiB) over {} rounds", b >> 20, a >> 20, r.repeat),
+                ),
                 _ => verdict(None, "this plugin's memory cannot be measured (a native plugin)".into()),
             }
         }

@@ -1,0 +1,75 @@
+//! What the trainer's test files share: the plugins, a tiny run's config, its metrics.
+#![allow(dead_code)] // each test file uses its own share of these
+
+use std::path::{Path, PathBuf};
+use vagen_trainer::TrainConfig;
+
+pub fn plugin() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/plugins/frozenlake.wasm");
+    assert!(p.is_file(), "{} is not built: run `cargo xtask test`", p.display());
+    p
+}
+
+/// The test suite's misbehaving plugin (`tests/plugins/hostile`), whose `mode` says how.
+pub fn hostile() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/test-plugins/hostile.wasm");
+    assert!(p.is_file(), "{} is not built: run `cargo xtask test`", p.display());
+    p
+}
+
+/// A tiny run: 2 groups × 2, two turns, short prompts, no SFT.
+pub fn config(estimator: &str, extra: &str) -> String {
+    format!(
+        r#"
+[env]
+plugin = "{}"
+groups = 2
+group_size = 2
+max_turns = 2
+val_episodes = 4
+[model]
+device = "cpu"
+[rollout]
+format = "no-think"
+max_new_tokens = 6
+system_prompt = "Walk to G."
+[algorithm.advantage]
+estimator = "{estimator}"
+[optim]
+actor_lr = 1e-4
+critic_lr = 1e-4
+mini_batch = 4
+micro_batch = 2
+[schedule]
+steps = 2
+eval_every = 0
+save_every = 1
+{extra}
+"#,
+        plugin().display()
+    )
+}
+
+/// `config` on the hostile plugin in `mode`.
+pub fn hostile_config(mode: &str, extra: &str) -> String {
+    config("grpo", extra)
+        .replace(plugin().to_str().unwrap(), hostile().to_str().unwrap())
+        .replace("[model]", &format!("[env.config]\nmode = \"{mode}\"\n[model]"))
+}
+
+pub fn parse(text: &str, overrides: &[&str]) -> Result<TrainConfig, String> {
+    let overrides: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    TrainConfig::parse(text, "test.toml", &overrides).map_err(|e| e.to_string())
+}
+
+pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+pub fn step_line(dir: &Path, step: u64) -> serde_json::Value {
+    metrics(dir).into_iter().rfind(|m| m["step"] == step && m.get("train/reward").is_some()).unwrap()
+}
