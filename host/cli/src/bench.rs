@@ -99,7 +99,7 @@ fn measure(path: &Path, a: &BenchArgs, limits: Limits) -> Result<Figures> {
         let t = Instant::now();
         env.reset(seed)?;
         resets.push(t.elapsed());
-        for _ in 0..m.default_max_turns {
+        for _ in 0..plugin.max_turns(None) {
             let t = Instant::now();
             let answer = policy.answer(env.as_mut(), &mut rng)?.unwrap_or_default();
             answering += t.elapsed();

@@ -51,6 +51,9 @@ pub struct EvalArgs {
     /// `--config`, the config's `[sandbox]` table holds them).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     limits: Vec<String>,
+    /// With `--config`: let its `env.plugin` name a native `.so`, which runs unsandboxed.
+    #[arg(long, requires = "config")]
+    allow_native: bool,
     #[arg(long)]
     out: Option<PathBuf>,
     #[arg(long)]
@@ -83,6 +86,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
         temperature: a.temperature,
         max_new_tokens: a.max_new_tokens,
         context_overflow: Default::default(),
+        allow_native: false,
     })
 }
 
@@ -94,7 +98,9 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
     let cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
     let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
-    let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+    let plugin = runtime
+        .load_named_in(&cfg.env.plugin, path, a.allow_native)
+        .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
     let model = Rc::new(vagen_trainer::load_model(&cfg)?);
     let trajs = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;
     let m = vagen_rollout::metrics(&trajs);

@@ -81,7 +81,8 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
     println!("{:<16} {:>6}  {:<40}  reproducer", "finding", "count", "first seen");
     for f in &report.findings {
         let kind = serde_json::to_value(f.kind)?.as_str().unwrap_or("finding").to_string();
-        let file = a.out.join(format!("{name}-{kind}.json"));
+        // The name is the plugin's to choose: never a path.
+        let file = a.out.join(format!("{}-{kind}.json", vagen_runtime::file_stem(&name)));
         std::fs::write(&file, serde_json::to_string_pretty(&f.reproducer)?)
             .with_context(|| format!("writing {}", file.display()))?;
         println!("{kind:<16} {:>6}  {:<40}  {}", f.count, f.message, file.display());

@@ -84,6 +84,10 @@ pub struct RunArgs {
     /// turns from the prompt until a full answer fits.
     #[arg(long, default_value = "end", value_parser = parse_overflow)]
     pub context_overflow: vagen_rollout::ContextOverflow,
+    /// With `--replay` and no `--plugin`: let the reproducer's plugin path name a native
+    /// `.so`, which runs unsandboxed (a shared reproducer alone never can).
+    #[arg(long)]
+    pub allow_native: bool,
 }
 
 fn parse_overflow(s: &str) -> Result<vagen_rollout::ContextOverflow, String> {
@@ -144,7 +148,7 @@ pub fn failed_run(
 
 pub fn run(a: RunArgs) -> Result<()> {
     if let Some(file) = &a.replay {
-        return replay(file, a.plugin.as_deref(), &a.limits);
+        return replay(file, a.plugin.as_deref(), &a.limits, a.allow_native);
     }
     let path = a.plugin.clone().expect("clap requires --plugin without --replay");
     let plugin = load(&path, limits_from(&a.limits)?)?;
@@ -153,7 +157,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let manifest = plugin.manifest().clone();
     let policy = Policy::new(a.policy, &manifest)?;
-    let max_turns = a.max_turns.unwrap_or(manifest.default_max_turns);
+    let max_turns = plugin.max_turns(a.max_turns);
     let human = policy.kind() == PolicyKind::Human;
     let workers =
         if human { 1 } else { a.parallel.unwrap_or_else(rayon::current_num_threads).clamp(1, a.episodes.max(1)) };
@@ -397,19 +401,24 @@ pub fn save_answers(
 ) -> Result<PathBuf> {
     let r = Reproducer::failure(plugin, &a.env_config, seed, answers.to_vec(), error, failed_call);
     let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let file = dir.join(format!("{}-failure-seed{}.json", plugin.manifest().name, seed));
+    // The name is the plugin's to choose: never a path.
+    let file = dir.join(format!("{}-failure-seed{}.json", vagen_runtime::file_stem(&plugin.manifest().name), seed));
     std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;
     Ok(file)
 }
 
 /// `run --replay FILE`: plays a reproducer back. Exit status 1 when the recorded failure
 /// shows again (the env still fails), [`NOT_REPRODUCED`] when it does not, with the reason.
-fn replay(file: &Path, plugin: Option<&Path>, limits: &[String]) -> Result<()> {
+fn replay(file: &Path, plugin: Option<&Path>, limits: &[String], allow_native: bool) -> Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let r: Reproducer =
         serde_json::from_str(&text).with_context(|| format!("{} is not a reproducer", file.display()))?;
-    let path = plugin.map(Path::to_path_buf).unwrap_or_else(|| r.plugin.clone());
-    let loaded = load(&path, limits_from(limits)?)?;
+    // A path given on the command line is the user's; one read from the file is not.
+    let runtime = vagen_runtime::Runtime::new(limits_from(limits)?)?;
+    let (path, loaded) = match plugin {
+        Some(p) => (p.to_path_buf(), runtime.load(p)?),
+        None => (r.plugin.clone(), runtime.load_named_in(&r.plugin, file, allow_native)?),
+    };
     let changed = !r.sha256.is_empty() && loaded.info().sha256 != r.sha256;
     if changed {
         eprintln!("note: {} has changed since the reproducer was saved (sha256 differs)", path.display());

@@ -20,16 +20,25 @@ pub struct TrainArgs {
     /// Override a config field, e.g. `--set optim.actor_lr=1e-5` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
+    /// Let `env.plugin` name a native `.so`, which runs unsandboxed with your permissions
+    /// (a config file alone never can: it may come from someone else).
+    #[arg(long)]
+    allow_native: bool,
 }
 
 impl TrainArgs {
     fn trainer(&self) -> Result<Trainer> {
         if let Some(dir) = &self.resume {
-            return Trainer::resume(dir, &self.overrides);
+            return if self.allow_native {
+                Trainer::resume_allowing_native(dir, &self.overrides)
+            } else {
+                Trainer::resume(dir, &self.overrides)
+            };
         }
         let path = self.config.as_ref().expect("clap requires --config without --resume");
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let cfg = TrainConfig::parse(&text, &path.display().to_string(), &self.overrides)?;
+        let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), &self.overrides)?;
+        cfg.allow_native = self.allow_native;
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
             PathBuf::from("runs").join(stem)

@@ -463,3 +463,32 @@ fn a_rollout_with_too_many_env_failures_stops_with_a_reproducer() {
     assert!(!replay.status.success());
     assert!(String::from_utf8_lossy(&replay.stderr).contains("reproduced"));
 }
+
+#[test]
+fn a_plugin_named_like_a_path_writes_inside_the_output_folder_and_a_shared_reproducer_runs_no_native_code() {
+    let endless = plugin("test-plugins", "endless");
+    let dir = tempfile::tempdir().unwrap();
+    let deep = dir.path().join("a/b/c");
+    std::fs::create_dir_all(&deep).unwrap();
+    let out = deep.join("run.jsonl");
+    let args = ["run", "--plugin", endless.to_str().unwrap(), "--env-config", r#"{"fail_at": 2}"#, "--episodes", "2"];
+    let o = host(&[&args[..], &["--max-turns", "3", "--out", out.to_str().unwrap()]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    // The plugin calls itself `../../../outside/pwned`: its reproducers stay beside the log.
+    let written: Vec<String> =
+        std::fs::read_dir(&deep).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+    let reproducer = written.iter().find(|n| n.starts_with("outside-pwned-failure-seed")).expect("a reproducer");
+    assert!(!dir.path().join("outside").exists(), "{written:?}");
+    // The same reproducer, edited to name a native library: refused unless the user opts in.
+    let file = deep.join(reproducer);
+    let mut r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    r["plugin"] = root().join("target/plugins/frozenlake.so").to_str().unwrap().into();
+    r["config"] = "".into();
+    std::fs::write(&file, r.to_string()).unwrap();
+    let o = host(&["run", "--replay", file.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("native plugin") && err.contains("--allow-native"), "{err}");
+    let o = host(&["run", "--replay", file.to_str().unwrap(), "--allow-native"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("--allow-native") && err.contains("not reproduced"), "{err}");
+}

@@ -256,7 +256,8 @@ pub fn rollout(
             }
         }
     }
-    let max_turns = if config.max_turns > 0 { config.max_turns } else { manifest.default_max_turns.max(1) as usize };
+    let asked = u32::try_from(config.max_turns).unwrap_or(u32::MAX);
+    let max_turns = plugin.max_turns(Some(asked)) as usize;
     let per_turn = |space: &ActionSpace| match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
         (0, m) => m,
         (c, 0) => c,
@@ -268,11 +269,25 @@ pub fn rollout(
         if active.is_empty() {
             break;
         }
-        let oracles = if policy.needs_oracle() {
-            pool.for_each(|i, env| if current[i].is_some() { env.oracle().ok().flatten() } else { None })
-        } else {
-            vec![None; n]
-        };
+        let mut oracles = vec![None; n];
+        if policy.needs_oracle() {
+            let answers = pool.for_each(|i, env| current[i].as_ref().map(|_| env.oracle()));
+            // An oracle that faults fails its episode: its policy would act on nothing.
+            for (i, answer) in answers.into_iter().enumerate() {
+                match answer {
+                    Some(Ok(a)) => oracles[i] = a,
+                    Some(Err(e)) => {
+                        trajs[i].failure = Some(format!("turn {turn}: oracle: {e}"));
+                        current[i] = None;
+                    }
+                    None => {}
+                }
+            }
+        }
+        let active: Vec<usize> = active.into_iter().filter(|&i| current[i].is_some()).collect();
+        if active.is_empty() {
+            break;
+        }
         let requests: Vec<Request> = active
             .iter()
             .map(|&i| {
@@ -490,6 +505,8 @@ pub struct RolloutMetrics {
     pub mean_response_tokens: Option<f64>,
 }
 
+/// Success counts every episode, a failed one as a failure (4 of 8 faulted and the rest
+/// won is 0.5, not 1.0); the per-turn figures are over the episodes that did not fail.
 pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
     let ok: Vec<&Trajectory> = trajs.iter().filter(|t| t.failure.is_none()).collect();
     let n = ok.len().max(1) as f64;
@@ -497,7 +514,7 @@ pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
     let nt = turns.len().max(1) as f64;
     let sent: usize = turns.iter().map(|t| t.parsed.actions.len()).sum();
     let ratio = |x: u32| if sent == 0 { 0.0 } else { x as f64 / sent as f64 };
-    let groups: std::collections::BTreeMap<usize, bool> = ok.iter().fold(Default::default(), |mut m, t| {
+    let groups: std::collections::BTreeMap<usize, bool> = trajs.iter().fold(Default::default(), |mut m, t| {
         *m.entry(t.group).or_insert(false) |= t.success;
         m
     });
@@ -506,7 +523,7 @@ pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
         episodes: trajs.len(),
         failed: trajs.len() - ok.len(),
         truncated_context: trajs.iter().filter(|t| t.truncated == Some(Truncation::Context)).count(),
-        success: ok.iter().filter(|t| t.success).count() as f64 / n,
+        success: ok.iter().filter(|t| t.success).count() as f64 / trajs.len().max(1) as f64,
         pass_at_group: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
         mean_turns: turns.len() as f64 / n,
         mean_reward: ok.iter().map(|t| t.total_reward()).sum::<f64>() / n,

@@ -3,7 +3,7 @@
 //! hold a component of either version.
 
 use crate::sandbox::Sandbox;
-use crate::{ActionSpace, Error, Image, Manifest, Metric, Modality, Observation, StepResult};
+use crate::{ActionSpace, Error, Image, Manifest, Metric, Modality, Observation, StepResult, guest_text};
 
 /// One version's generated bindings and their conversions. The versions share every type
 /// but `action-space`, so the conversions read the same in each.
@@ -66,9 +66,9 @@ macro_rules! wit_version {
 
             pub(crate) fn guest_error(e: wit::EnvError, call: &'static str) -> Error {
                 match e {
-                    wit::EnvError::BadConfig(m) => Error::BadConfig(m),
-                    wit::EnvError::InvalidState(m) => Error::InvalidState(m),
-                    wit::EnvError::Failed(message) => Error::Failed { call, message },
+                    wit::EnvError::BadConfig(m) => Error::BadConfig(guest_text(&m)),
+                    wit::EnvError::InvalidState(m) => Error::InvalidState(guest_text(&m)),
+                    wit::EnvError::Failed(m) => Error::Failed { call, message: guest_text(&m) },
                 }
             }
         }

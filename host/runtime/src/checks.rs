@@ -76,10 +76,26 @@ pub(crate) fn observation(o: &Observation, limits: &Limits, call: &'static str) 
     Ok(())
 }
 
-pub(crate) fn step(s: &StepResult, limits: &Limits) -> Result<(), Error> {
+/// A step result, from an instance reading actions as `actions` says.
+pub(crate) fn step(s: &StepResult, limits: &Limits, actions: &ActionSpace) -> Result<(), Error> {
     let fail = |detail: String| Err(Error::Malformed { call: "step", detail });
     if !s.reward.is_finite() {
         return fail(format!("reward {} is not finite", s.reward));
+    }
+    if s.reward.abs() > limits.max_abs_reward {
+        return fail(format!("reward {:e} is beyond ±{:e} (max_abs_reward)", s.reward, limits.max_abs_reward));
+    }
+    if s.valid_actions > actions.max_actions_per_turn {
+        return fail(format!(
+            "valid-actions {} is more than an answer may carry ({})",
+            s.valid_actions, actions.max_actions_per_turn
+        ));
+    }
+    if s.effective_actions > s.valid_actions {
+        return fail(format!(
+            "effective-actions {} is more than valid-actions {}",
+            s.effective_actions, s.valid_actions
+        ));
     }
     if s.metrics.len() > limits.max_metrics {
         return fail(format!("{} metrics (limit {})", s.metrics.len(), limits.max_metrics));

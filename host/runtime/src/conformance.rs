@@ -187,7 +187,7 @@ fn transcript(env: &mut dyn Environment, plugin: &dyn Plugin, seed: u64) -> Resu
     let obs = env.reset(seed).map_err(|e| format!("seed {seed}, reset: {e}"))?;
     let mut out = vec![Call::new(None, &obs, None)];
     let mut answers = Answers::new(plugin, seed);
-    for turn in 1..=plugin.manifest().default_max_turns {
+    for turn in 1..=plugin.max_turns(None) {
         let answer = answers.next(env).map_err(|e| format!("seed {seed}, oracle before step {turn}: {e}"))?;
         let s = env.step(&answer).map_err(|e| format!("seed {seed}, step {turn} (answer {answer:?}): {e}"))?;
         out.push(Call::new(Some(answer), &s.observation, Some(&s)));
@@ -265,7 +265,7 @@ fn check_step_after_done(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<Str
 
 fn check_oracle(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, String> {
     let mut env = plugin.create(&opts.config).map_err(|e| format!("create: {e}"))?;
-    let max_turns = plugin.manifest().default_max_turns;
+    let max_turns = plugin.max_turns(None);
     let mut wins = 0u64;
     for seed in 0..opts.oracle_episodes {
         env.reset(seed).map_err(|e| format!("reset({seed}): {e}"))?;

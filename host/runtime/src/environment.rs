@@ -1,6 +1,6 @@
 //! The one interface the rest of the host uses, whatever the plugin is made of.
 
-use crate::{ActionSpace, Error, Manifest, Observation, PluginInfo, StepResult};
+use crate::{ActionSpace, Error, Limits, Manifest, Observation, PluginInfo, StepResult};
 
 /// A live environment instance. Calls that fail with [`Error::is_fault`] leave the
 /// instance re-created behind the scenes; the caller must `reset` before stepping again.
@@ -26,6 +26,15 @@ pub trait Environment: Send {
 pub trait Plugin: Send + Sync {
     fn manifest(&self) -> &Manifest;
     fn info(&self) -> &PluginInfo;
+    /// What its instances are allowed.
+    fn limits(&self) -> &Limits;
+
+    /// Turns one episode may last: `asked` (a run's setting; 0 or `None` for the plugin's
+    /// `default-max-turns`), never more than [`Limits::max_turns`], whatever the manifest
+    /// says: the host's own loops stay bounded.
+    fn max_turns(&self, asked: Option<u32>) -> u32 {
+        asked.filter(|&t| t > 0).unwrap_or(self.manifest().default_max_turns).clamp(1, self.limits().max_turns)
+    }
     /// A new instance. `config` is a JSON object; `""` means the defaults.
     fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error>;
 }

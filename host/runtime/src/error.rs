@@ -53,13 +53,26 @@ pub enum Error {
 
     #[error("{call} returned malformed data: {detail}")]
     Malformed { call: &'static str, detail: String },
+
+    #[error(
+        "{path} is a native plugin, which runs unsandboxed with your permissions, and it is named in {named_in}, a file that may come from someone else: pass --allow-native to trust it"
+    )]
+    NativeNotAllowed { path: PathBuf, named_in: PathBuf },
+
+    #[error("bad reproducer: {0}")]
+    BadReproducer(String),
 }
 
 /// The plugin's stderr on one line (errors are one line), shortened to its start.
 fn stderr_suffix(stderr: &str) -> String {
     const MAX: usize = 400;
-    let lines: Vec<&str> =
-        stderr.lines().map(str::trim).filter(|l| !l.is_empty() && *l != "stack backtrace:").collect();
+    // Kept whole in the error (it is capped at `output_bytes` when captured), escaped here.
+    let lines: Vec<String> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && *l != "stack backtrace:")
+        .map(crate::guest_text)
+        .collect();
     if lines.is_empty() {
         return String::new();
     }
@@ -104,6 +117,8 @@ impl Error {
             Error::OutOfFuel { .. } => "out-of-fuel",
             Error::Trap { .. } => "trap",
             Error::Malformed { .. } => "malformed",
+            Error::BadReproducer(_) => "bad-reproducer",
+            Error::NativeNotAllowed { .. } => "native-not-allowed",
         }
     }
 }

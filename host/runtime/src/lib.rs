@@ -13,6 +13,7 @@ pub mod conformance;
 mod environment;
 mod error;
 pub mod fuzz;
+mod guest_text;
 mod limits;
 mod native;
 mod pool;
@@ -24,11 +25,12 @@ mod wasm;
 
 pub use environment::{Environment, Plugin};
 pub use error::Error;
+pub use guest_text::{MAX_GUEST_TEXT, file_stem, guest_text};
 pub use limits::{LimitError, Limits};
 pub use native::{NativeEnv, NativePlugin};
 pub use pool::EnvPool;
 pub use random_answer::random_answer;
-pub use runtime::Runtime;
+pub use runtime::{MAX_PLUGIN_BYTES, Runtime, is_native_name};
 pub use types::{ActionSpace, Image, Import, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};
 pub use wasm::{WasmEnv, WasmPlugin};
 

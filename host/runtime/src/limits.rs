@@ -30,6 +30,13 @@ pub struct Limits {
     pub max_image_pixels: u64,
     /// Most metrics in one step result.
     pub max_metrics: usize,
+    /// Largest reward magnitude one step may report; beyond it the step is malformed (its
+    /// episode fails, naming the value), so sums over an episode stay finite in f32.
+    pub max_abs_reward: f64,
+    /// Most turns the host plays in one episode, whatever the plugin's
+    /// `default-max-turns` or a run's setting says (Gymnasium's `TimeLimit`, on the
+    /// host's side): every loop over turns, answers and replays is bounded by it.
+    pub max_turns: u32,
 }
 
 impl Default for Limits {
@@ -44,6 +51,8 @@ impl Default for Limits {
             max_images: 16,
             max_image_pixels: 4096 * 4096,
             max_metrics: 256,
+            max_abs_reward: 1e6,
+            max_turns: 1_000,
         }
     }
 }
@@ -109,6 +118,12 @@ impl Limits {
         if self.max_text_bytes == 0 {
             return refuse("max_text_bytes", "0 would refuse every observation (each carries text)");
         }
+        if !(self.max_abs_reward.is_finite() && self.max_abs_reward > 0.0) {
+            return refuse("max_abs_reward", "must be a positive finite number");
+        }
+        if self.max_turns == 0 {
+            return refuse("max_turns", "0 would end every episode before its first step");
+        }
         Ok(())
     }
 
@@ -145,6 +160,8 @@ mod tests {
             ("memory_mib", json!(0), "0 MiB"),
             ("fuel_millions_per_call", json!(0), "unset"),
             ("max_text_bytes", json!(0), "every observation"),
+            ("max_abs_reward", json!(-1.0), "positive finite"),
+            ("max_turns", json!(0), "first step"),
             ("memory_mib", json!(-1), "invalid value"),
             ("call_timeout_ms", json!("fast"), "invalid type"),
             ("call_timeout", json!(50), "no such limit (known: call_timeout_ms, create_timeout_ms"),

@@ -5,7 +5,9 @@
 
 use crate::cache::sha256_hex;
 use crate::checks;
-use crate::{ActionSpace, Environment, Error, Limits, Manifest, Metric, Observation, Plugin, PluginInfo, StepResult};
+use crate::{
+    ActionSpace, Environment, Error, Limits, Manifest, Metric, Observation, Plugin, PluginInfo, StepResult, guest_text,
+};
 use libloading::Library;
 use std::ffi::c_void;
 use std::path::Path;
@@ -39,11 +41,14 @@ struct Fns {
 
 impl NativePlugin {
     pub(crate) fn load(path: &Path, limits: Limits) -> Result<Self, Error> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let bytes = crate::runtime::read_plugin_file(path)?;
         let started = Instant::now();
         let not_plugin = |reason: String| Error::NotAPlugin { path: path.into(), reason };
+        // The path as given: a bare `x.so` would otherwise be looked up on the loader's
+        // search path (LD_LIBRARY_PATH, system folders) rather than in this folder.
+        let absolute = std::path::absolute(path).map_err(|source| Error::Io { path: path.into(), source })?;
         // SAFETY: loading runs the library's initialisers: native plugins are trusted code.
-        let lib = unsafe { Library::new(path) }.map_err(|e| not_plugin(format!("cannot load it: {e}")))?;
+        let lib = unsafe { Library::new(&absolute) }.map_err(|e| not_plugin(format!("cannot load it: {e}")))?;
         let symbol = |name: &[u8]| {
             let shown = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
             move |e: libloading::Error| {
@@ -111,6 +116,10 @@ impl Plugin for NativePlugin {
         &self.shared.info
     }
 
+    fn limits(&self) -> &Limits {
+        &self.shared.limits
+    }
+
     fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error> {
         Ok(Box::new(self.instantiate(config)?))
     }
@@ -139,13 +148,13 @@ fn take<T: serde::de::DeserializeOwned>(fns: &Fns, out: Buffer, code: i32, call:
         status::ENV_ERROR => {
             let e: abi::EnvError = abi::decode(&bytes).map_err(|detail| Error::Malformed { call, detail })?;
             Err(match e {
-                abi::EnvError::BadConfig(m) => Error::BadConfig(m),
-                abi::EnvError::InvalidState(m) => Error::InvalidState(m),
-                abi::EnvError::Failed(message) => Error::Failed { call, message },
+                abi::EnvError::BadConfig(m) => Error::BadConfig(guest_text(&m)),
+                abi::EnvError::InvalidState(m) => Error::InvalidState(guest_text(&m)),
+                abi::EnvError::Failed(m) => Error::Failed { call, message: guest_text(&m) },
             })
         }
         status::PANIC => {
-            Err(Error::Trap { call, message: String::from_utf8_lossy(&bytes).into_owned(), stderr: String::new() })
+            Err(Error::Trap { call, message: guest_text(&String::from_utf8_lossy(&bytes)), stderr: String::new() })
         }
         other => Err(Error::Malformed { call, detail: format!("unknown status {other}") }),
     }
@@ -243,7 +252,7 @@ impl Environment for NativeEnv {
             effective_actions: s.effective_actions,
             metrics: s.metrics.into_iter().map(|(name, value)| Metric { name, value }).collect(),
         };
-        let r = checks::step(&s, &self.shared.limits).map(|()| s);
+        let r = checks::step(&s, &self.shared.limits, &self.actions).map(|()| s);
         self.checked(r)
     }
 

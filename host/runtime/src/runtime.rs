@@ -53,15 +53,35 @@ impl Runtime {
         &self.inner.limits
     }
 
-    /// Loads a plugin: a native shared library (ELF) as a [`NativePlugin`], anything else
-    /// as a `.wasm` component implementing the `vagen:env` environment world.
+    /// Loads a plugin by its name: a path ending in the platform's native extension
+    /// (`.so`) as a [`NativePlugin`] (trusted code, run unsandboxed), anything else as a
+    /// sandboxed `.wasm` component. The bytes never decide: native code behind another
+    /// name is refused, not run. For a path the user gave; a path read from a file that
+    /// may come from someone else goes through [`Runtime::load_named_in`].
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Arc<dyn Plugin>, Error> {
         let path = path.as_ref();
-        if is_elf(path)? {
+        if is_native_name(path) {
             Ok(Arc::new(NativePlugin::load(path, self.inner.limits.clone())?))
         } else {
             Ok(Arc::new(self.load_wasm(path)?))
         }
+    }
+
+    /// Loads a plugin whose path was read from `file` (a reproducer, a training config):
+    /// as [`Runtime::load`], except that a native plugin is refused unless the user opted
+    /// in (`allow_native`, the CLI's `--allow-native`): sharing such a file must not be a
+    /// way to run native code on someone's machine.
+    pub fn load_named_in(
+        &self,
+        path: impl AsRef<Path>,
+        file: &Path,
+        allow_native: bool,
+    ) -> Result<Arc<dyn Plugin>, Error> {
+        let path = path.as_ref();
+        if is_native_name(path) && !allow_native {
+            return Err(Error::NativeNotAllowed { path: path.into(), named_in: file.into() });
+        }
+        self.load(path)
     }
 
     /// Loads a `.wasm` component that implements the `vagen:env` environment world.
@@ -70,11 +90,30 @@ impl Runtime {
     }
 }
 
-fn is_elf(path: &Path) -> Result<bool, Error> {
+/// Whether `path` names a native library (`.so` on Linux).
+pub fn is_native_name(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+}
+
+/// The most bytes a plugin file may have; a Python env with its interpreter is ~40 MB.
+pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
+
+/// A plugin file's bytes: a regular file (not `/dev/zero` or a pipe) of at most
+/// [`MAX_PLUGIN_BYTES`], read with that cap whatever its metadata says.
+pub(crate) fn read_plugin_file(path: &Path) -> Result<Vec<u8>, Error> {
     use std::io::Read;
-    let mut magic = [0u8; 4];
-    let mut file = std::fs::File::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
-    Ok(file.read_exact(&mut magic).is_ok() && &magic == b"\x7fELF")
+    let io = |source| Error::Io { path: path.into(), source };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() {
+        return Err(Error::NotWasm { path: path.into(), what: "not a regular file".into() });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PLUGIN_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
+    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
+        return Err(Error::NotWasm { path: path.into(), what: format!("larger than {} MiB", MAX_PLUGIN_BYTES >> 20) });
+    }
+    Ok(bytes)
 }
 
 fn internal(message: String) -> Error {

@@ -8,7 +8,9 @@ use crate::checks;
 use crate::runtime::{EPOCH_TICK, Runtime};
 use crate::sandbox::{Determinism, Sandbox, grant};
 use crate::types::Import;
-use crate::{ActionSpace, Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION};
+use crate::{
+    ActionSpace, Environment, Error, Manifest, Observation, Plugin, PluginInfo, StepResult, WIT_VERSION, guest_text,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,7 +34,7 @@ struct Shared {
 
 impl WasmPlugin {
     pub(crate) fn load(runtime: Runtime, path: &Path) -> Result<Self, Error> {
-        let bytes = std::fs::read(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let bytes = crate::runtime::read_plugin_file(path)?;
         check_header(path, &bytes)?;
         let sha256 = sha256_hex(&bytes);
         let started = Instant::now();
@@ -114,6 +116,10 @@ impl Plugin for WasmPlugin {
         &self.shared.info
     }
 
+    fn limits(&self) -> &crate::Limits {
+        &self.shared.runtime.inner.limits
+    }
+
     fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error> {
         Ok(Box::new(self.instantiate(config)?))
     }
@@ -127,7 +133,10 @@ fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     }
     if &bytes[..4] != b"\0asm" {
         return match &bytes[..4] {
-            b"\x7fELF" => not_wasm("an ELF native binary"),
+            b"\x7fELF" => not_wasm(&format!(
+                "an ELF native binary; native plugins load only from a .{} path, never under another name",
+                std::env::consts::DLL_EXTENSION
+            )),
             b"PK\x03\x04" => not_wasm("a zip archive"),
             _ if bytes[..4].iter().all(|b| b.is_ascii_graphic() || b.is_ascii_whitespace()) => {
                 not_wasm(&format!("text starting with {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(16)])))
@@ -227,7 +236,7 @@ fn classify(
     match e.downcast_ref::<Trap>() {
         Some(Trap::Interrupt) => Error::Timeout { call, limit: timeout },
         Some(Trap::OutOfFuel) => Error::OutOfFuel { call, fuel: fuel.unwrap_or(0) },
-        _ => Error::Trap { call, message: root_message(&e), stderr: det.stderr.take() },
+        _ => Error::Trap { call, message: guest_text(&root_message(&e)), stderr: det.stderr.take() },
     }
 }
 
@@ -359,7 +368,7 @@ impl Environment for WasmEnv {
                 .map_err(|e| v::guest_error(e, "step"))))
         })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.and_then(|s| checks::step(&s, limits).map(|()| s));
+        let r = r.and_then(|s| checks::step(&s, limits, &self.actions).map(|()| s));
         self.discard_on_fault(r)
     }
 

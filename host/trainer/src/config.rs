@@ -35,6 +35,11 @@ pub struct TrainConfig {
     /// observation caps (it runs unsandboxed).
     #[serde(default)]
     pub sandbox: Limits,
+    /// Whether `env.plugin` may name a native `.so` (unsandboxed code). Never read from a
+    /// config file, which may come from someone else: only the command line's
+    /// `--allow-native` sets it.
+    #[serde(skip)]
+    pub allow_native: bool,
 }
 
 /// Which environment, with which seeds, in which batch shape.
@@ -395,6 +400,41 @@ impl TrainConfig {
     }
 
     /// Checks what serde cannot: consistency between options, before any work starts.
+    /// Every real-valued setting finite and in its range, so a NaN or an out-of-range value
+    /// is refused when the config is read, not after SFT or at the first evaluation.
+    fn check_numbers(&self) -> Result<(), ConfigError> {
+        use Range::*;
+        let (pl, r, a) = (&self.algorithm.policy_loss, &self.rollout, &self.algorithm.advantage);
+        let mut checks = vec![
+            ("sft.lr", self.sft.lr, Positive),
+            ("optim.weight_decay", self.optim.weight_decay, NonNegative),
+            ("optim.grad_clip", self.optim.grad_clip, Positive),
+            ("rollout.temperature", r.temperature, NonNegative),
+            ("rollout.val_temperature", r.val_temperature, NonNegative),
+            ("rollout.top_p", r.top_p, Share),
+            ("rollout.format_reward.bonus", r.format_reward.bonus, Finite),
+            ("rollout.format_reward.penalty", r.format_reward.penalty, Finite),
+            ("algorithm.policy_loss.clip_low", pl.clip_low, NonNegative),
+            ("algorithm.policy_loss.clip_high", pl.clip_high, NonNegative),
+            ("algorithm.policy_loss.entropy_coef", pl.entropy_coef, Finite),
+            ("algorithm.value_loss.clip", self.algorithm.value_loss.clip, NonNegative),
+            ("algorithm.advantage.gamma", a.gamma, Unit),
+            ("algorithm.advantage.lambda", a.lambda, Unit),
+            ("algorithm.advantage.gamma_turn", a.gamma_turn, Unit),
+            ("algorithm.advantage.epsilon", a.epsilon, Positive),
+        ];
+        checks.extend(pl.dual_clip.map(|c| ("algorithm.policy_loss.dual_clip", c, AboveOne)));
+        checks.extend(pl.kl.as_ref().map(|k| ("algorithm.policy_loss.kl.coef", k.coef, NonNegative)));
+        checks.extend(a.lambda_turn.map(|l| ("algorithm.advantage.lambda_turn", l, Unit)));
+        checks.extend(a.lambda_token.map(|l| ("algorithm.advantage.lambda_token", l, Unit)));
+        for (field, value, range) in checks {
+            if let Some(message) = range.refuses(value) {
+                return Err(ConfigError::Invalid { field, message });
+            }
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !self.env.plugin.is_file() {
@@ -465,6 +505,7 @@ impl TrainConfig {
         if self.rollout.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
         }
+        self.check_numbers()?;
         self.model
             .dtype
             .parse::<vagen_model::DType>()
@@ -540,5 +581,43 @@ mod tests {
         assert_eq!(scales(0, LrSchedule::Linear, 4), [1.0, 0.75, 0.5, 0.25]);
         // Warm-up and decay multiply: the ramp is cut by the decay already under way.
         assert_eq!(scales(2, LrSchedule::Linear, 4), [0.5, 0.75, 0.5, 0.25]);
+    }
+}
+
+/// Where a real-valued setting may lie (all of them finite).
+#[derive(Clone, Copy)]
+enum Range {
+    Finite,
+    NonNegative,
+    Positive,
+    /// [0, 1].
+    Unit,
+    /// (0, 1].
+    Share,
+    /// > 1 (dual-clip's bound on a negative advantage's ratio).
+    AboveOne,
+}
+
+impl Range {
+    /// Why `v` is refused, if it is.
+    fn refuses(self, v: f64) -> Option<String> {
+        let ok = v.is_finite()
+            && match self {
+                Range::Finite => true,
+                Range::NonNegative => v >= 0.0,
+                Range::Positive => v > 0.0,
+                Range::Unit => (0.0..=1.0).contains(&v),
+                Range::Share => v > 0.0 && v <= 1.0,
+                Range::AboveOne => v > 1.0,
+            };
+        let want = match self {
+            Range::Finite => "a finite number",
+            Range::NonNegative => "a finite number >= 0",
+            Range::Positive => "a finite number > 0",
+            Range::Unit => "in [0, 1]",
+            Range::Share => "in (0, 1]",
+            Range::AboveOne => "a finite number > 1",
+        };
+        (!ok).then(|| format!("{v} is not {want}"))
     }
 }

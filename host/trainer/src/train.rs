@@ -41,7 +41,14 @@ pub struct Trainer {
     pub state: TrainerState,
     log: MetricsLog,
     _runtime: Runtime,
+    /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
+    /// non-finite gradient norm.
+    skipped_in_a_row: usize,
 }
+
+/// Steps in a row with no applied update before the run stops: a diverged loss does not
+/// come back by itself, and going on would only burn time on an unchanged model.
+const MAX_SKIPPED_IN_A_ROW: usize = 3;
 
 impl Trainer {
     /// A new run in `run_dir` (created; must not hold a run already).
@@ -56,11 +63,22 @@ impl Trainer {
         Self::assemble(cfg, run_dir, actor, critic, TrainerState::default())
     }
 
-    /// Continues the run in `run_dir` from its last complete checkpoint.
+    /// Continues the run in `run_dir` from its last complete checkpoint. A native plugin
+    /// is refused: the run folder's config may come from someone else.
     pub fn resume(run_dir: &Path, overrides: &[String]) -> Result<Self> {
+        Self::reopen(run_dir, overrides, false)
+    }
+
+    /// [`Trainer::resume`] trusting a native `env.plugin` (`--allow-native`).
+    pub fn resume_allowing_native(run_dir: &Path, overrides: &[String]) -> Result<Self> {
+        Self::reopen(run_dir, overrides, true)
+    }
+
+    fn reopen(run_dir: &Path, overrides: &[String], allow_native: bool) -> Result<Self> {
         let path = run_dir.join("config.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
+        let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
+        cfg.allow_native = allow_native;
         let Some(ckpt) = checkpoint::latest(run_dir)? else {
             bail!("{} has no complete checkpoint to resume from", run_dir.display());
         };
@@ -91,7 +109,9 @@ impl Trainer {
     ) -> Result<Self> {
         tch::manual_seed(cfg.schedule.seed as i64);
         let runtime = Runtime::new(cfg.sandbox.clone())?;
-        let plugin = runtime.load(&cfg.env.plugin).with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+        let plugin = runtime
+            .load_named_in(&cfg.env.plugin, Path::new("the training config (env.plugin)"), cfg.allow_native)
+            .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
         // Before any work: an env config the plugin refuses would otherwise surface as a
         // failed first rollout (or, for the held-out one, only at the first evaluation).
         // Without `train_config` the training config is `config` itself: offered once.
@@ -100,6 +120,14 @@ impl Trainer {
             if let Err(e) = plugin.create(&json) {
                 bail!("{field}: the plugin {} refuses it: {e}", cfg.env.plugin.display());
             }
+        }
+        // SFT imitates the oracle: without one it would train on empty answers.
+        if cfg.sft.steps > 0 && !plugin.manifest().has_oracle {
+            bail!(
+                "sft.steps: SFT imitates the env's oracle, and the plugin {} ({}) has none; set sft.steps = 0",
+                cfg.env.plugin.display(),
+                plugin.manifest().name
+            );
         }
         let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
         let critic_opt = critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
@@ -116,6 +144,7 @@ impl Trainer {
             state,
             log,
             _runtime: runtime,
+            skipped_in_a_row: 0,
         })
     }
 
@@ -212,6 +241,8 @@ impl Trainer {
                 &rollout_config(&self.cfg, 1),
                 &mut policy,
             )?;
+            let n = self.state.sft_steps_done + 1;
+            self.check_failures(&trajs, &format!("SFT step {n}"), &format!("sft{n}"), &cfg.train_env_config_json())?;
             let seqs = self.layout_all(&trajs)?;
             // Turns whose action was a random replacement move the episode but are not
             // imitated: only the oracle's answers are targets.
@@ -241,6 +272,7 @@ impl Trainer {
                 (nll / all_tokens as f64).backward();
             }
             let report = self.actor_opt.step(cfg.sft.lr, cfg.optim.grad_clip);
+            self.count_skipped(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;
             let mut m = StepMetrics::new(0);
             m.values.insert("sft/loss".into(), total / all_tokens as f64);
@@ -287,11 +319,58 @@ impl Trainer {
         Ok(self.evaluate_all()?.success)
     }
 
-    /// The held-out episodes' figures; their sample transcripts go to the run folder.
+    /// The held-out episodes' figures; their sample transcripts go to the run folder. A
+    /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
         let trajs = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
         crate::report::save_samples(&self.run_dir, self.state.step, &trajs)?;
+        let (what, file) = (format!("the evaluation at step {}", self.state.step), format!("eval{}", self.state.step));
+        self.check_failures(&trajs, &what, &file, &self.cfg.env_config_json())?;
         Ok(vagen_rollout::metrics(&trajs))
+    }
+
+    /// Counts a step whose actor updates were all skipped (non-finite gradient norm); stops
+    /// the run at [`MAX_SKIPPED_IN_A_ROW`] of them, naming the learning rate to look at.
+    fn count_skipped(&mut self, applied: bool, step: &str, lr: &str) -> Result<()> {
+        self.skipped_in_a_row = if applied { 0 } else { self.skipped_in_a_row + 1 };
+        if self.skipped_in_a_row >= MAX_SKIPPED_IN_A_ROW {
+            bail!(
+                "{step}: the actor's gradient norm was not finite in every update of the last {} steps, so none was applied (actor/skipped_steps): the loss has diverged; resume from the last checkpoint with a lower {lr} or tighter optim.grad_clip",
+                self.skipped_in_a_row
+            );
+        }
+        Ok(())
+    }
+
+    /// Stops the run when more than `env.max_failure_rate` of `trajs` failed, naming the
+    /// plugin and the first error, with a reproducer of it in the run folder
+    /// (`failure-{file}-seed{seed}.json`).
+    fn check_failures(&self, trajs: &[Trajectory], what: &str, file: &str, env_config: &str) -> Result<()> {
+        let failed = trajs.iter().filter(|t| t.failure.is_some()).count();
+        if failed as f64 <= self.cfg.env.max_failure_rate * trajs.len() as f64 {
+            return Ok(());
+        }
+        let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
+        let path = self.run_dir.join(format!("failure-{file}-seed{}.json", bad.seed));
+        let answers = bad.answers();
+        let error = bad.failure.as_deref().unwrap_or("");
+        let reproducer = vagen_runtime::fuzz::Reproducer::failure(
+            self.plugin.as_ref(),
+            env_config,
+            bad.seed,
+            answers.clone(),
+            error,
+            Some(answers.len()),
+        );
+        std::fs::write(&path, serde_json::to_string_pretty(&reproducer)?)?;
+        bail!(
+            "{failed} of {} trajectories failed in {what} (more than env.max_failure_rate {}); the env plugin {} faulted: {error}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+            trajs.len(),
+            self.cfg.env.max_failure_rate,
+            self.cfg.env.plugin.display(),
+            path.display(),
+            path.display()
+        )
     }
 
     /// Loads the KL reference, first saving the current actor as it when the run has none
@@ -351,31 +430,8 @@ impl Trainer {
         let t_rollout = t0.elapsed().as_secs_f64();
         let rm = vagen_rollout::metrics(&trajs);
         // Judged before any work on the batch: a run that stops here has not updated on it.
-        if rm.failed as f64 > cfg.env.max_failure_rate * rm.episodes as f64 {
-            let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
-            let file = self.run_dir.join(format!("failure-step{}-seed{}.json", self.state.step + 1, bad.seed));
-            let answers = bad.answers();
-            let reproducer = vagen_runtime::fuzz::Reproducer::failure(
-                self.plugin.as_ref(),
-                &cfg.train_env_config_json(),
-                bad.seed,
-                answers.clone(),
-                bad.failure.as_deref().unwrap_or(""),
-                Some(answers.len()),
-            );
-            std::fs::write(&file, serde_json::to_string_pretty(&reproducer)?)?;
-            bail!(
-                "{} of {} trajectories failed in step {} (more than env.max_failure_rate {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-                rm.failed,
-                rm.episodes,
-                self.state.step + 1,
-                cfg.env.max_failure_rate,
-                cfg.env.plugin.display(),
-                bad.failure.as_deref().unwrap_or(""),
-                file.display(),
-                file.display()
-            );
-        }
+        let n = self.state.step + 1;
+        self.check_failures(&trajs, &format!("step {n}"), &format!("step{n}"), &cfg.train_env_config_json())?;
         let seqs = self.layout_all(&trajs)?;
         // Rows holding a turn the model did not sample: their old log-probs need a forward.
         let forced: Vec<bool> = seqs
@@ -462,6 +518,7 @@ impl Trainer {
         // PPO epochs over mini-batches, gradients accumulated over micro-batches.
         let t2 = Instant::now();
         let mut acc = Accumulator::default();
+        let mut applied = false;
         let mut order: Vec<usize> = (0..kept.len()).collect();
         let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
         let lr_scale = cfg.optim.lr_scale(step as usize, cfg.schedule.steps);
@@ -510,6 +567,7 @@ impl Trainer {
                     }
                 }
                 let r = self.actor_opt.step(cfg.optim.actor_lr * lr_scale, cfg.optim.grad_clip);
+                applied |= r.applied;
                 acc.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
                 acc.count("actor/skipped_steps", !r.applied);
                 if let Some(opt) = &mut self.critic_opt {
@@ -520,6 +578,7 @@ impl Trainer {
             }
         }
         let t_update = t2.elapsed().as_secs_f64();
+        self.count_skipped(applied, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
 
         let t_step = t0.elapsed().as_secs_f64();
         let mut m = StepMetrics::new(self.state.step + 1);

@@ -192,8 +192,8 @@ fn fingerprint(obs: &Observation, step: Option<&StepResult>) -> String {
 }
 
 pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error> {
-    let m = plugin.manifest();
-    let max_turns = m.default_max_turns.max(1) as usize + 2;
+    // A few past the plugin's own limit: steps after it should be refused, not crash.
+    let max_turns = plugin.max_turns(None) as usize + 2;
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let started = Instant::now();
     // Every call checks it, shrinking and replays included, so `--seconds` is kept to within

@@ -83,10 +83,24 @@ pub struct Replay {
     pub verdict: Verdict,
 }
 
+/// The most rounds a replay plays (a fuzz finding records at most a few).
+pub const MAX_REPEAT: u32 = 1000;
+
 /// Plays the reproducer back. A recorded error must recur at the same call with the same
 /// message; other findings (nondeterminism, leaks, slow calls, protocol breaches) are
 /// judged by playing the episode `repeat` times on one instance, then once on a fresh one.
 pub fn replay(plugin: &dyn Plugin, r: &Reproducer) -> Result<Replay, Error> {
+    // A reproducer may come from anyone: its loops are bounded before they run.
+    let most_answers = plugin.max_turns(None) as usize + 2;
+    if r.answers.len() > most_answers {
+        return Err(Error::BadReproducer(format!(
+            "{} answers, more than an episode of this plugin can take ({most_answers}, from Limits::max_turns)",
+            r.answers.len()
+        )));
+    }
+    if r.repeat > MAX_REPEAT {
+        return Err(Error::BadReproducer(format!("repeat {} is more than {MAX_REPEAT}", r.repeat)));
+    }
     let script = Script { seed: r.seed, answers: r.answers.clone() };
     let mut env = plugin.create(&r.config)?;
     let start_mem = env.memory_bytes();

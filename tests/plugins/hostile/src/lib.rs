@@ -11,6 +11,7 @@ mod probe;
 pub struct Config {
     /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
     /// rare-trap | flaky | leak | huge-image | step-fails | reset-fails | noisy-image | spin |
+    /// huge-error | huge-reward | max-valid | oracle-traps |
     /// read-file | read-env | connect | send-udp | lookup (probes in `reset`, see probe.rs)
     pub mode: String,
     /// What a probe aims at: a host path, an env var name, an address or a host name.
@@ -61,6 +62,10 @@ impl Env for Hostile {
             "connect",
             "send-udp",
             "lookup",
+            "huge-error",
+            "huge-reward",
+            "max-valid",
+            "oracle-traps",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
@@ -159,6 +164,9 @@ impl Env for Hostile {
                 step.observation.images.push(Image { width: 4, height: 4, rgb: vec![0; 48] });
             }
             "nan-reward" => step.reward = f64::NAN,
+            // Infinite once summed in f32.
+            "huge-reward" => step.reward = 1e39,
+            "max-valid" => (step.valid_actions, step.effective_actions) = (u32::MAX, u32::MAX),
             "sleep" => {
                 let start = std::time::Instant::now();
                 std::thread::sleep(std::time::Duration::from_secs(3600));
@@ -181,7 +189,7 @@ impl Env for Hostile {
         }
         step.done = self.steps >= 3;
         step.success = step.done;
-        step.reward = if step.reward.is_nan() {
+        step.reward = if step.reward.is_nan() || self.mode == "huge-reward" {
             step.reward
         } else if step.done {
             1.0
@@ -192,6 +200,9 @@ impl Env for Hostile {
     }
 
     fn oracle(&self) -> Option<String> {
+        if self.mode == "oracle-traps" {
+            panic!("the oracle traps");
+        }
         Some("go".into())
     }
 
@@ -207,6 +218,13 @@ impl Env for Hostile {
     fn try_step(&mut self, answer: &str) -> Result<Step, EnvError> {
         if self.mode == "step-fails" {
             return Err(EnvError::Failed(format!("step always fails (answer {:?})", answer.trim())));
+        }
+        if self.mode == "huge-error" {
+            // 100 MB, with a fake log line and terminal escapes in it.
+            let mut message = String::with_capacity((100 << 20) + 64);
+            message.push_str("\u{1b}[2J\u{1b}[31mred alert\nINFO all good\u{202e}");
+            message.push_str(&"x".repeat(100 << 20));
+            return Err(EnvError::Failed(message));
         }
         Ok(self.step(answer))
     }

@@ -1,0 +1,106 @@
+//! A plugin as an attacker would write it: native code behind a `.wasm` name, a turn limit
+//! of `u32::MAX`, a 100 MB error full of terminal escapes, rewards and counts that overflow
+//! sums, an oracle that traps. Each is contained: refused, capped or one failed episode.
+
+use std::time::Duration;
+use vagen_rollout::{Format, OraclePolicy, RandomPolicy, RolloutConfig, metrics, rollout};
+use vagen_runtime::fuzz::{FuzzOptions, Reproducer, fuzz, replay};
+use vagen_runtime::{Error, Limits, MAX_GUEST_TEXT};
+use vagen_tests::{load, plugin_path, runtime};
+
+#[test]
+fn native_code_loads_only_from_a_native_name_and_from_shared_files_only_when_allowed() {
+    let (rt, dir) = runtime(Limits::default());
+    let disguised = dir.path().join("frozenlake.wasm");
+    std::fs::copy(plugin_path("frozenlake.so"), &disguised).unwrap();
+    let e = rt.load(&disguised).err().expect("an ELF file behind a .wasm name is refused");
+    assert!(matches!(e, Error::NotWasm { .. }) && e.to_string().contains("native plugins load only from a .so"), "{e}");
+    // A path read from a file someone may have shared: native only with the opt-in.
+    let so = plugin_path("frozenlake.so");
+    let shared = dir.path().join("reproducer.json");
+    let e = rt.load_named_in(&so, &shared, false).err().expect("refused without --allow-native");
+    assert!(matches!(e, Error::NativeNotAllowed { .. }) && e.to_string().contains("--allow-native"), "{e}");
+    assert_eq!(rt.load_named_in(&so, &shared, true).unwrap().info().kind, "native");
+    assert_eq!(rt.load_named_in(plugin_path("frozenlake"), &shared, false).unwrap().info().kind, "wasm");
+    // Not a regular file: refused before anything is read.
+    let e = rt.load("/dev/zero").err().expect("a device is no plugin");
+    assert!(e.to_string().contains("not a regular file"), "{e}");
+}
+
+#[test]
+fn the_hosts_turn_cap_bounds_a_plugin_that_asks_for_u32_max_turns() {
+    let limits = Limits { max_turns: 40, ..Limits::default() };
+    let (plugin, _cache) = load("endless", limits.clone());
+    assert_eq!(plugin.manifest().default_max_turns, u32::MAX);
+    assert_eq!(plugin.max_turns(None), 40);
+    assert_eq!(plugin.max_turns(Some(7)), 7);
+    // The fuzzer once sized its answer script by the manifest (96 GiB for u32::MAX).
+    let opts = FuzzOptions { iterations: Some(3), duration: Some(Duration::from_secs(30)), ..Default::default() };
+    let report = fuzz(plugin.as_ref(), &opts).unwrap();
+    assert_eq!(report.episodes, 3);
+    assert!(report.steps <= 3 * 42, "{} steps", report.steps);
+    // The rollout driver: episodes end at the cap, not done.
+    let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
+    let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &mut RandomPolicy { format: Format::NoThink }).unwrap();
+    assert!(trajs.iter().all(|t| t.turns.len() == 40 && !t.done), "{:?}", trajs[0].turns.len());
+    // A reproducer is a file anyone can send: its loops are checked before they run.
+    let mut r = Reproducer::failure(plugin.as_ref(), "", 0, vec!["go".into(); 43], "x", None);
+    let e = replay(plugin.as_ref(), &r).err().expect("more answers than an episode can take");
+    assert!(matches!(e, Error::BadReproducer(_)), "{e}");
+    r.answers.truncate(2);
+    r.repeat = u32::MAX;
+    assert!(replay(plugin.as_ref(), &r).unwrap_err().to_string().contains("repeat 4294967295"));
+}
+
+#[test]
+fn a_100_mb_error_becomes_one_capped_line_without_escape_sequences() {
+    let (plugin, _cache) = load("hostile", Limits::default());
+    let mut env = plugin.create(r#"{"mode": "huge-error"}"#).unwrap();
+    env.reset(0).unwrap();
+    let e = env.step("go").unwrap_err().to_string();
+    assert!(e.len() < MAX_GUEST_TEXT + 100, "{} bytes", e.len());
+    assert!(e.contains("red alert\\nINFO all good\\u{202e}"), "{}", &e[..200]);
+    assert!(!e.contains(['\n', '\u{1b}', '\u{202e}']), "{}", &e[..200]);
+    assert!(e.ends_with("bytes more"), "{}", &e[e.len() - 60..]);
+}
+
+#[test]
+fn a_reward_or_count_that_would_overflow_a_sum_fails_its_episode_naming_the_field() {
+    let (plugin, _cache) = load("hostile", Limits::default());
+    for (mode, field) in [("huge-reward", "reward 1e39 is beyond"), ("max-valid", "valid-actions 4294967295")] {
+        let mut env = plugin.create(&format!(r#"{{"mode": "{mode}"}}"#)).unwrap();
+        env.reset(0).unwrap();
+        let e = env.step("go").unwrap_err();
+        assert!(matches!(e, Error::Malformed { .. }) && e.to_string().contains(field), "{mode}: {e}");
+        // Through the driver: every episode fails with that reason; the rollout goes on.
+        let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
+        let policy = &mut OraclePolicy { format: Format::NoThink };
+        let trajs = rollout(plugin.as_ref(), &format!(r#"{{"mode": "{mode}"}}"#), &[1, 2], &config, policy).unwrap();
+        assert!(
+            trajs.iter().all(|t| t.failure.as_deref().is_some_and(|f| f.contains(field))),
+            "{:?}",
+            trajs[0].failure
+        );
+        assert_eq!(metrics(&trajs).failed, 2);
+    }
+}
+
+#[test]
+fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
+    let (plugin, _cache) = load("hostile", Limits::default());
+    let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
+    let seeds: Vec<u64> = (0..9).collect();
+    // One seed in three cannot start; the others are won.
+    let policy = &mut OraclePolicy { format: Format::NoThink };
+    let trajs = rollout(plugin.as_ref(), r#"{"mode": "reset-fails"}"#, &seeds, &config, policy).unwrap();
+    let m = metrics(&trajs);
+    assert_eq!((m.episodes, m.failed), (9, 3));
+    assert!((m.success - 6.0 / 9.0).abs() < 1e-12, "success {} counts the failed episodes", m.success);
+    assert!((m.pass_at_group - 6.0 / 9.0).abs() < 1e-12);
+    // An oracle that traps is the episode's failure, not an empty answer to act on.
+    let trajs = rollout(plugin.as_ref(), r#"{"mode": "oracle-traps"}"#, &[1, 2], &config, policy).unwrap();
+    for t in &trajs {
+        assert!(t.failure.as_deref().is_some_and(|f| f.contains("oracle") && f.contains("trap")), "{:?}", t.failure);
+        assert!(t.turns.is_empty());
+    }
+}
