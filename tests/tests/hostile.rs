@@ -104,3 +104,72 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
         assert!(t.turns.is_empty());
     }
 }
+
+#[test]
+fn compiled_code_is_run_from_the_cache_only_when_this_cache_wrote_it_for_that_plugin() {
+    let (rt, dir) = runtime(Limits::default());
+    let load = |name: &str| rt.load(plugin_path(name)).unwrap();
+    let entry = |sha: &str| {
+        std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.path()).find(|p| {
+            p.file_name().unwrap().to_string_lossy().starts_with(sha) && p.extension().is_some_and(|x| x == "cwasm")
+        })
+    };
+    let (fl, sk) = (load("frozenlake"), load("sokoban"));
+    assert!(load("sokoban").info().from_cache, "an entry of this cache's own is used");
+    // FrozenLake's compiled code put under Sokoban's key: refused, Sokoban compiled afresh.
+    let (fl_entry, sk_entry) = (entry(&fl.info().sha256).unwrap(), entry(&sk.info().sha256).unwrap());
+    std::fs::copy(&fl_entry, &sk_entry).unwrap();
+    let again = load("sokoban");
+    assert!(!again.info().from_cache && again.manifest().name == "sokoban");
+    // A flipped byte in the code: refused.
+    let mut bytes = std::fs::read(&fl_entry).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&fl_entry, bytes).unwrap();
+    assert!(!load("frozenlake").info().from_cache);
+    assert!(load("frozenlake").info().from_cache, "the rewritten entry is good again");
+    // A folder others may write is not used at all.
+    use std::os::unix::fs::PermissionsExt;
+    let shared = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let rt = vagen_runtime::Runtime::with_cache_dir(Limits::default(), Some(shared.path().into())).unwrap();
+    rt.load(plugin_path("frozenlake")).unwrap();
+    assert!(!rt.load(plugin_path("frozenlake")).unwrap().info().from_cache);
+    assert_eq!(std::fs::read_dir(shared.path()).unwrap().count(), 0, "nothing written there");
+}
+
+#[test]
+fn a_plugin_that_calls_exit_is_named_as_such() {
+    let (plugin, _cache) = load("hostile", Limits::default());
+    let mut env = plugin.create(r#"{"mode": "exit"}"#).unwrap();
+    env.reset(0).unwrap();
+    let e = env.step("go").unwrap_err();
+    assert!(matches!(e, Error::Trap { .. }) && e.to_string().contains("the plugin called exit("), "{e}");
+}
+
+#[test]
+fn an_episode_and_all_instances_together_are_held_to_their_memory_caps() {
+    // 1 MiB of text per step, never done: the episode fails at its cap, naming it.
+    let (plugin, _cache) = load("endless", Limits { max_episode_mib: 4, ..Limits::default() });
+    let mut env = plugin.create(r#"{"text_kib": 1024}"#).unwrap();
+    env.reset(0).unwrap();
+    let steps: Vec<_> = (0..6).map(|_| env.step("go")).collect();
+    assert!(steps[..3].iter().all(Result::is_ok));
+    let e = steps.iter().find_map(|s| s.as_ref().err()).expect("the cap is reached");
+    assert!(e.to_string().contains("max_episode_mib 4"), "{e}");
+    // Two instances that each stay under 64 MiB, but not under 80 MiB together.
+    let limits = Limits { memory_mib: 64, total_memory_mib: 80, ..Limits::default() };
+    let (plugin, _cache) = load("hostile", limits);
+    let leak = r#"{"mode": "leak"}"#;
+    let mut first = plugin.create(leak).unwrap();
+    for seed in 0..45 {
+        first.reset(seed).unwrap(); // 1 MiB more each time, never freed
+    }
+    let mut second = plugin.create(leak).unwrap();
+    let e = (0..60).find_map(|seed| second.reset(seed).err()).expect("the pool runs out");
+    assert!(matches!(e, Error::OutOfTotalMemory { cap_mib: 80, .. }), "{e}");
+    // Memory comes back when an instance goes.
+    drop(first);
+    let mut third = plugin.create(leak).unwrap();
+    (0..20).for_each(|seed| third.reset(seed).map(drop).unwrap());
+}

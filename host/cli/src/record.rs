@@ -2,8 +2,10 @@
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use vagen_runtime::{Image, Metric};
 
 /// One row of the JSONL file.
@@ -64,15 +66,82 @@ impl ImageSink {
     }
 }
 
-pub fn write_jsonl(path: &Path, rows: impl Iterator<Item = TurnRecord>) -> Result<()> {
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+/// `--out` written as the run goes: each episode's rows go to a part file as they happen,
+/// and whole episodes are appended to the log in episode order as soon as every earlier
+/// one is in (parallel workers finish out of order; the file must not depend on it). A
+/// killed run keeps every episode that was appended; memory holds no observation.
+pub struct EpisodeLog {
+    path: PathBuf,
+    parts: PathBuf,
+    state: Mutex<Appended>,
+}
+
+struct Appended {
+    /// The next episode the log takes.
+    next: usize,
+    /// Episodes finished but waiting for an earlier one.
+    waiting: BTreeSet<usize>,
+    file: std::fs::File,
+}
+
+impl EpisodeLog {
+    pub fn create(path: &Path) -> Result<Self> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        let parts = path.with_extension("parts");
+        std::fs::create_dir_all(&parts).with_context(|| format!("creating {}", parts.display()))?;
+        let state = Mutex::new(Appended { next: 0, waiting: BTreeSet::new(), file });
+        Ok(Self { path: path.to_path_buf(), parts, state })
     }
-    let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    for row in rows {
-        serde_json::to_writer(&mut w, &row)?;
-        w.write_all(b"\n")?;
+
+    fn part(&self, episode: usize) -> PathBuf {
+        self.parts.join(format!("{episode}.jsonl"))
     }
-    w.flush().with_context(|| format!("writing {}", path.display()))
+
+    /// Where episode `episode` writes its rows, one `write_row` per reset or step.
+    pub fn episode(&self, episode: usize) -> Result<std::io::BufWriter<std::fs::File>> {
+        let path = self.part(episode);
+        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        Ok(std::io::BufWriter::new(file))
+    }
+
+    /// Episode `episode` is complete: append it, and every waiting one it unblocks.
+    pub fn finish(&self, episode: usize) -> Result<()> {
+        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        s.waiting.insert(episode);
+        while s.waiting.remove(&s.next) {
+            self.append(&mut s.file, s.next)?;
+            s.next += 1;
+        }
+        Ok(())
+    }
+
+    /// The run is over (perhaps stopped early, leaving gaps): append what is left, in
+    /// order, and remove the part files.
+    pub fn close(self) -> Result<()> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        for episode in std::mem::take(&mut s.waiting) {
+            self.append(&mut s.file, episode)?;
+        }
+        s.file.sync_all().with_context(|| format!("writing {}", self.path.display()))?;
+        drop(s);
+        std::fs::remove_dir_all(&self.parts).with_context(|| format!("removing {}", self.parts.display()))
+    }
+
+    fn append(&self, file: &mut std::fs::File, episode: usize) -> Result<()> {
+        let part = self.part(episode);
+        let mut rows = std::fs::File::open(&part).with_context(|| format!("reading {}", part.display()))?;
+        std::io::copy(&mut rows, file).with_context(|| format!("writing {}", self.path.display()))?;
+        std::fs::remove_file(&part).with_context(|| format!("removing {}", part.display()))
+    }
+}
+
+/// One row as a JSONL line.
+pub fn write_row(w: &mut impl Write, row: &TurnRecord) -> Result<()> {
+    serde_json::to_writer(&mut *w, row)?;
+    w.write_all(b"\n")?;
+    Ok(())
 }

@@ -62,6 +62,7 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
     let bar = if a.json { ProgressBar::hidden() } else { ProgressBar::new((groups * g) as u64) };
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {per_sec} [{elapsed}<{eta}]")?);
     let mut trajs: Vec<Trajectory> = Vec::new();
+    let mut log = a.out.as_deref().map(TrajectoryLog::create).transpose()?;
     for start in (0..groups).step_by(per_chunk) {
         let seeds: Vec<u64> = (start..(start + per_chunk).min(groups)).map(|k| a.seed.wrapping_add(k as u64)).collect();
         let mut chunk = rollout(plugin.as_ref(), &a.env_config, &seeds, &config, policy.as_mut())
@@ -70,6 +71,16 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
             t.group += start;
         }
         bar.inc(chunk.len() as u64);
+        // Written as each chunk ends (a killed run keeps them); only the figures the summary
+        // needs stay in memory, not the observations.
+        if let Some(log) = &mut log {
+            log.append(&chunk)?;
+        }
+        for t in &mut chunk {
+            for turn in &mut t.turns {
+                (turn.user, turn.observation, turn.images) = Default::default();
+            }
+        }
         trajs.extend(chunk);
         let failed = trajs.iter().filter(|t| t.failure.is_some()).count();
         if trajs.len() as u64 >= MIN_EPISODES_FOR_RATE && too_many_failures(failed, trajs.len(), a.max_failure_rate) {
@@ -80,9 +91,6 @@ pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {
     let m = metrics(&trajs);
     for t in trajs.iter().filter(|t| t.failure.is_some()).take(5) {
         eprintln!("episode (group {}, member {}) failed: {}", t.group, t.member, t.failure.as_deref().unwrap_or(""));
-    }
-    if let Some(out) = &a.out {
-        write(out, &trajs)?;
     }
     println!(
         "{} [{} via {}]: {} episodes ({} failed)",
@@ -142,22 +150,40 @@ struct Row<'a> {
     images: Vec<Vec<String>>,
 }
 
-fn write(out: &Path, trajs: &[Trajectory]) -> Result<()> {
-    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+/// `--out`: one row per trajectory, appended chunk by chunk, images as PNG beside it.
+struct TrajectoryLog {
+    path: std::path::PathBuf,
+    w: std::io::BufWriter<std::fs::File>,
+    sink: ImageSink,
+    episodes: usize,
+}
+
+impl TrajectoryLog {
+    fn create(out: &Path) -> Result<Self> {
+        if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+        }
+        let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
+        let (w, sink) = (std::io::BufWriter::new(file), ImageSink::new(Some(out), None));
+        Ok(Self { path: out.to_path_buf(), w, sink, episodes: 0 })
     }
-    let sink = ImageSink::new(Some(out), None);
-    let file = std::fs::File::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut w = std::io::BufWriter::new(file);
-    for (episode, t) in trajs.iter().enumerate() {
-        let images = t
-            .turns
-            .iter()
-            .enumerate()
-            .map(|(k, turn)| sink.save(episode, k as u32, &turn.images))
-            .collect::<Result<Vec<_>>>()?;
-        serde_json::to_writer(&mut w, &Row { episode, trajectory: t, total_reward: t.total_reward(), images })?;
-        w.write_all(b"\n")?;
+
+    fn append(&mut self, trajs: &[Trajectory]) -> Result<()> {
+        for t in trajs {
+            let episode = self.episodes;
+            let images = t
+                .turns
+                .iter()
+                .enumerate()
+                .map(|(k, turn)| self.sink.save(episode, k as u32, &turn.images))
+                .collect::<Result<Vec<_>>>()?;
+            serde_json::to_writer(
+                &mut self.w,
+                &Row { episode, trajectory: t, total_reward: t.total_reward(), images },
+            )?;
+            self.w.write_all(b"\n")?;
+            self.episodes += 1;
+        }
+        self.w.flush().with_context(|| format!("writing {}", self.path.display()))
     }
-    w.flush().with_context(|| format!("writing {}", out.display()))
 }

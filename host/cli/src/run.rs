@@ -2,7 +2,7 @@
 
 use crate::limits_arg::{limits_from, load};
 use crate::policy::{Policy, PolicyKind};
-use crate::record::{ImageSink, TurnRecord, write_jsonl};
+use crate::record::{EpisodeLog, ImageSink, TurnRecord, write_row};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -107,7 +107,6 @@ struct Episode {
     turns: u32,
     steps: u64,
     error: Option<String>,
-    rows: Vec<TurnRecord>,
 }
 
 /// Episodes judged before the failure rate can stop a run early (the end always judges).
@@ -168,6 +167,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut pool = EnvPool::new(envs);
     let fallback = human.then(|| std::env::temp_dir().join("vagen-human"));
     let sink = ImageSink::new(a.out.as_deref(), fallback);
+    let log = a.out.as_deref().map(EpisodeLog::create).transpose()?;
     if human {
         println!("{}\n", pool.get_mut(0).system_prompt()?);
     }
@@ -182,7 +182,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let ep = episode(env, &policy, &sink, i, a.seed.wrapping_add(i as u64), max_turns, human);
+            let ep = episode(env, &policy, &sink, log.as_ref(), i, a.seed.wrapping_add(i as u64), max_turns, human);
             let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
             let f = failed.fetch_add(u64::from(ep.error.is_some()), Ordering::Relaxed) + u64::from(ep.error.is_some());
             if n >= MIN_EPISODES_FOR_RATE && too_many_failures(f as usize, n as usize, a.max_failure_rate) {
@@ -206,8 +206,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         .iter()
         .find(|e| e.error.is_some())
         .map(|e| (e.seed, e.answers.clone(), e.error.clone(), e.failed_call));
-    if let Some(out) = &a.out {
-        write_jsonl(out, episodes.into_iter().flat_map(|e| e.rows))?;
+    if let Some(log) = log {
+        log.close()?;
     }
     summary.print(&manifest.name, a.out.as_ref());
     if a.json {
@@ -222,11 +222,14 @@ pub fn run(a: RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// One whole episode on one env. Faults end the episode as failed; the run goes on.
+/// One whole episode on one env, its rows going to `log` as they happen. Faults end the
+/// episode as failed; the run goes on.
+#[allow(clippy::too_many_arguments)]
 fn episode(
     env: &mut dyn Environment,
     policy: &Policy,
     sink: &ImageSink,
+    log: Option<&EpisodeLog>,
     index: usize,
     seed: u64,
     max_turns: u32,
@@ -242,16 +245,25 @@ fn episode(
         turns: 0,
         steps: 0,
         error: None,
-        rows: Vec::new(),
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE);
+    let mut part = log.map(|l| l.episode(index)).transpose();
+    let mut record = |r: TurnRecord| -> Result<()> {
+        match &mut part {
+            Ok(Some(w)) => write_row(w, &r),
+            Ok(None) => Ok(()),
+            Err(e) => Err(anyhow::anyhow!("{e:#}")),
+        }
+    };
+    let reset_done = std::cell::Cell::new(false);
     let result = (|| -> Result<()> {
         let obs = env.reset(seed)?;
+        reset_done.set(true);
         let images = sink.save(index, 0, &obs.images)?;
         if human {
             show(&obs.text, &images);
         }
-        ep.rows.push(row(index, seed, 0, None, obs.text, images));
+        record(row(index, seed, 0, None, obs.text, images))?;
         for turn in 1..=max_turns {
             let Some(answer) = policy.answer(env, &mut rng)? else {
                 break;
@@ -269,7 +281,7 @@ fn episode(
             (r.reward, r.done, r.success) = (step.reward, step.done, step.success);
             (r.valid_actions, r.effective_actions, r.metrics) =
                 (step.valid_actions, step.effective_actions, step.metrics);
-            ep.rows.push(r);
+            record(r)?;
             if step.done {
                 ep.success = step.success;
                 break;
@@ -281,14 +293,22 @@ fn episode(
         let msg = format!("{e:#}");
         ep.failed_call = match e.downcast_ref::<vagen_runtime::Error>() {
             // reset failed before anything was shown; a step failed after its answer was kept.
-            Some(_) if ep.rows.is_empty() => Some(0),
+            Some(_) if !reset_done.get() => Some(0),
             Some(_) if ep.answers.len() as u64 > ep.steps => Some(ep.answers.len()),
             _ => None,
         };
         let mut r = row(index, seed, ep.turns + 1, None, String::new(), Vec::new());
         r.error = Some(msg.clone());
-        ep.rows.push(r);
-        ep.error = Some(msg);
+        if let Err(e) = record(r) {
+            ep.error = Some(format!("{msg}; and writing its row: {e:#}"));
+        }
+        ep.error.get_or_insert(msg);
+    }
+    if let (Ok(Some(mut w)), Some(log)) = (part, log) {
+        let written = std::io::Write::flush(&mut w).map_err(anyhow::Error::from).and_then(|()| log.finish(index));
+        if let Err(e) = written {
+            ep.error.get_or_insert(format!("writing the episode's rows: {e:#}"));
+        }
     }
     ep
 }

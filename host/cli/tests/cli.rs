@@ -492,3 +492,40 @@ fn a_plugin_named_like_a_path_writes_inside_the_output_folder_and_a_shared_repro
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("--allow-native") && err.contains("not reproduced"), "{err}");
 }
+
+#[test]
+fn a_killed_run_keeps_the_episodes_it_finished_in_its_log() {
+    let endless = plugin("test-plugins", "endless");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("log.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+        .args(["run", "--plugin", endless.to_str().unwrap(), "--episodes", "100000", "--max-turns", "5"])
+        .args(["--out", out.to_str().unwrap(), "--parallel", "2"])
+        .env("VAGEN_CACHE_DIR", dir.path().join("cache"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 4096 && start.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Whole episodes, in order, each with its reset row and five steps; at most the last
+    // line cut short by the kill.
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut rows: Vec<serde_json::Value> = Vec::new();
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(v) => rows.push(v),
+            Err(_) => assert_eq!(i, lines.len() - 1, "only the last line may be torn"),
+        }
+    }
+    let complete = rows.len() / 6;
+    assert!(complete >= 10, "{} rows", rows.len());
+    for (k, r) in rows.iter().take(complete * 6).enumerate() {
+        assert_eq!((r["episode"].as_u64(), r["turn"].as_u64()), (Some((k / 6) as u64), Some((k % 6) as u64)), "{r}");
+    }
+}

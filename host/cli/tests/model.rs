@@ -147,3 +147,84 @@ fn eval_with_a_run_config_reproduces_the_runs_own_evaluation() {
     let o = host(&["eval", "--config", run_config.to_str().unwrap(), "--model", "default", "--plugin", "x.wasm"]);
     assert!(!o.status.success());
 }
+
+/// Waits (up to two minutes) until `path` exists; false if the run ended first.
+fn wait_for(path: &Path, child: &mut std::process::Child) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(120) {
+        if path.exists() {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return path.exists();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// kill -9 during SFT, again during RL, then the newest checkpoint truncated: each time
+/// `train --resume` picks the run up, and it ends where an unbroken run ends.
+#[test]
+fn a_run_killed_during_sft_and_during_rl_with_a_torn_checkpoint_resumes_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("long.toml");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    std::fs::write(
+        &config,
+        format!(
+            "[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\nmax_turns = 2\nval_episodes = 2\n\
+             [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 6\nper_turn = true\n\
+             system_prompt = \"FrozenLake.\"\n[schedule]\nsteps = 8\neval_every = 0\nsave_every = 1\n\
+             [sft]\nsteps = 40\nepisodes_per_step = 2\nsave_every = 2\n",
+            plugin.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let spawn = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (config, run_dir) = (config.to_str().unwrap(), run.to_str().unwrap());
+    let mut child = spawn(&["train", "--config", config, "--run-dir", run_dir]);
+    assert!(wait_for(&run.join("checkpoints/sft-000004"), &mut child), "the run saved during SFT");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert!(!run.join("checkpoints/sft-000040").exists(), "killed during SFT");
+    let mut child = spawn(&["train", "--resume", run_dir]);
+    assert!(wait_for(&run.join("checkpoints/step-000002"), &mut child), "the resumed run reached RL");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!run.join("checkpoints/step-000008").exists(), "killed during RL");
+    // The newest complete checkpoint torn (as a disk error would leave it).
+    let newest = std::fs::read_dir(run.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("state.json").is_file() && p.file_name().unwrap().to_string_lossy().starts_with("step-"))
+        .max()
+        .unwrap();
+    let weights = newest.join("actor/model.safetensors");
+    std::fs::write(&weights, &std::fs::read(&weights).unwrap()[..100]).unwrap();
+    let o = host(&["train", "--resume", run_dir]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("will not load") && err.contains(newest.to_str().unwrap()), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("held-out success"));
+    assert!(run.join("checkpoints/step-000008/state.json").is_file());
+    // Every SFT and RL step is in the log (some twice: the redone ones, after a resume mark).
+    let log = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    for s in 1..=40 {
+        assert!(lines.iter().any(|m| m["sft/step"] == f64::from(s)), "SFT step {s}");
+    }
+    for s in 1..=8 {
+        assert!(lines.iter().any(|m| m["step"] == s && m.get("train/reward").is_some()), "RL step {s}");
+    }
+    assert_eq!(lines.iter().filter(|m| m.get("resumed_from").is_some()).count(), 2);
+}

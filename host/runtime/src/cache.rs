@@ -1,15 +1,32 @@
 //! Compiled code on disk, keyed by the plugin file's sha256 and by everything about the
 //! engine that makes compiled code incompatible (wasmtime version and settings).
+//!
+//! Compiled code is native code that wasmtime runs without checking it (`deserialize` is
+//! `unsafe` for bytes it did not write), so an entry is used only when it is provably ours:
+//! the folder belongs to this user and nobody else may write it (created 0700; otherwise
+//! the cache is not used at all), and every entry carries an HMAC-SHA256, under a key kept
+//! in that folder (0600), of the plugin's sha256, the engine key and the code. A file put
+//! under another plugin's key, edited, truncated or written by anyone without the key is
+//! refused and the plugin compiled afresh.
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use wasmtime::Engine;
 use wasmtime::component::Component;
 
+/// Starts every entry: format tag, then the 32-byte tag, then the code.
+const MAGIC: &[u8; 12] = b"vagen-cwasm1";
+const TAG: usize = 32;
+
 pub(crate) struct CodeCache {
     dir: PathBuf,
     engine_key: String,
+    /// `None` when the folder is not private to this user: nothing is read or written.
+    key: Option<[u8; 32]>,
 }
 
 impl CodeCache {
@@ -18,44 +35,127 @@ impl CodeCache {
         engine.precompile_compatibility_hash().hash(&mut h);
         // Covers the wasmtime version and every setting that changes compiled code.
         let engine_key = format!("{:016x}", h.finish());
-        Self { dir, engine_key }
+        let key = match private_key(&dir) {
+            Ok(key) => Some(key),
+            Err(why) => {
+                tracing::warn!(dir = %dir.display(), "compiled-code cache not used: {why}");
+                None
+            }
+        };
+        Self { dir, engine_key, key }
     }
 
     fn entry(&self, sha256: &str) -> PathBuf {
         self.dir.join(format!("{sha256}-{}.cwasm", self.engine_key))
     }
 
-    /// The cached component, if a valid entry exists. An entry that fails to load (a
-    /// truncated file, another engine's code) is treated as a miss and overwritten later.
-    pub(crate) fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
-        let path = self.entry(sha256);
-        if !path.is_file() {
-            return None;
+    fn tag(&self, key: &[u8; 32], sha256: &str, code: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length");
+        for part in [sha256.as_bytes(), b"\0", self.engine_key.as_bytes(), b"\0", code] {
+            mac.update(part);
         }
-        // SAFETY: the file is one this process family wrote through `put`, into a
-        // directory owned by the user, and wasmtime checks its header against the engine.
-        match unsafe { Component::deserialize_file(engine, &path) } {
+        mac
+    }
+
+    /// The cached component, if an entry exists that this cache wrote for this plugin and
+    /// engine. Anything else (absent, truncated, forged, moved from another key, another
+    /// engine's code) is a miss, and the entry is overwritten by the next `put`.
+    pub(crate) fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
+        let key = self.key.as_ref()?;
+        let path = self.entry(sha256);
+        let bytes = std::fs::read(&path).ok()?;
+        let refuse = |why: &str| {
+            tracing::warn!(path = %path.display(), "ignoring compiled-code cache entry: {why}");
+            None
+        };
+        if !owned_by_us(&path) {
+            return refuse("not a file of this user's that only they may write");
+        }
+        let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
+            return refuse("not in vagen's format");
+        };
+        if rest.len() < TAG {
+            return refuse("truncated");
+        }
+        let (tag, code) = rest.split_at(TAG);
+        if self.tag(key, sha256, code).verify_slice(tag).is_err() {
+            return refuse("its tag does not match this plugin, engine and code");
+        }
+        // SAFETY: `code` is what `put` serialised for this plugin and engine: the tag, under a
+        // key only this user can read, proves it; wasmtime also checks the engine header.
+        match unsafe { Component::deserialize(engine, code) } {
             Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "ignoring unusable compiled-code cache entry");
-                None
-            }
+            Err(e) => refuse(&e.to_string()),
         }
     }
 
     /// Stores compiled code atomically (temporary file + rename), so a reader never sees
     /// half an entry. Failure to cache is logged, never fatal.
     pub(crate) fn put(&self, sha256: &str, component: &Component) {
+        let Some(key) = &self.key else { return };
         let result = (|| -> std::io::Result<()> {
-            let bytes = component.serialize().map_err(std::io::Error::other)?;
-            std::fs::create_dir_all(&self.dir)?;
+            let code = component.serialize().map_err(std::io::Error::other)?;
+            let tag = self.tag(key, sha256, &code).finalize().into_bytes();
             let tmp = self.dir.join(format!(".{sha256}.{}.tmp", std::process::id()));
-            std::fs::write(&tmp, bytes)?;
+            let mut file =
+                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            file.write_all(MAGIC)?;
+            file.write_all(&tag)?;
+            file.write_all(&code)?;
             std::fs::rename(&tmp, self.entry(sha256))
         })();
         if let Err(e) = result {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not write compiled-code cache");
         }
+    }
+}
+
+/// Whether `path` is this user's and nobody else may write it.
+fn owned_by_us(path: &Path) -> bool {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == uid && m.mode() & 0o022 == 0)
+}
+
+/// Creates `dir` (0700) if needed, refuses a folder another user owns or may write, and
+/// returns the cache's key (made on first use, 0600).
+fn private_key(dir: &Path) -> Result<[u8; 32], String> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| format!("cannot create it: {e}"))?;
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err("it is not a folder".into());
+    }
+    if !owned_by_us(dir) {
+        return Err(format!(
+            "it belongs to another user or others may write it (mode {:o}); use a folder only you can write, e.g. chmod 700",
+            meta.permissions().mode() & 0o777
+        ));
+    }
+    let path = dir.join("key");
+    if let Ok(bytes) = std::fs::read(&path) {
+        if bytes.len() == 32 && owned_by_us(&path) && std::fs::metadata(&path).is_ok_and(|m| m.mode() & 0o077 == 0) {
+            return Ok(bytes.try_into().expect("32 bytes"));
+        }
+        return Err(format!("{} is not a private 32-byte key of this user's", path.display()));
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| format!("no randomness for a key: {e}"))?;
+    // Created exclusively: of two processes starting at once, one writes, the other reads.
+    let tmp = dir.join(format!(".key.{}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&key))
+        .and_then(|()| std::fs::hard_link(&tmp, &path));
+    let _ = std::fs::remove_file(&tmp);
+    match written {
+        Ok(()) => Ok(key),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            std::fs::read(&path).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| "unreadable key".into())
+        }
+        Err(e) => Err(format!("cannot write its key: {e}")),
     }
 }
 

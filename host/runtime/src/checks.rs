@@ -9,6 +9,10 @@ pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
     if m.name.trim().is_empty() {
         return fail("empty name".into());
     }
+    // Names are shown on terminals and in logs: no escape sequences or line breaks.
+    if m.name.chars().any(char::is_control) {
+        return fail(format!("name {:?} holds control characters", m.name));
+    }
     action_space(&ActionSpace::of(m), "manifest")?;
     if m.default_max_turns == 0 {
         return fail("default-max-turns is 0".into());
@@ -104,6 +108,24 @@ pub(crate) fn step(s: &StepResult, limits: &Limits, actions: &ActionSpace) -> Re
         return fail(format!("metric {:?} is {}", m.name, m.value));
     }
     observation(&s.observation, limits, "step")
+}
+
+/// Adds `o`'s bytes to an episode's running total (`reset` starts it at 0) and refuses
+/// the observation that takes it past `max_episode_mib`.
+pub(crate) fn episode_bytes(total: &mut u64, o: &Observation, limits: &Limits) -> Result<(), Error> {
+    let bytes = o.text.len() as u64 + o.images.iter().map(|i| i.rgb.len() as u64).sum::<u64>();
+    *total = total.saturating_add(bytes);
+    if *total > limits.max_episode_mib.saturating_mul(1 << 20) {
+        return Err(Error::Malformed {
+            call: "step",
+            detail: format!(
+                "the episode's observations reached {} MiB (max_episode_mib {})",
+                *total >> 20,
+                limits.max_episode_mib
+            ),
+        });
+    }
+    Ok(())
 }
 
 pub(crate) fn text(t: &str, limits: &Limits, call: &'static str) -> Result<(), Error> {

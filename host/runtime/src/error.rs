@@ -45,6 +45,11 @@ pub enum Error {
     #[error("{call} ran out of memory: it asked for {requested_mib} MiB, the cap is {cap_mib} MiB")]
     OutOfMemory { call: &'static str, requested_mib: u64, cap_mib: u64 },
 
+    #[error(
+        "{call} would take the plugin instances' memory together past {cap_mib} MiB (total_memory_mib); fewer instances or a smaller memory_mib fit"
+    )]
+    OutOfTotalMemory { call: &'static str, cap_mib: u64 },
+
     #[error("{call} ran out of fuel (budget {fuel} units)")]
     OutOfFuel { call: &'static str, fuel: u64 },
 
@@ -93,6 +98,7 @@ impl Error {
             self,
             Error::Timeout { .. }
                 | Error::OutOfMemory { .. }
+                | Error::OutOfTotalMemory { .. }
                 | Error::OutOfFuel { .. }
                 | Error::Trap { .. }
                 | Error::Malformed { .. }
@@ -114,6 +120,7 @@ impl Error {
             Error::Failed { .. } => "failed",
             Error::Timeout { .. } => "timeout",
             Error::OutOfMemory { .. } => "out-of-memory",
+            Error::OutOfTotalMemory { .. } => "out-of-total-memory",
             Error::OutOfFuel { .. } => "out-of-fuel",
             Error::Trap { .. } => "trap",
             Error::Malformed { .. } => "malformed",

@@ -17,6 +17,10 @@ pub struct Limits {
     pub create_timeout_ms: u64,
     /// Linear memory one instance may hold in total, in MiB.
     pub memory_mib: u64,
+    /// Linear memory all instances of one runtime may hold together, in MiB: a run's
+    /// groups × group_size instances share it, so many instances cannot take the host's
+    /// memory even when each stays within `memory_mib`.
+    pub total_memory_mib: u64,
     /// Fuel (roughly, WebAssembly instructions) per call, in millions; `None` turns fuel
     /// metering off. Deterministic, unlike the wall-clock budget, but costs 10–20 %.
     pub fuel_millions_per_call: Option<u64>,
@@ -30,6 +34,10 @@ pub struct Limits {
     pub max_image_pixels: u64,
     /// Most metrics in one step result.
     pub max_metrics: usize,
+    /// Observation text and image bytes one episode may produce in all, in MiB (each step
+    /// is also held to `max_text_bytes` and `max_image_pixels`): what a never-ending episode
+    /// of large observations can make the host hold.
+    pub max_episode_mib: u64,
     /// Largest reward magnitude one step may report; beyond it the step is malformed (its
     /// episode fails, naming the value), so sums over an episode stay finite in f32.
     pub max_abs_reward: f64,
@@ -45,12 +53,14 @@ impl Default for Limits {
             call_timeout_ms: 2_000,
             create_timeout_ms: 20_000,
             memory_mib: 256,
+            total_memory_mib: 8 * 1024,
             fuel_millions_per_call: None,
             output_bytes: 64 * 1024,
             max_text_bytes: 1 << 20,
             max_images: 16,
             max_image_pixels: 4096 * 4096,
             max_metrics: 256,
+            max_episode_mib: 256,
             max_abs_reward: 1e6,
             max_turns: 1_000,
         }
@@ -109,6 +119,9 @@ impl Limits {
         if self.memory_mib == 0 {
             return refuse("memory_mib", "0 MiB leaves a plugin no memory to start in");
         }
+        if self.total_memory_mib < self.memory_mib {
+            return refuse("total_memory_mib", "is below memory_mib: not even one instance could use its share");
+        }
         if self.fuel_millions_per_call == Some(0) {
             return refuse(
                 "fuel_millions_per_call",
@@ -137,6 +150,10 @@ impl Limits {
 
     pub fn memory_bytes(&self) -> usize {
         (self.memory_mib as usize).saturating_mul(1 << 20)
+    }
+
+    pub fn total_memory_bytes(&self) -> usize {
+        (self.total_memory_mib as usize).saturating_mul(1 << 20)
     }
 
     pub fn fuel_per_call(&self) -> Option<u64> {

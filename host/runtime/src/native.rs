@@ -96,8 +96,13 @@ impl NativePlugin {
     pub fn instantiate(&self, config: &str) -> Result<NativeEnv, Error> {
         let handle = create(&self.shared, config)?;
         let actions = ActionSpace::of(&self.shared.manifest);
-        let mut env =
-            NativeEnv { shared: self.shared.clone(), config: config.to_string(), handle: Some(handle), actions };
+        let mut env = NativeEnv {
+            shared: self.shared.clone(),
+            config: config.to_string(),
+            handle: Some(handle),
+            actions,
+            episode_bytes: 0,
+        };
         if self.shared.abi_version >= 2 {
             let space: ActionSpace = env.call(Op::ActionSpace, &[], "action-space")?;
             checks::action_space(&space, "action-space")?;
@@ -171,6 +176,8 @@ pub struct NativeEnv {
     handle: Option<Handle>,
     /// Read once at creation: a re-created instance has the same config.
     actions: ActionSpace,
+    /// Observation bytes of the current episode (`Limits::max_episode_mib`).
+    episode_bytes: u64,
 }
 
 // SAFETY: an instance is only ever used by one thread at a time (`&mut self`), and the SDK's
@@ -234,7 +241,11 @@ impl Environment for NativeEnv {
 
     fn reset(&mut self, seed: u64) -> Result<Observation, Error> {
         let o: Observation = self.call(Op::Reset, &seed.to_le_bytes(), "reset")?;
-        let r = checks::observation(&o, &self.shared.limits, "reset").map(|()| o);
+        self.episode_bytes = 0;
+        let limits = &self.shared.limits;
+        let r = checks::observation(&o, limits, "reset")
+            .and_then(|()| checks::episode_bytes(&mut self.episode_bytes, &o, limits))
+            .map(|()| o);
         self.checked(r)
     }
 
@@ -252,7 +263,10 @@ impl Environment for NativeEnv {
             effective_actions: s.effective_actions,
             metrics: s.metrics.into_iter().map(|(name, value)| Metric { name, value }).collect(),
         };
-        let r = checks::step(&s, &self.shared.limits, &self.actions).map(|()| s);
+        let limits = &self.shared.limits;
+        let r = checks::step(&s, limits, &self.actions)
+            .and_then(|()| checks::episode_bytes(&mut self.episode_bytes, &s.observation, limits))
+            .map(|()| s);
         self.checked(r)
     }
 

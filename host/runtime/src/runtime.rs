@@ -1,7 +1,7 @@
 //! The shared engine: one per process, with its epoch ticker, linker and code cache.
 
 use crate::cache::{CodeCache, default_cache_dir};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{MemoryPool, Sandbox};
 use crate::{Error, Limits, NativePlugin, Plugin, WasmPlugin};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,6 +24,8 @@ pub(crate) struct Inner {
     pub(crate) linker: Linker<Sandbox>,
     pub(crate) cache: Option<CodeCache>,
     pub(crate) limits: Limits,
+    /// What all instances' linear memories hold together (`Limits::total_memory_mib`).
+    pub(crate) memory: Arc<MemoryPool>,
 }
 
 impl Runtime {
@@ -46,7 +48,8 @@ impl Runtime {
             .map_err(|e| internal(format!("linking WASI: {e}")))?;
         spawn_ticker(&engine);
         let cache = cache_dir.map(|dir| CodeCache::new(dir, &engine));
-        Ok(Self { inner: Arc::new(Inner { engine, linker, cache, limits }) })
+        let memory = MemoryPool::new(limits.total_memory_bytes());
+        Ok(Self { inner: Arc::new(Inner { engine, linker, cache, limits, memory }) })
     }
 
     pub fn limits(&self) -> &Limits {

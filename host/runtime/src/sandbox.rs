@@ -47,7 +47,7 @@ impl Sandbox {
     /// Preopens, env vars, args and stdin are the builder's defaults (nothing here adds
     /// any), so `tests/tests/capabilities.rs` checks them from inside a guest: a
     /// wasmtime-wasi upgrade could change a default. Keep `GRANTS` below in step.
-    pub(crate) fn new(memory_cap: usize, output_bytes: usize) -> (Self, Determinism) {
+    pub(crate) fn new(memory_cap: usize, pool: std::sync::Arc<MemoryPool>, output_bytes: usize) -> (Self, Determinism) {
         let random = SeededRandom::new(0);
         let clock = VirtualClock::default();
         let stdout = Capture::new(output_bytes);
@@ -64,8 +64,12 @@ impl Sandbox {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let sandbox =
-            Sandbox { wasi, table: ResourceTable::new(), clock: clock.clone(), memory: MemoryCap::new(memory_cap) };
+        let sandbox = Sandbox {
+            wasi,
+            table: ResourceTable::new(),
+            clock: clock.clone(),
+            memory: MemoryCap::new(memory_cap, pool),
+        };
         (sandbox, Determinism { random, clock, stderr })
     }
 }
@@ -305,17 +309,54 @@ impl StdoutStream for Capture {
     }
 }
 
-/// Caps the total linear memory of an instance (all its memories together) and
-/// remembers a refusal, so the resulting trap is reported as out-of-memory.
+/// The linear memory all instances of one runtime hold together, against one cap: the
+/// trainer creates groups × group_size instances, each allowed `memory_mib`.
+pub(crate) struct MemoryPool {
+    cap: usize,
+    used: std::sync::atomic::AtomicUsize,
+}
+
+impl MemoryPool {
+    pub(crate) fn new(cap: usize) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(Self { cap, used: Default::default() })
+    }
+
+    pub(crate) fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Takes `bytes` from the pool if they fit under its cap.
+    fn reserve(&self, bytes: usize) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.used.fetch_update(SeqCst, SeqCst, |u| u.checked_add(bytes).filter(|&t| t <= self.cap)).is_ok()
+    }
+
+    fn release(&self, bytes: usize) {
+        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Caps the total linear memory of an instance (all its memories together), and of all
+/// the runtime's instances through their pool, and remembers a refusal, so the resulting
+/// trap is reported as out-of-memory.
 pub(crate) struct MemoryCap {
     cap: usize,
     used: usize,
+    pool: std::sync::Arc<MemoryPool>,
     pub(crate) refused: Option<usize>,
+    /// The refusal was the pool's: this instance was within its own cap.
+    pub(crate) refused_by_pool: bool,
+}
+
+impl Drop for MemoryCap {
+    fn drop(&mut self) {
+        self.pool.release(self.used);
+    }
 }
 
 impl MemoryCap {
-    fn new(cap: usize) -> Self {
-        Self { cap, used: 0, refused: None }
+    fn new(cap: usize, pool: std::sync::Arc<MemoryPool>) -> Self {
+        Self { cap, used: 0, pool, refused: None, refused_by_pool: false }
     }
 
     pub(crate) fn cap(&self) -> usize {
@@ -325,6 +366,10 @@ impl MemoryCap {
     pub(crate) fn used(&self) -> usize {
         self.used
     }
+
+    pub(crate) fn pool_cap(&self) -> usize {
+        self.pool.cap()
+    }
 }
 
 /// Tables hold function references, a few per export; this many is far beyond any real plugin.
@@ -332,10 +377,15 @@ const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
-        let total = self.used.saturating_add(desired.saturating_sub(current));
+        let delta = desired.saturating_sub(current);
+        let total = self.used.saturating_add(delta);
         if total > self.cap {
             self.refused = Some(total);
             wasmtime::bail!("memory cap of {} bytes exceeded (wanted {total})", self.cap);
+        }
+        if !self.pool.reserve(delta) {
+            (self.refused, self.refused_by_pool) = (Some(total), true);
+            wasmtime::bail!("the instances' total memory cap of {} bytes would be exceeded", self.pool.cap());
         }
         self.used = total;
         Ok(true)

@@ -91,7 +91,8 @@ impl WasmPlugin {
     /// A new instance with its own sandbox; `config` is JSON (`""` for the defaults).
     pub fn instantiate(&self, config: &str) -> Result<WasmEnv, Error> {
         let actions = ActionSpace::of(&self.shared.manifest);
-        let mut env = WasmEnv { shared: self.shared.clone(), config: config.to_string(), live: None, actions };
+        let mut env =
+            WasmEnv { shared: self.shared.clone(), config: config.to_string(), live: None, actions, episode_bytes: 0 };
         env.live()?;
         // A 0.1.0 component cannot say: its manifest's fields stand for the instance.
         let space = env.call("action-space", |s, b, h| match b {
@@ -197,7 +198,7 @@ fn read_manifest(runtime: &Runtime, pre: &Pre) -> Result<Manifest, Error> {
 
 fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
     let limits = &runtime.inner.limits;
-    let (sandbox, det) = Sandbox::new(limits.memory_bytes(), limits.output_bytes);
+    let (sandbox, det) = Sandbox::new(limits.memory_bytes(), runtime.inner.memory.clone(), limits.output_bytes);
     let mut store = Store::new(&runtime.inner.engine, sandbox);
     store.limiter(|s| s.limiter());
     (store, det)
@@ -226,6 +227,9 @@ fn classify(
     fuel: Option<u64>,
 ) -> Error {
     let memory = &store.data().memory;
+    if memory.refused.is_some() && memory.refused_by_pool {
+        return Error::OutOfTotalMemory { call, cap_mib: (memory.pool_cap() as u64) >> 20 };
+    }
     if let Some(requested) = memory.refused {
         return Error::OutOfMemory {
             call,
@@ -240,12 +244,18 @@ fn classify(
     }
 }
 
+/// What ended the call, in one line: the trap, an `exit` the guest called, or the
+/// innermost cause (wasmtime's outer message is only "error while executing at wasm
+/// backtrace:").
 fn root_message(e: &wasmtime::Error) -> String {
-    let mut msg = e.to_string();
-    if let Some(trap) = e.downcast_ref::<Trap>() {
-        msg = trap.to_string();
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return format!("the plugin called exit({})", exit.0);
     }
-    msg.lines().next().unwrap_or("").to_string()
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return trap.to_string();
+    }
+    let cause = e.chain().last().map(ToString::to_string).unwrap_or_default();
+    cause.lines().map(str::trim).find(|l| !l.is_empty() && !l.ends_with("backtrace:")).unwrap_or("unknown").to_string()
 }
 
 /// One instance in its own store. After a fault the store is dropped and the next call
@@ -256,6 +266,8 @@ pub struct WasmEnv {
     live: Option<Live>,
     /// Read once at creation: a re-created instance has the same config.
     actions: ActionSpace,
+    /// Observation bytes of the current episode (`Limits::max_episode_mib`).
+    episode_bytes: u64,
 }
 
 struct Live {
@@ -353,7 +365,11 @@ impl Environment for WasmEnv {
                 .map_err(|e| v::guest_error(e, "reset"))))
         })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.and_then(|o| checks::observation(&o, limits, "reset").map(|()| o));
+        self.episode_bytes = 0;
+        let r = r.and_then(|o| {
+            checks::observation(&o, limits, "reset")?;
+            checks::episode_bytes(&mut self.episode_bytes, &o, limits).map(|()| o)
+        });
         self.discard_on_fault(r)
     }
 
@@ -368,7 +384,10 @@ impl Environment for WasmEnv {
                 .map_err(|e| v::guest_error(e, "step"))))
         })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.and_then(|s| checks::step(&s, limits, &self.actions).map(|()| s));
+        let r = r.and_then(|s| {
+            checks::step(&s, limits, &self.actions)?;
+            checks::episode_bytes(&mut self.episode_bytes, &s.observation, limits).map(|()| s)
+        });
         self.discard_on_fault(r)
     }
 

@@ -19,16 +19,24 @@ pub struct TrainerState {
     pub last_success: Option<f64>,
 }
 
+/// Writes a checkpoint: `checkpoints/step-NNNNNN/` (RL steps done) or, before RL,
+/// `checkpoints/sft-NNNNNN/` (SFT steps done). Every file and folder is synced before the
+/// rename that makes it complete, so a crash or power loss leaves the previous checkpoint
+/// or this one, never a torn one; then all but the newest `keep_last` are deleted (0 keeps
+/// all).
 pub fn save(
     run_dir: &Path,
     state: &TrainerState,
     actor: &Model,
-    critic: Option<&ValueModel>,
+    critic: Option<(&ValueModel, &AdamW)>,
     actor_opt: &AdamW,
-    critic_opt: Option<&AdamW>,
+    keep_last: usize,
 ) -> Result<()> {
     let dir = run_dir.join("checkpoints");
-    let name = format!("step-{:06}", state.step);
+    let name = match state {
+        TrainerState { step: 0, sft_steps_done: n, .. } if *n > 0 => format!("sft-{n:06}"),
+        _ => format!("step-{:06}", state.step),
+    };
     let tmp = dir.join(format!(".{name}.partial"));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
@@ -36,34 +44,70 @@ pub fn save(
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     actor.save(&tmp.join("actor"))?;
     actor_opt.save(&tmp.join("actor_optim.safetensors"))?;
-    if let (Some(c), Some(o)) = (critic, critic_opt) {
+    if let Some((c, o)) = critic {
         c.save(&tmp.join("critic"))?;
         o.save(&tmp.join("critic_optim.safetensors"))?;
     }
     std::fs::write(tmp.join("state.json"), serde_json::to_string_pretty(state)?)?;
+    sync_tree(&tmp).with_context(|| format!("syncing {}", tmp.display()))?;
     let last = dir.join(&name);
+    // A checkpoint of the same name (a re-save) is moved aside, not deleted, until the new
+    // one is in place.
+    let old = dir.join(format!(".{name}.old"));
     if last.exists() {
-        std::fs::remove_dir_all(&last)?;
+        let _ = std::fs::remove_dir_all(&old);
+        std::fs::rename(&last, &old)?;
     }
     std::fs::rename(&tmp, &last).with_context(|| format!("renaming {} to {}", tmp.display(), last.display()))?;
+    std::fs::File::open(&dir)?.sync_all().with_context(|| format!("syncing {}", dir.display()))?;
+    let _ = std::fs::remove_dir_all(&old);
+    if keep_last > 0 {
+        for stale in complete(run_dir)?.into_iter().skip(keep_last) {
+            std::fs::remove_dir_all(&stale).with_context(|| format!("removing {}", stale.display()))?;
+        }
+    }
     Ok(())
 }
 
-/// The complete checkpoint with the highest step.
-pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
+/// Syncs every file under `dir`, then the folders themselves.
+fn sync_tree(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            sync_tree(&path)?;
+        } else {
+            std::fs::File::open(&path)?.sync_all()?;
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The complete checkpoints (those with a `state.json`), newest first: RL steps after
+/// SFT steps, more steps after fewer.
+pub fn complete(run_dir: &Path) -> Result<Vec<PathBuf>> {
     let dir = run_dir.join("checkpoints");
     let Ok(entries) = std::fs::read_dir(&dir) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
-    let newest = entries
+    let mut found: Vec<((u8, usize), PathBuf)> = entries
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let step: usize = name.strip_prefix("step-")?.parse().ok()?;
-            e.path().join("state.json").is_file().then(|| (step, e.path()))
+            let key = match (name.strip_prefix("step-"), name.strip_prefix("sft-")) {
+                (Some(n), _) => (1, n.parse().ok()?),
+                (_, Some(n)) => (0, n.parse().ok()?),
+                _ => return None,
+            };
+            e.path().join("state.json").is_file().then(|| (key, e.path()))
         })
-        .max_by_key(|(step, _)| *step);
-    Ok(newest.map(|(_, p)| p))
+        .collect();
+    found.sort_by(|a, b| b.0.cmp(&a.0));
+    Ok(found.into_iter().map(|(_, p)| p).collect())
+}
+
+/// The newest complete checkpoint.
+pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>> {
+    Ok(complete(run_dir)?.into_iter().next())
 }
 
 pub fn read_state(ckpt: &Path) -> Result<TrainerState> {

@@ -297,13 +297,17 @@ pub struct ScheduleSection {
     pub eval_every: usize,
     /// Checkpoint every k steps (0: only at the end).
     pub save_every: usize,
+    /// Checkpoints kept in the run folder, the newest; older ones are deleted after each
+    /// save. 0 keeps them all. Keep at least 2: a resume falls back to the previous one when
+    /// the newest will not load.
+    pub keep_last: usize,
     /// Seeds everything: weights of the default model, sampling, shuffling.
     pub seed: u64,
 }
 
 impl Default for ScheduleSection {
     fn default() -> Self {
-        ScheduleSection { steps: 200, eval_every: 10, save_every: 50, seed: 0 }
+        ScheduleSection { steps: 200, eval_every: 10, save_every: 50, keep_last: 0, seed: 0 }
     }
 }
 
@@ -322,11 +326,14 @@ pub struct SftSection {
     /// 0: fresh episodes every step. n: the episodes of the first n steps, cycled (a fixed
     /// dataset, e.g. to check that the model can fit it).
     pub dataset_steps: usize,
+    /// Checkpoint every k SFT steps (`checkpoints/sft-NNNNNN/`) and when SFT ends, so a
+    /// run killed during a long warm start resumes there; 0: only when SFT ends.
+    pub save_every: usize,
 }
 
 impl Default for SftSection {
     fn default() -> Self {
-        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0, dataset_steps: 0 }
+        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0, dataset_steps: 0, save_every: 20 }
     }
 }
 

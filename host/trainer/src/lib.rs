@@ -19,7 +19,7 @@ mod value_loss;
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
 pub use config::{ConfigError, CriticInit, TrainConfig};
-pub use metrics::StepMetrics;
+pub use metrics::{StepMetrics, read as read_metrics};
 pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};
 pub use train::{Trainer, held_out_rollouts, load_model};

@@ -38,29 +38,41 @@ impl MetricsLog {
         Ok(())
     }
 
-    /// After a resume: drop the lines of steps past the checkpoint, which will be redone.
-    pub fn truncate_after(&self, step: usize) -> Result<()> {
-        let Ok(text) = std::fs::read_to_string(&self.path) else {
-            return Ok(());
-        };
-        let kept: String = text
-            .lines()
-            .filter(|l| {
-                serde_json::from_str::<serde_json::Value>(l)
-                    .ok()
-                    .and_then(|v| v.get("step")?.as_u64())
-                    .is_some_and(|s| s as usize <= step)
-            })
-            .map(|l| format!("{l}\n"))
-            .collect();
-        std::fs::write(&self.path, kept)?;
+    /// After a resume: a line saying from where, so that readers drop the earlier lines
+    /// of steps that will be redone. The file is only ever appended to: a run killed while
+    /// resuming cannot lose its log.
+    pub fn mark_resumed(&self, state: &crate::TrainerState) -> Result<()> {
+        let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .with_context(|| format!("opening {}", self.path.display()))?;
+        writeln!(f, "{mark}")?;
         Ok(())
     }
 }
 
-/// Every line of a run's `metrics.jsonl`.
+/// The key of the line [`MetricsLog::mark_resumed`] writes.
+const RESUMED: &str = "resumed_from";
+
+/// A run's `metrics.jsonl` as the run now stands: at each resume mark, the earlier lines of
+/// the RL steps (or SFT steps) past the checkpoint are dropped, since they were redone.
 pub fn read(run_dir: &Path) -> Result<Vec<serde_json::Value>> {
     let path = run_dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    for line in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        let Some(mark) = line.get(RESUMED) else {
+            lines.push(line);
+            continue;
+        };
+        let (step, sft) = (mark["step"].as_u64().unwrap_or(0), mark["sft_steps_done"].as_u64().unwrap_or(0));
+        lines.retain(|l| {
+            let redone_rl = l["step"].as_u64().is_some_and(|s| s > step);
+            let redone_sft = l["sft/step"].as_f64().is_some_and(|s| s as u64 > sft);
+            !(redone_rl || redone_sft)
+        });
+    }
+    Ok(lines)
 }

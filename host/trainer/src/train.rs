@@ -57,10 +57,13 @@ impl Trainer {
             bail!("{} already holds a run: resume it with --resume, or choose another --run-dir", run_dir.display());
         }
         std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-        std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
         let actor = load_model(&cfg)?;
         let critic = new_critic(&cfg, &actor)?;
-        Self::assemble(cfg, run_dir, actor, critic, TrainerState::default())
+        let t = Self::assemble(cfg, run_dir, actor, critic, TrainerState::default(), None)?;
+        // Written once everything it names has loaded and been accepted, so a folder with a
+        // config.toml always holds a run that can be resumed (or restarted elsewhere).
+        std::fs::write(run_dir.join("config.toml"), t.cfg.to_toml())?;
+        Ok(t)
     }
 
     /// Continues the run in `run_dir` from its last complete checkpoint. A native plugin
@@ -79,25 +82,36 @@ impl Trainer {
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
         cfg.allow_native = allow_native;
-        let Some(ckpt) = checkpoint::latest(run_dir)? else {
-            bail!("{} has no complete checkpoint to resume from", run_dir.display());
-        };
-        let options = load_options(&cfg)?;
-        let actor = Model::load(&ckpt.join("actor"), options)?;
-        let critic = if cfg.algorithm.advantage.estimator.uses_critic() {
-            Some(ValueModel::from_spec(ckpt.join("critic").to_str().context("non-UTF-8 path")?, options)?)
-        } else {
-            None
-        };
-        let state = checkpoint::read_state(&ckpt)?;
-        let mut t = Self::assemble(cfg, run_dir, actor, critic, state)?;
-        t.actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
-        if let Some(opt) = &mut t.critic_opt {
-            opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
+        // The newest checkpoint that loads whole; a corrupt one (a truncated file, a disk
+        // error) is skipped with a warning, never half used.
+        let mut refused = Vec::new();
+        for ckpt in checkpoint::complete(run_dir)? {
+            let loaded = match load_checkpoint(&cfg, &ckpt) {
+                Ok(loaded) => loaded,
+                Err(e) => {
+                    eprintln!("warning: {} will not load ({e:#}); trying the one before", ckpt.display());
+                    refused.push(format!("{}: {e:#}", ckpt.display()));
+                    continue;
+                }
+            };
+            let (actor, critic, state, optims) = loaded;
+            let t = Self::assemble(cfg, run_dir, actor, critic, state, Some(optims))?;
+            // Appended, not rewritten: lines past the checkpoint stay, and readers take the
+            // ones after this mark (`metrics::read`).
+            t.log.mark_resumed(&t.state)?;
+            eprintln!(
+                "resuming {} at step {} ({} SFT steps done; checkpoint {})",
+                run_dir.display(),
+                t.state.step,
+                t.state.sft_steps_done,
+                ckpt.display()
+            );
+            return Ok(t);
         }
-        t.log.truncate_after(t.state.step)?;
-        eprintln!("resuming {} at step {} (checkpoint {})", run_dir.display(), t.state.step, ckpt.display());
-        Ok(t)
+        if refused.is_empty() {
+            bail!("{} has no complete checkpoint to resume from", run_dir.display());
+        }
+        bail!("no checkpoint of {} loads: {}", run_dir.display(), refused.join("; "))
     }
 
     fn assemble(
@@ -106,6 +120,7 @@ impl Trainer {
         actor: Model,
         critic: Option<ValueModel>,
         state: TrainerState,
+        optims: Option<(AdamW, Option<AdamW>)>,
     ) -> Result<Self> {
         tch::manual_seed(cfg.schedule.seed as i64);
         let runtime = Runtime::new(cfg.sandbox.clone())?;
@@ -129,8 +144,10 @@ impl Trainer {
                 plugin.manifest().name
             );
         }
-        let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
-        let critic_opt = critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
+        let (actor_opt, critic_opt) = optims.unwrap_or_else(|| {
+            let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
+            (actor_opt, critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay)))
+        });
         let log = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
         Ok(Trainer {
             cfg,
@@ -211,9 +228,9 @@ impl Trainer {
             &self.run_dir,
             &self.state,
             &self.actor,
-            self.critic.as_ref(),
+            self.critic.as_ref().zip(self.critic_opt.as_ref()),
             &self.actor_opt,
-            self.critic_opt.as_ref(),
+            self.cfg.schedule.keep_last,
         )
     }
 
@@ -280,6 +297,10 @@ impl Trainer {
             m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
             self.log.write(&m)?;
             bar.inc(1);
+            let n = self.state.sft_steps_done;
+            if n == cfg.sft.steps || (cfg.sft.save_every > 0 && n.is_multiple_of(cfg.sft.save_every)) {
+                self.save()?;
+            }
         }
         bar.finish_and_clear();
         // RL starts from the fine-tuned actor, so an `actor` critic is a copy of that one;
@@ -750,4 +771,32 @@ fn shuffle(v: &mut [usize], state: &mut u64) {
         let j = ((*state >> 33) % (i as u64 + 1)) as usize;
         v.swap(i, j);
     }
+}
+
+/// A checkpoint's actor, critic, counters and optimiser moments, all or nothing.
+#[allow(clippy::type_complexity)]
+fn load_checkpoint(
+    cfg: &TrainConfig,
+    ckpt: &Path,
+) -> Result<(Model, Option<ValueModel>, TrainerState, (AdamW, Option<AdamW>))> {
+    let options = load_options(cfg)?;
+    let state = checkpoint::read_state(ckpt)?;
+    let actor = Model::load(&ckpt.join("actor"), options)?;
+    let mut actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
+    actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
+    // The critic starts at RL: a checkpoint from before it has none to load.
+    let has_critic = ckpt.join("critic").is_dir();
+    let (critic, critic_opt) = if cfg.algorithm.advantage.estimator.uses_critic() && has_critic {
+        let critic = ValueModel::from_spec(ckpt.join("critic").to_str().context("non-UTF-8 path")?, options)?;
+        let mut opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);
+        opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
+        (Some(critic), Some(opt))
+    } else if cfg.algorithm.advantage.estimator.uses_critic() {
+        let critic = new_critic(cfg, &actor)?.expect("a critic-based estimator");
+        let opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);
+        (Some(critic), Some(opt))
+    } else {
+        (None, None)
+    };
+    Ok((actor, critic, state, (actor_opt, critic_opt)))
 }

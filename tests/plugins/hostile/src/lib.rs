@@ -11,7 +11,7 @@ mod probe;
 pub struct Config {
     /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
     /// rare-trap | flaky | leak | huge-image | step-fails | reset-fails | noisy-image | spin |
-    /// huge-error | huge-reward | max-valid | oracle-traps |
+    /// huge-error | huge-reward | max-valid | oracle-traps | exit |
     /// read-file | read-env | connect | send-udp | lookup (probes in `reset`, see probe.rs)
     pub mode: String,
     /// What a probe aims at: a host path, an env var name, an address or a host name.
@@ -66,6 +66,7 @@ impl Env for Hostile {
             "huge-reward",
             "max-valid",
             "oracle-traps",
+            "exit",
         ];
         if !known.contains(&config.mode.as_str()) {
             return Err(EnvError::BadConfig(format!("unknown mode {:?}", config.mode)));
@@ -122,6 +123,7 @@ impl Env for Hostile {
                 }
             }
             "panic" => panic!("hostile plugin panics on purpose"),
+            "exit" => std::process::exit(3),
             // Only the exact pair "go" then "GO" in consecutive steps: rare under random input.
             "rare-trap" if previous == "go" && answer.trim() == "GO" => panic!("rare sequence go, GO"),
             // One step in twenty, decided by seed and step number (reproducible).
