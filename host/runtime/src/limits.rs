@@ -60,7 +60,7 @@ impl Default for Limits {
             max_images: 16,
             max_image_pixels: 4096 * 4096,
             max_metrics: 256,
-            max_episode_mib: 256,
+            max_episode_mib: 64,
             max_abs_reward: 1e6,
             max_turns: 1_000,
         }
