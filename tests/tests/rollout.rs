@@ -176,21 +176,30 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
     assert!(metrics(&trajs).mean_response_tokens.unwrap() > 0.0);
 }
 
-#[test]
-fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
-    let (plugin, _cache) = load("frozenlake", Limits::default());
+/// The default model answering up to `max_new_tokens`, and the first prompt's length of
+/// each of `SEEDS`' FrozenLake episodes (from a turn that fits anywhere).
+fn first_prompts(
+    plugin: &dyn vagen_runtime::Plugin,
+    max_new_tokens: usize,
+) -> (std::rc::Rc<Model>, GenerateOptions, Vec<usize>) {
     let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
-    let options = GenerateOptions { max_new_tokens: 64, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
-    let config = RolloutConfig { max_turns: 6, ..Default::default() };
-    let seeds = [4, 5, 6];
-    // Each episode's first prompt length, from turns that fit anywhere.
-    let mut roomy = ModelPolicy::new(model.clone(), options.clone());
-    let once = RolloutConfig { max_turns: 1, ..config.clone() };
-    let first = rollout(plugin.as_ref(), "", &seeds, &once, &mut roomy).unwrap();
-    let prompts: Vec<usize> = first
+    let options = GenerateOptions { max_new_tokens, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
+    let once = RolloutConfig { max_turns: 1, ..Default::default() };
+    let first = rollout(plugin, "", &SEEDS, &once, &mut ModelPolicy::new(model.clone(), options.clone())).unwrap();
+    let prompts = first
         .iter()
         .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user).unwrap().len())
         .collect();
+    (model, options, prompts)
+}
+
+const SEEDS: [u64; 3] = [4, 5, 6];
+
+#[test]
+fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let (model, options, prompts) = first_prompts(plugin.as_ref(), 64);
+    let (config, seeds) = (RolloutConfig { max_turns: 6, ..Default::default() }, SEEDS);
     // Room for a short first answer and no second prompt.
     let window = prompts.iter().max().unwrap() + 10;
     let mut tight = ModelPolicy::new(model.clone(), options).with_context_window(window);
@@ -212,19 +221,9 @@ fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
 #[test]
 fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
-    let options = GenerateOptions { max_new_tokens: 24, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
-    let config = RolloutConfig { max_turns: 6, ..Default::default() };
-    let seeds = [4, 5, 6];
-    let first = rollout(plugin.as_ref(), "", &seeds, &RolloutConfig { max_turns: 1, ..config.clone() }, &mut {
-        ModelPolicy::new(model.clone(), options.clone())
-    })
-    .unwrap();
-    let longest = first
-        .iter()
-        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user).unwrap().len())
-        .max()
-        .unwrap();
+    let (model, options, prompts) = first_prompts(plugin.as_ref(), 24);
+    let (config, seeds) = (RolloutConfig { max_turns: 6, ..Default::default() }, SEEDS);
+    let longest = *prompts.iter().max().unwrap();
     // A full answer after the first prompt, and room for a later one's feedback line (which
     // echoes up to 24 tokens of answer), but not for two turns of history on top of it.
     let window = longest + 24 + 60;
