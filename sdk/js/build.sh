@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Builds a JavaScript environment into one component:
 #   sdk/js/build.sh ENV_DIR OUT.wasm
-# ENV_DIR holds `app.js`, an ES module that imports from "vagen" and calls exportEnv. It is
-# bundled with the SDK by esbuild, then componentised by componentize-js (StarlingMonkey),
-# both from npm, installed on first use into target/sdk-tools/node (override with
-# VAGEN_SDK_TOOLS). Needs node and npm.
+# ENV_DIR holds `app.js`, an ES module that imports from "vagen" and calls exportEnv, and
+# the modules it imports (relative imports stay inside ENV_DIR; packages come from its
+# node_modules). It is bundled with the SDK by esbuild, then componentised by
+# componentize-js (StarlingMonkey), both from npm at the versions in package-lock.json,
+# installed on first use into target/sdk-tools/node (override with VAGEN_SDK_TOOLS). Needs
+# node and npm. The same sources give the same bytes, wherever and whenever they are built
+# (componentize.mjs says how).
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"
 if [ ! -f "$env_dir/app.js" ]; then
@@ -14,24 +17,32 @@ fi
 for tool in node npm; do
     command -v $tool >/dev/null || { echo "$tool is needed to build JavaScript environments" >&2; exit 2; }
 done
+deterministic_preload
 tools=$tools/node
 mkdir -p "$tools"
-# One installer at a time (builds may run in parallel, e.g. in tests).
-(
-    flock 9
-    if [ ! -x "$tools/node_modules/.bin/componentize-js" ] || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
-        npm install --prefix "$tools" --no-save --no-audit --no-fund --loglevel=error \
-            @bytecodealliance/componentize-js@0.23.0 esbuild@0.28.2
-    fi
-) 9>"$tools/.install.lock"
-# componentize-js wants the WIT folder inside its working directory.
+# Install the locked packages (again when the lock changes), one installer at a time; builds
+# hold the lock shared while they use them (builds may run in parallel, e.g. in tests).
+exec 9>"$tools/.install.lock"
+flock 9
+if ! cmp -s "$here/package-lock.json" "$tools/.installed-lock.json" || [ ! -x "$tools/node_modules/.bin/esbuild" ]; then
+    rm -f "$tools/.installed-lock.json"
+    cp "$here/package.json" "$here/package-lock.json" "$tools/"
+    npm install --prefix "$tools" --no-audit --no-fund --loglevel=error
+    cp "$here/package-lock.json" "$tools/.installed-lock.json"
+fi
+flock -s 9
+# Everything the bundle is made of is copied into a fresh folder, named the same in every
+# build (esbuild writes each module's path, relative to its working folder, into the bundle).
 build=$(mktemp -d "$tools/build.XXXXXX")
 trap 'rm -rf "$build"' EXIT
 cp -r "$root/wit/v0.1.0" "$build/wit"
-printf 'import "%s";\nexport { env } from "vagen";\n' "$env_dir/app.js" > "$build/entry.js"
-"$tools/node_modules/.bin/esbuild" "$build/entry.js" --bundle --format=esm --platform=neutral \
-    --alias:vagen="$here/vagen.js" --outfile="$build/bundle.js" --log-level=warning
-# No WASI stdio, clocks, randomness or HTTP imports: the env gets nothing from outside.
-(cd "$build" && "$tools/node_modules/.bin/componentize-js" bundle.js --wit wit -n environment \
-    -d stdio random clocks http fetch-event -o "$out" >/dev/null)
+cp -r "$env_dir" "$build/env"
+cp "$here/vagen.js" "$build/vagen.js"
+printf 'import "./env/app.js";\nexport { env } from "vagen";\n' > "$build/entry.js"
+(
+    cd "$build"
+    "$tools/node_modules/.bin/esbuild" entry.js --bundle --format=esm --platform=neutral \
+        --alias:vagen=./vagen.js --outfile=bundle.js --log-level=warning
+    VAGEN_PRELOAD=$preload node "$here/componentize.mjs" "$tools" bundle.js wit "$out"
+)
 echo "built $out"

@@ -5,6 +5,10 @@ converts between the generated WIT types and the plain `vagen` ones, the way the
 `export_env!` does, so env authors never see the ABI. Do not edit; write `app.py`.
 """
 
+import sys
+
+sys.dont_write_bytecode = True  # the build's folders stay as they were (nothing is read twice)
+
 import json
 import traceback
 

@@ -25,6 +25,9 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
     println!("size          {} bytes", info.size_bytes);
     println!("sha256        {}", info.sha256);
+    if let Some(inputs) = &info.build_inputs {
+        println!("build inputs  {inputs}");
+    }
     print_imports(info);
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);

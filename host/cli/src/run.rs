@@ -439,9 +439,9 @@ fn replay(file: &Path, plugin: Option<&Path>, limits: &[String], allow_native: b
         Some(p) => (p.to_path_buf(), runtime.load(p)?),
         None => (r.plugin.clone(), runtime.load_named_in(&r.plugin, file, allow_native)?),
     };
-    let changed = !r.sha256.is_empty() && loaded.info().sha256 != r.sha256;
+    let changed = r.recorded_on_another_build(loaded.as_ref());
     if changed {
-        eprintln!("note: {} has changed since the reproducer was saved (sha256 differs)", path.display());
+        eprintln!("note: {} is not the build the reproducer was saved with", path.display());
     }
     let out = replay_file(loaded.as_ref(), &r)?;
     for line in &out.lines {

@@ -23,21 +23,66 @@ fn host(cache: &Path, args: &[&str]) -> Output {
         .expect("vagen-host runs")
 }
 
-/// `sdk/<sdk>/build.sh examples/<example> <out>`, with this build's vagen-host.
-fn build(sdk: &str, example: &str, out: &Path) {
+/// `sdk/<sdk>/build.sh <source> <out>`, with this build's vagen-host.
+fn build(sdk: &str, source: &Path, out: &Path) {
     let o = Command::new("bash")
         .arg(root().join("sdk").join(sdk).join("build.sh"))
-        .arg(root().join("examples").join(example))
+        .arg(source)
         .arg(out)
         .env("VAGEN_HOST", env!("CARGO_BIN_EXE_vagen-host"))
         .output()
         .expect("bash runs");
-    ok(o, &format!("building {example}"));
+    ok(o, &format!("building {}", source.display()));
     assert!(out.is_file());
 }
 
+/// Copies the files and folders in `from` into `to`.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The payload of a component's top-level custom section `name`, if it has one.
+fn custom_section<'a>(wasm: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    fn leb(bytes: &[u8], at: &mut usize) -> usize {
+        let (mut value, mut shift) = (0, 0);
+        loop {
+            let byte = bytes[*at];
+            *at += 1;
+            value |= usize::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return value;
+            }
+            shift += 7;
+        }
+    }
+    let mut at = 8; // magic and version
+    while at < wasm.len() {
+        let id = wasm[at];
+        at += 1;
+        let size = leb(wasm, &mut at);
+        let body = &wasm[at..at + size];
+        at += size;
+        if id == 0 {
+            let mut n = 0;
+            let len = leb(body, &mut n);
+            if &body[n..n + len] == name.as_bytes() {
+                return Some(&body[n + len..]);
+            }
+        }
+    }
+    None
+}
+
 #[test]
-fn python_javascript_and_c_envs_build_from_source_check_and_replay_exactly() {
+fn python_javascript_and_c_envs_build_reproducibly_from_source_check_and_replay_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     for (sdk, example, bad_config, named) in [
@@ -45,18 +90,52 @@ fn python_javascript_and_c_envs_build_from_source_check_and_replay_exactly() {
         ("js", "hanoi-js", r#"{"disk": 3}"#, "disk"),
         ("c", "lights-out-c", r#"{"size": 9}"#, "size"),
     ] {
+        let source = root().join("examples").join(example);
         let wasm = dir.path().join(format!("{example}.wasm"));
-        build(sdk, example, &wasm);
-        let w = wasm.to_str().unwrap();
+        build(sdk, &source, &wasm);
+        // Reproducible builds: the same source, copied to another folder and built into
+        // another, gives the same bytes. Python: componentize-py leaves under a hundred bytes
+        // of its snapshot to the build machine (file times and inode numbers); the rest is the
+        // same, and so is the digest of the build's inputs (see sdk/python/build.sh).
+        let copy = dir.path().join("elsewhere").join("a longer folder").join(example);
+        copy_tree(&source, &copy);
+        let again = dir.path().join("again").join(format!("{example}.wasm"));
+        build(sdk, &copy, &again);
+        let (first, second) = (std::fs::read(&wasm).unwrap(), std::fs::read(&again).unwrap());
+        if sdk == "python" {
+            let inputs = custom_section(&first, "vagen-build-inputs").expect("the build records its inputs");
+            assert_eq!(Some(inputs), custom_section(&second, "vagen-build-inputs"), "{example}: inputs digest");
+            let differ = first.iter().zip(&second).filter(|(a, b)| a != b).count();
+            assert!(
+                first.len() == second.len() && differ < 4096,
+                "{example}: two builds are {} and {} bytes long, {differ} bytes differ",
+                first.len(),
+                second.len()
+            );
+        } else {
+            assert!(first == second, "{example}: two builds of the same source differ");
+        }
+        let (w, w2) = (wasm.to_str().unwrap(), again.to_str().unwrap());
+        // The host reads the digest: a Python rebuild is the same build to a reproducer.
+        let inputs = |w: &str| {
+            let o = ok(host(&cache, &["inspect", "--plugin", w, "--json"]), "inspect");
+            serde_json::from_str::<serde_json::Value>(o.lines().last().unwrap()).unwrap()["plugin"]["build_inputs"]
+                .clone()
+        };
+        if sdk == "python" {
+            assert!(inputs(w).as_str().is_some_and(|d| d.starts_with("sha256:")), "{}", inputs(w));
+            assert_eq!(inputs(w), inputs(w2));
+        }
         let checked = ok(host(&cache, &["check", "--plugin", w]), &format!("check {example}"));
         assert!(checked.contains("all 7 checks passed"), "{checked}");
-        // One oracle episode and three random ones, each twice: identical logs, oracle wins.
+        // One oracle episode and three random ones, played by each build: identical logs,
+        // oracle wins.
         for (policy, episodes) in [("oracle", "1"), ("random", "3")] {
-            let logs: Vec<String> = ["a", "b"]
+            let logs: Vec<String> = [("a", w), ("b", w2)]
                 .iter()
-                .map(|run| {
+                .map(|&(run, plugin)| {
                     let log = dir.path().join(format!("{example}-{policy}-{run}.jsonl"));
-                    let args = ["run", "--plugin", w, "--policy", policy, "--episodes", episodes, "--seed", "11"];
+                    let args = ["run", "--plugin", plugin, "--policy", policy, "--episodes", episodes, "--seed", "11"];
                     let summary =
                         ok(host(&cache, &[&args[..], &["--json", "--out", log.to_str().unwrap()]].concat()), example);
                     if policy == "oracle" {
@@ -66,7 +145,7 @@ fn python_javascript_and_c_envs_build_from_source_check_and_replay_exactly() {
                 })
                 .collect();
             assert!(logs[0].lines().count() >= 2, "{example}: {}", logs[0]);
-            assert_eq!(logs[0], logs[1], "{example} {policy}: two runs of seed 11 differ");
+            assert_eq!(logs[0], logs[1], "{example} {policy}: the two builds play seed 11 differently");
         }
         let refused = host(&cache, &["run", "--plugin", w, "--env-config", bad_config]);
         let err = String::from_utf8_lossy(&refused.stderr);

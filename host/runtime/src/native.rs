@@ -83,6 +83,7 @@ impl NativePlugin {
         let info = PluginInfo {
             path: path.into(),
             sha256: sha256_hex(&bytes),
+            build_inputs: None,
             size_bytes: bytes.len() as u64,
             kind: "native",
             wit_version: format!("native-abi-{found}"),

@@ -31,6 +31,10 @@ pub struct StepResult {
 pub struct PluginInfo {
     pub path: PathBuf,
     pub sha256: String,
+    /// What the build says determined it (`sha256:…`), from the component's
+    /// `vagen-build-inputs` custom section: equal for two builds of the same source even
+    /// where the toolchain cannot make their bytes equal (componentize-py).
+    pub build_inputs: Option<String>,
     pub size_bytes: u64,
     /// `wasm` or `native`.
     pub kind: &'static str,

@@ -77,6 +77,7 @@ impl WasmPlugin {
         let info = PluginInfo {
             path: path.into(),
             sha256,
+            build_inputs: build_inputs(&bytes),
             size_bytes: bytes.len() as u64,
             kind: "wasm",
             wit_version,
@@ -124,6 +125,17 @@ impl Plugin for WasmPlugin {
     fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error> {
         Ok(Box::new(self.instantiate(config)?))
     }
+}
+
+/// The payload of the component's `vagen-build-inputs` custom section, when it has one
+/// that is text.
+fn build_inputs(bytes: &[u8]) -> Option<String> {
+    wasmparser::Parser::new(0).parse_all(bytes).find_map(|payload| match payload {
+        Ok(wasmparser::Payload::CustomSection(s)) if s.name() == "vagen-build-inputs" => {
+            std::str::from_utf8(s.data()).ok().map(str::to_string)
+        }
+        _ => None,
+    })
 }
 
 /// Says what a file is when it is not a component, before wasmtime gets to see it.

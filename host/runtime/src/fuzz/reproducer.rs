@@ -11,6 +11,11 @@ use std::time::Duration;
 pub struct Reproducer {
     pub plugin: PathBuf,
     pub sha256: String,
+    /// The plugin's build-inputs digest, when its build records one (the Python SDK's: its
+    /// toolchain cannot make two builds byte-identical, so the file's sha256 changes with
+    /// every rebuild while this does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_inputs: Option<String>,
     pub config: String,
     pub kind: Option<FindingKind>,
     pub seed: u64,
@@ -34,12 +39,23 @@ impl Reproducer {
         Self {
             plugin: plugin.info().path.clone(),
             sha256: plugin.info().sha256.clone(),
+            build_inputs: plugin.info().build_inputs.clone(),
             config: config.to_string(),
             kind: Some(kind),
             seed: s.seed,
             answers: s.answers.clone(),
             repeat: repeat.max(1),
             ..Self::default()
+        }
+    }
+
+    /// Whether `plugin` is not the build this was recorded on: by build-inputs digest when
+    /// both have one, else by the file's sha256 (unknown when none was recorded).
+    pub fn recorded_on_another_build(&self, plugin: &dyn Plugin) -> bool {
+        let info = plugin.info();
+        match (&self.build_inputs, &info.build_inputs) {
+            (Some(recorded), Some(now)) => recorded != now,
+            _ => !self.sha256.is_empty() && self.sha256 != info.sha256,
         }
     }
 
