@@ -128,14 +128,23 @@ fn compiled_code_is_run_from_the_cache_only_when_this_cache_wrote_it_for_that_pl
     std::fs::write(&fl_entry, bytes).unwrap();
     assert!(!load("frozenlake").info().from_cache);
     assert!(load("frozenlake").info().from_cache, "the rewritten entry is good again");
-    // A folder others may write is not used at all.
-    use std::os::unix::fs::PermissionsExt;
-    let shared = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let rt = vagen_runtime::Runtime::with_cache_dir(Limits::default(), Some(shared.path().into())).unwrap();
+    // A folder of ours that others may write (made under umask 002) is made private first.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let rt = vagen_runtime::Runtime::with_cache_dir(Limits::default(), Some(open.path().into())).unwrap();
+    assert_eq!(std::fs::metadata(open.path()).unwrap().mode() & 0o777, 0o700);
     rt.load(plugin_path("frozenlake")).unwrap();
-    assert!(!rt.load(plugin_path("frozenlake")).unwrap().info().from_cache);
-    assert_eq!(std::fs::read_dir(shared.path()).unwrap().count(), 0, "nothing written there");
+    assert!(rt.load(plugin_path("frozenlake")).unwrap().info().from_cache);
+    // Another user's folder is not used at all (only root can make one to try).
+    if std::fs::metadata("/proc/self").unwrap().uid() == 0 {
+        let theirs = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(theirs.path(), Some(65534), Some(65534)).unwrap();
+        let rt = vagen_runtime::Runtime::with_cache_dir(Limits::default(), Some(theirs.path().into())).unwrap();
+        rt.load(plugin_path("frozenlake")).unwrap();
+        assert!(!rt.load(plugin_path("frozenlake")).unwrap().info().from_cache);
+        assert_eq!(std::fs::read_dir(theirs.path()).unwrap().count(), 0, "nothing written there");
+    }
 }
 
 #[test]

@@ -90,8 +90,10 @@ impl EpisodeLog {
             std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
         }
         let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        let parts = path.with_extension("parts");
-        std::fs::create_dir_all(&parts).with_context(|| format!("creating {}", parts.display()))?;
+        // Beside the log, named for this process; never an existing folder of the user's.
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let parts = path.with_file_name(format!(".{name}.parts-{}", std::process::id()));
+        std::fs::create_dir(&parts).with_context(|| format!("creating {}", parts.display()))?;
         let state = Mutex::new(Appended { next: 0, waiting: BTreeSet::new(), file });
         Ok(Self { path: path.to_path_buf(), parts, state })
     }

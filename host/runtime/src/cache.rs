@@ -96,9 +96,9 @@ impl CodeCache {
         let result = (|| -> std::io::Result<()> {
             let code = component.serialize().map_err(std::io::Error::other)?;
             let tag = self.tag(key, sha256, &code).finalize().into_bytes();
-            let tmp = self.dir.join(format!(".{sha256}.{}.tmp", std::process::id()));
-            let mut file =
-                std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            let tmp = self.dir.join(tmp_name(sha256));
+            // A fresh name, created exclusively: never someone's file or link at that name.
+            let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
             file.write_all(MAGIC)?;
             file.write_all(&tag)?;
             file.write_all(&code)?;
@@ -108,6 +108,14 @@ impl CodeCache {
             tracing::warn!(dir = %self.dir.display(), error = %e, "could not write compiled-code cache");
         }
     }
+}
+
+/// A temporary file name unique to this process and call (runtimes in one process, as in
+/// tests, write the same entries).
+fn tmp_name(stem: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!(".{stem}.{}.{n}.tmp", std::process::id())
 }
 
 /// Whether `path` is this user's and nobody else may write it.
@@ -125,11 +133,15 @@ fn private_key(dir: &Path) -> Result<[u8; 32], String> {
     if !meta.is_dir() {
         return Err("it is not a folder".into());
     }
-    if !owned_by_us(dir) {
-        return Err(format!(
-            "it belongs to another user or others may write it (mode {:o}); use a folder only you can write, e.g. chmod 700",
-            meta.permissions().mode() & 0o777
-        ));
+    // SAFETY: getuid has no preconditions and cannot fail.
+    if meta.uid() != unsafe { libc::getuid() } {
+        return Err("it belongs to another user; use a folder of your own (VAGEN_CACHE_DIR)".into());
+    }
+    if meta.mode() & 0o022 != 0 {
+        // Ours but group- or world-writable (an older vagen made it under umask 002): made
+        // private before anything in it is trusted.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("others may write it and it cannot be made private: {e}"))?;
     }
     let path = dir.join("key");
     if let Ok(bytes) = std::fs::read(&path) {
@@ -141,7 +153,7 @@ fn private_key(dir: &Path) -> Result<[u8; 32], String> {
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| format!("no randomness for a key: {e}"))?;
     // Created exclusively: of two processes starting at once, one writes, the other reads.
-    let tmp = dir.join(format!(".key.{}.tmp", std::process::id()));
+    let tmp = dir.join(tmp_name("key"));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

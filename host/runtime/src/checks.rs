@@ -27,11 +27,22 @@ pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
     Ok(())
 }
 
+/// Bounds on what an action space may declare, far beyond any real env's.
+const MAX_ACTIONS_PER_TURN: u32 = 1024;
+const MAX_ACTION_NAMES: usize = 4096;
+
 /// The action fields of a manifest, or of one instance (`action-space`).
 pub(crate) fn action_space(a: &ActionSpace, call: &'static str) -> Result<(), Error> {
     let fail = |detail: String| Err(Error::Malformed { call, detail });
     if a.max_actions_per_turn == 0 {
         return fail("max-actions-per-turn is 0".into());
+    }
+    // The host writes answers of up to this many actions (random policy, fuzzer, SFT noise).
+    if a.max_actions_per_turn > MAX_ACTIONS_PER_TURN {
+        return fail(format!("max-actions-per-turn {} is more than {MAX_ACTIONS_PER_TURN}", a.max_actions_per_turn));
+    }
+    if a.action_names.len() > MAX_ACTION_NAMES {
+        return fail(format!("{} action names, more than {MAX_ACTION_NAMES}", a.action_names.len()));
     }
     if !a.action_names.is_empty() && a.action_separator.trim().is_empty() {
         return fail("discrete actions but no action separator".into());

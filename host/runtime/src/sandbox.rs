@@ -376,7 +376,13 @@ impl MemoryCap {
 const MAX_TABLE_ELEMENTS: usize = 1 << 20;
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, current: usize, desired: usize, _max: Option<usize>) -> WtResult<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, max: Option<usize>) -> WtResult<bool> {
+        // wasmtime checks the memory's own maximum only after asking us, and then tells us
+        // nothing of that failure: refused here, before anything is reserved, the guest sees
+        // its `memory.grow` fail as the module declared it would.
+        if max.is_some_and(|m| desired > m) {
+            return Ok(false);
+        }
         let delta = desired.saturating_sub(current);
         let total = self.used.saturating_add(delta);
         if total > self.cap {

@@ -62,7 +62,10 @@ pub fn save(
     std::fs::File::open(&dir)?.sync_all().with_context(|| format!("syncing {}", dir.display()))?;
     let _ = std::fs::remove_dir_all(&old);
     if keep_last > 0 {
-        for stale in complete(run_dir)?.into_iter().skip(keep_last) {
+        // Only ones older than this: a newer one (a checkpoint a resume passed over) is
+        // neither counted nor deleted.
+        let older: Vec<PathBuf> = complete(run_dir)?.into_iter().skip_while(|p| *p != last).skip(1).collect();
+        for stale in older.into_iter().skip(keep_last - 1) {
             std::fs::remove_dir_all(&stale).with_context(|| format!("removing {}", stale.display()))?;
         }
     }

@@ -34,7 +34,8 @@ impl MetricsLog {
             .append(true)
             .open(&self.path)
             .with_context(|| format!("opening {}", self.path.display()))?;
-        writeln!(f, "{}", serde_json::to_string(m)?)?;
+        // One write per line: a kill leaves a line whole or cut, never split in two writes.
+        f.write_all(format!("{}\n", serde_json::to_string(m)?).as_bytes())?;
         Ok(())
     }
 
@@ -43,12 +44,14 @@ impl MetricsLog {
     /// resuming cannot lose its log.
     pub fn mark_resumed(&self, state: &crate::TrainerState) -> Result<()> {
         let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
+        // A line the kill cut short is ended first, so the mark is a line of its own.
+        let torn = std::fs::read(&self.path).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n'));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
             .with_context(|| format!("opening {}", self.path.display()))?;
-        writeln!(f, "{mark}")?;
+        f.write_all(format!("{}{mark}\n", if torn { "\n" } else { "" }).as_bytes())?;
         Ok(())
     }
 }
@@ -71,7 +74,9 @@ pub fn read(run_dir: &Path) -> Result<Vec<serde_json::Value>> {
         lines.retain(|l| {
             let redone_rl = l["step"].as_u64().is_some_and(|s| s > step);
             let redone_sft = l["sft/step"].as_f64().is_some_and(|s| s as u64 > sft);
-            !(redone_rl || redone_sft)
+            // Resumed before RL: the evaluation that opens RL (step 0) is done again too.
+            let redone_start = step == 0 && l["step"] == 0 && l.get("sft/step").is_none();
+            !(redone_rl || redone_sft || redone_start)
         });
     }
     Ok(lines)

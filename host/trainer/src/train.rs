@@ -89,7 +89,12 @@ impl Trainer {
             let loaded = match load_checkpoint(&cfg, &ckpt) {
                 Ok(loaded) => loaded,
                 Err(e) => {
-                    eprintln!("warning: {} will not load ({e:#}); trying the one before", ckpt.display());
+                    // Moved aside (kept for a look), so later saves and resumes pass it by.
+                    let name = ckpt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    let aside = ckpt.with_file_name(format!(".{name}.corrupt"));
+                    let moved = std::fs::rename(&ckpt, &aside).is_ok();
+                    let to = if moved { format!(", moved to {}", aside.display()) } else { String::new() };
+                    eprintln!("warning: {} will not load ({e:#}){to}; trying the one before", ckpt.display());
                     refused.push(format!("{}: {e:#}", ckpt.display()));
                     continue;
                 }
@@ -170,6 +175,10 @@ impl Trainer {
     pub fn run(&mut self) -> Result<(f64, f64)> {
         if self.state.sft_steps_done < self.cfg.sft.steps {
             self.sft()?;
+        } else if self.state.step == 0 {
+            // Resumed at the end of SFT: the critic RL starts with is still the one SFT began
+            // with (the copy happens after the last SFT checkpoint).
+            self.critic_from_actor()?;
         }
         if self.state.start_success.is_none() {
             let v = self.evaluate_all()?;
@@ -303,11 +312,16 @@ impl Trainer {
             }
         }
         bar.finish_and_clear();
-        // RL starts from the fine-tuned actor, so an `actor` critic is a copy of that one;
-        // it learned nothing during SFT. Once RL has updated it, it is never replaced.
+        self.critic_from_actor()
+    }
+
+    /// RL starts from the fine-tuned actor, so an `actor` critic is a copy of that one; it
+    /// learned nothing during SFT. Once RL has updated it (step > 0), it is never replaced.
+    fn critic_from_actor(&mut self) -> Result<()> {
         if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
             self.critic = new_critic(&self.cfg, &self.actor)?;
-            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay));
+            let wd = self.cfg.optim.weight_decay;
+            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.vs.variables(), wd));
         }
         Ok(())
     }
@@ -381,7 +395,10 @@ impl Trainer {
             bad.seed,
             answers.clone(),
             error,
-            Some(answers.len()),
+            // A failed step's answer is the last one; a failed reset has none. Anything else
+            // (the oracle, the policy) is not a call a replay of the answers makes.
+            (bad.failed_answer.is_some() || bad.failure.as_deref().is_some_and(|f| f.starts_with("reset:")))
+                .then_some(answers.len()),
         );
         std::fs::write(&path, serde_json::to_string_pretty(&reproducer)?)?;
         bail!(
@@ -539,7 +556,9 @@ impl Trainer {
         // PPO epochs over mini-batches, gradients accumulated over micro-batches.
         let t2 = Instant::now();
         let mut acc = Accumulator::default();
-        let mut applied = false;
+        // Whether any actor update ran, and whether one was applied: a step with nothing to
+        // train on (every row filtered out) has not diverged.
+        let (mut attempted, mut applied) = (false, false);
         let mut order: Vec<usize> = (0..kept.len()).collect();
         let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
         let lr_scale = cfg.optim.lr_scale(step as usize, cfg.schedule.steps);
@@ -588,7 +607,7 @@ impl Trainer {
                     }
                 }
                 let r = self.actor_opt.step(cfg.optim.actor_lr * lr_scale, cfg.optim.grad_clip);
-                applied |= r.applied;
+                (attempted, applied) = (true, applied | r.applied);
                 acc.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
                 acc.count("actor/skipped_steps", !r.applied);
                 if let Some(opt) = &mut self.critic_opt {
@@ -599,7 +618,7 @@ impl Trainer {
             }
         }
         let t_update = t2.elapsed().as_secs_f64();
-        self.count_skipped(applied, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
+        self.count_skipped(applied || !attempted, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
 
         let t_step = t0.elapsed().as_secs_f64();
         let mut m = StepMetrics::new(self.state.step + 1);
@@ -784,8 +803,12 @@ fn load_checkpoint(
     let actor = Model::load(&ckpt.join("actor"), options)?;
     let mut actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
     actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
-    // The critic starts at RL: a checkpoint from before it has none to load.
+    // The critic starts at RL: a checkpoint from before it (SFT) has none to load; one from
+    // RL without it is incomplete.
     let has_critic = ckpt.join("critic").is_dir();
+    if cfg.algorithm.advantage.estimator.uses_critic() && state.step > 0 && !has_critic {
+        anyhow::bail!("it has no critic/ folder, and RL has trained one");
+    }
     let (critic, critic_opt) = if cfg.algorithm.advantage.estimator.uses_critic() && has_critic {
         let critic = ValueModel::from_spec(ckpt.join("critic").to_str().context("non-UTF-8 path")?, options)?;
         let mut opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);

@@ -56,7 +56,7 @@ fn an_evaluation_with_failed_episodes_counts_them_and_stops_past_the_rate() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = parse(&hostile_config("reset-fails", ""), &["env.max_failure_rate=0.1", "env.val_seed_start=0"])
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut t = Trainer::new(cfg, dir.path()).unwrap();
+    let t = Trainer::new(cfg, dir.path()).unwrap();
     let err = t.evaluate().unwrap_err().to_string();
     assert!(err.contains("failed in the evaluation at step 0") && err.contains("cannot start seed"), "{err}");
     // Within the rate, the failed episodes count against success.
@@ -76,4 +76,23 @@ fn a_loss_that_diverges_stops_the_run_naming_why() {
     let cfg = parse(&config("grpo", ""), &["sft.steps=8", "sft.episodes_per_step=2", "sft.lr=1e30"]).unwrap();
     let err = Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err().to_string();
     assert!(err.contains("not finite") && err.contains("sft.lr"), "{err}");
+}
+
+#[test]
+fn steps_with_nothing_to_train_on_are_not_a_diverged_loss() {
+    // No reward at all (no format bonus, and the untrained model does not reach the goal
+    // in two turns): every advantage is 0, every row is dropped, no update runs. Four such
+    // steps in a row are a quiet start, not three skipped updates.
+    let dir = tempfile::tempdir().unwrap();
+    let overrides = [
+        "schedule.steps=4",
+        "algorithm.filter.drop_zero_advantage=true",
+        "algorithm.policy_loss.entropy_coef=0",
+        "rollout.format_reward.bonus=0",
+    ];
+    let cfg = parse(&config("grpo", ""), &overrides).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let rewards: Vec<f64> =
+        common::metrics(dir.path()).iter().filter_map(|m| m.get("train/reward").and_then(|r| r.as_f64())).collect();
+    assert_eq!(rewards, [0.0; 4], "the premise: nothing to learn from");
 }
