@@ -58,6 +58,29 @@ fn random_answers_follow_the_instances_separator_and_action_limit() {
 }
 
 #[test]
+fn extra_actions_can_count_as_an_invalid_answer() {
+    // One action per turn; the scripted answers carry one, then two.
+    let (plugin, _cache) = load("frozenlake", Limits::default());
+    let seeds: Vec<u64> = (0..20).collect();
+    let script = vec!["<answer>Down</answer>".to_string(), "<answer>Down, Right</answer>".to_string()];
+    let run = |extra_actions_invalid| {
+        let format_reward = vagen_rollout::FormatReward { bonus: 0.5, penalty: -1.0, extra_actions_invalid };
+        let config = RolloutConfig { format: Format::NoThink, max_turns: 2, format_reward, ..Default::default() };
+        let policy = &mut ScriptedPolicy { scripts: vec![script.clone(); seeds.len()] };
+        let trajs = rollout(plugin.as_ref(), r#"{"max_actions_per_turn": 1}"#, &seeds, &config, policy).unwrap();
+        // The episodes whose first move did not end them.
+        let second: Vec<(String, f64)> =
+            trajs.iter().filter_map(|t| t.turns.get(1)).map(|t| (t.answer.clone(), t.format_reward)).collect();
+        assert!(!second.is_empty());
+        assert!(trajs.iter().all(|t| t.turns[0].format_reward == 0.5));
+        second
+    };
+    // Either way only `Down` is sent; the extra action is fined only when asked.
+    assert!(run(false).iter().all(|(a, r)| a == "Down" && *r == 0.5));
+    assert!(run(true).iter().all(|(a, r)| a == "Down" && *r == -1.0));
+}
+
+#[test]
 fn random_policy_metrics_are_plausible() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     let config = RolloutConfig { group_size: 4, ..Default::default() };

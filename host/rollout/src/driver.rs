@@ -26,11 +26,15 @@ pub struct FormatReward {
     pub bonus: f64,
     /// Added (negative) when the format is wrong or an action was invalid (RAGEN: -0.1).
     pub penalty: f64,
+    /// Count an answer carrying more actions than the turn takes as having an invalid one
+    /// (the penalty, no bonus). Off (RAGEN and VAGEN), the extra actions are dropped
+    /// unremarked; on, a model learns to answer with as many actions as a turn executes.
+    pub extra_actions_invalid: bool,
 }
 
 impl Default for FormatReward {
     fn default() -> Self {
-        FormatReward { bonus: 0.5, penalty: 0.0 }
+        FormatReward { bonus: 0.5, penalty: 0.0, extra_actions_invalid: false }
     }
 }
 
@@ -362,7 +366,8 @@ pub fn rollout(
                     trajs[i].failed_answer = Some(answer);
                 }
                 Ok(step) => {
-                    let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len();
+                    let extra = config.format_reward.extra_actions_invalid && p.extra_actions > 0;
+                    let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len() && !extra;
                     let format_reward = if p.format_ok && all_valid {
                         config.format_reward.bonus
                     } else {

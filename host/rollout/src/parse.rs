@@ -19,6 +19,9 @@ pub struct Parsed {
     /// The answer split on the env's separator, trimmed, empties dropped, at most
     /// `max_actions` (0: no limit).
     pub actions: Vec<String>,
+    /// Actions the answer carried beyond `max_actions`, which are not executed.
+    #[serde(default)]
+    pub extra_actions: usize,
 }
 
 impl Parsed {
@@ -31,7 +34,8 @@ impl Parsed {
 
 pub fn parse(response: &str, format: Format, separator: &str, max_actions: usize) -> Parsed {
     let answer = part(response, "answer").map(str::to_string);
-    let actions = answer.as_deref().map(|a| split_actions(a, separator, max_actions)).unwrap_or_default();
+    let (actions, extra_actions) =
+        answer.as_deref().map(|a| split_actions(a, separator, max_actions)).unwrap_or_default();
     Parsed {
         think: part(response, "think").map(str::to_string),
         observation: part(response, "observation").map(str::to_string),
@@ -40,13 +44,18 @@ pub fn parse(response: &str, format: Format, separator: &str, max_actions: usize
         answer,
         format_ok: follows(response, format).is_some(),
         actions,
+        extra_actions,
     }
 }
 
-fn split_actions(answer: &str, separator: &str, max: usize) -> Vec<String> {
+/// The kept actions, and how many more the answer held.
+fn split_actions(answer: &str, separator: &str, max: usize) -> (Vec<String>, usize) {
     let pieces: Vec<&str> = if separator.is_empty() { vec![answer] } else { answer.split(separator).collect() };
-    let kept = pieces.into_iter().map(str::trim).filter(|a| !a.is_empty()).map(str::to_string);
-    if max == 0 { kept.collect() } else { kept.take(max).collect() }
+    let mut all: Vec<String> =
+        pieces.into_iter().map(str::trim).filter(|a| !a.is_empty()).map(str::to_string).collect();
+    let extra = if max == 0 { 0 } else { all.len().saturating_sub(max) };
+    all.truncate(all.len() - extra);
+    (all, extra)
 }
 
 /// Text of the first `<tag>` up to the next `</tag>`.

@@ -71,9 +71,10 @@ fn parts_and_actions_are_extracted() {
     // Separator split, trim, empties dropped, capped at max actions.
     let p = parse("<think>t</think><answer> Left ,, Up,Down , Right,Left</answer>", FreeThink, ",", 3);
     assert_eq!(p.actions, ["Left", "Up", "Down"]);
+    assert_eq!(p.extra_actions, 2, "Right and Left are beyond the 3 a turn takes");
     assert_eq!(p.step_answer(","), "Left,Up,Down");
     let p = parse("<answer>Left || Up</answer>", NoThink, "||", 0);
-    assert_eq!(p.actions, ["Left", "Up"]);
+    assert_eq!((p.actions.as_slice(), p.extra_actions), (["Left", "Up"].map(String::from).as_slice(), 0));
 
     // A wrong format still yields the first complete answer; none when there is none.
     let p = parse("blah <answer>Up</answer> <answer>Down</answer>", FreeThink, ",", 3);
