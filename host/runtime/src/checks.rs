@@ -91,8 +91,22 @@ pub(crate) fn observation(o: &Observation, limits: &Limits, call: &'static str) 
     Ok(())
 }
 
-/// A step result, from an instance reading actions as `actions` says.
-pub(crate) fn step(s: &StepResult, limits: &Limits, actions: &ActionSpace) -> Result<(), Error> {
+/// The observation that starts an episode; `episode_bytes` (the running total that
+/// `max_episode_mib` bounds) starts from it.
+pub(crate) fn reset(o: &Observation, limits: &Limits, episode_bytes: &mut u64) -> Result<(), Error> {
+    *episode_bytes = 0;
+    observation(o, limits, "reset")?;
+    add_episode_bytes(episode_bytes, o, limits, "reset")
+}
+
+/// A step result, from an instance reading actions as `actions` says, its observation
+/// added to the episode's running total.
+pub(crate) fn step(
+    s: &StepResult,
+    limits: &Limits,
+    actions: &ActionSpace,
+    episode_bytes: &mut u64,
+) -> Result<(), Error> {
     let fail = |detail: String| Err(Error::Malformed { call: "step", detail });
     if !s.reward.is_finite() {
         return fail(format!("reward {} is not finite", s.reward));
@@ -118,17 +132,18 @@ pub(crate) fn step(s: &StepResult, limits: &Limits, actions: &ActionSpace) -> Re
     if let Some(m) = s.metrics.iter().find(|m| !m.value.is_finite()) {
         return fail(format!("metric {:?} is {}", m.name, m.value));
     }
-    observation(&s.observation, limits, "step")
+    observation(&s.observation, limits, "step")?;
+    add_episode_bytes(episode_bytes, &s.observation, limits, "step")
 }
 
-/// Adds `o`'s bytes to an episode's running total (`reset` starts it at 0) and refuses
-/// the observation that takes it past `max_episode_mib`.
-pub(crate) fn episode_bytes(total: &mut u64, o: &Observation, limits: &Limits) -> Result<(), Error> {
+/// Adds `o`'s bytes to an episode's running total and refuses the observation that takes
+/// it past `max_episode_mib`.
+fn add_episode_bytes(total: &mut u64, o: &Observation, limits: &Limits, call: &'static str) -> Result<(), Error> {
     let bytes = o.text.len() as u64 + o.images.iter().map(|i| i.rgb.len() as u64).sum::<u64>();
     *total = total.saturating_add(bytes);
     if *total > limits.max_episode_mib.saturating_mul(1 << 20) {
         return Err(Error::Malformed {
-            call: "step",
+            call,
             detail: format!(
                 "the episode's observations reached {} MiB (max_episode_mib {})",
                 *total >> 20,

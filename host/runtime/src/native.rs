@@ -242,11 +242,7 @@ impl Environment for NativeEnv {
 
     fn reset(&mut self, seed: u64) -> Result<Observation, Error> {
         let o: Observation = self.call(Op::Reset, &seed.to_le_bytes(), "reset")?;
-        self.episode_bytes = 0;
-        let limits = &self.shared.limits;
-        let r = checks::observation(&o, limits, "reset")
-            .and_then(|()| checks::episode_bytes(&mut self.episode_bytes, &o, limits))
-            .map(|()| o);
+        let r = checks::reset(&o, &self.shared.limits, &mut self.episode_bytes).map(|()| o);
         self.checked(r)
     }
 
@@ -264,10 +260,7 @@ impl Environment for NativeEnv {
             effective_actions: s.effective_actions,
             metrics: s.metrics.into_iter().map(|(name, value)| Metric { name, value }).collect(),
         };
-        let limits = &self.shared.limits;
-        let r = checks::step(&s, limits, &self.actions)
-            .and_then(|()| checks::episode_bytes(&mut self.episode_bytes, &s.observation, limits))
-            .map(|()| s);
+        let r = checks::step(&s, &self.shared.limits, &self.actions, &mut self.episode_bytes).map(|()| s);
         self.checked(r)
     }
 

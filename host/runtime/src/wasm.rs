@@ -377,11 +377,7 @@ impl Environment for WasmEnv {
                 .map_err(|e| v::guest_error(e, "reset"))))
         })?;
         let limits = &self.shared.runtime.inner.limits;
-        self.episode_bytes = 0;
-        let r = r.and_then(|o| {
-            checks::observation(&o, limits, "reset")?;
-            checks::episode_bytes(&mut self.episode_bytes, &o, limits).map(|()| o)
-        });
+        let r = r.and_then(|o| checks::reset(&o, limits, &mut self.episode_bytes).map(|()| o));
         self.discard_on_fault(r)
     }
 
@@ -396,10 +392,7 @@ impl Environment for WasmEnv {
                 .map_err(|e| v::guest_error(e, "step"))))
         })?;
         let limits = &self.shared.runtime.inner.limits;
-        let r = r.and_then(|s| {
-            checks::step(&s, limits, &self.actions)?;
-            checks::episode_bytes(&mut self.episode_bytes, &s.observation, limits).map(|()| s)
-        });
+        let r = r.and_then(|s| checks::step(&s, limits, &self.actions, &mut self.episode_bytes).map(|()| s));
         self.discard_on_fault(r)
     }
 
