@@ -1,10 +1,10 @@
 //! The rollout driver end to end on real plugins: every policy through prompt → parse →
 //! step; groups share seeds; faults fail only their trajectory; model rollouts lay out.
 
-use vagen_model::{GenerateOptions, LoadOptions, Model};
+use vagen_model::{GenerateOptions, LoadOptions, Model, ModelPolicy};
 use vagen_rollout::{
-    ContextOverflow, Format, History, LayoutOptions, ModelPolicy, OraclePolicy, Policy, PolicyError, RandomPolicy,
-    Request, Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
+    ContextOverflow, Format, History, LayoutOptions, OraclePolicy, Policy, PolicyError, RandomPolicy, Request,
+    Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
 };
 use vagen_runtime::Limits;
 use vagen_tests::load;

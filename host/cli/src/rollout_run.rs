@@ -11,10 +11,8 @@ use serde::Serialize;
 use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
-use vagen_model::GenerateOptions;
-use vagen_rollout::{
-    Format, History, ModelPolicy, OraclePolicy, Policy, RandomPolicy, RolloutConfig, Trajectory, metrics, rollout,
-};
+use vagen_model::{GenerateOptions, ModelPolicy};
+use vagen_rollout::{Format, History, OraclePolicy, Policy, RandomPolicy, RolloutConfig, Trajectory, metrics, rollout};
 use vagen_runtime::Plugin;
 
 pub fn run(a: &RunArgs, plugin: Arc<dyn Plugin>, path: &Path) -> Result<()> {

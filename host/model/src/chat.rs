@@ -5,31 +5,9 @@
 use crate::{Error, Result};
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// One conversation turn, as transformers' `{"role": ..., "content": ...}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Message {
-    pub role: String,
-    pub content: String,
-}
-
-impl Message {
-    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
-    }
-    pub fn system(content: impl Into<String>) -> Self {
-        Self::new("system", content)
-    }
-    pub fn user(content: impl Into<String>) -> Self {
-        Self::new("user", content)
-    }
-    pub fn assistant(content: impl Into<String>) -> Self {
-        Self::new("assistant", content)
-    }
-}
+use vagen_rollout::Message;
 
 /// A model's chat template with the special-token strings it may refer to.
 pub struct ChatTemplate {

@@ -7,6 +7,7 @@
 //! - [`Tokenizer`] wraps `tokenizer.json`; [`ChatTemplate`] renders the model's Jinja chat
 //!   template the way transformers' `apply_chat_template` does.
 //! - [`generate`] runs batched, seeded generation and returns sampled ids with log-probs.
+//! - [`ModelPolicy`] answers rollout requests (the rollout crate's `Policy`).
 //! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
 //!   [`default_model`] builds the embedded small model from a seed.
 
@@ -18,6 +19,7 @@ mod device;
 mod error;
 mod generate;
 mod kv_cache;
+mod policy;
 mod qwen2;
 mod rope;
 mod sampling;
@@ -25,7 +27,7 @@ mod tokenizer;
 mod value_head;
 mod weights;
 
-pub use chat::{ChatTemplate, Message};
+pub use chat::ChatTemplate;
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
 pub use default_model::{DEFAULT_SEED, default_config, default_model, random_model};
@@ -33,6 +35,8 @@ pub use device::{DType, parse_device};
 pub use error::{Error, Result};
 pub use generate::{FinishReason, GenerateOptions, Generation, generate, sequence_logprobs};
 pub use kv_cache::KvCache;
+pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use tokenizer::Tokenizer;
+pub use vagen_rollout::Message;
 pub use value_head::ValueModel;

@@ -2,10 +2,9 @@
 //! until every episode is done, out of turns or actions, or failed.
 
 use crate::policy::{Policy, PolicyError, Request};
-use crate::{Format, Parsed, parse};
+use crate::{Format, Message, Parsed, parse};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use vagen_model::Message;
 use vagen_runtime::{ActionSpace, EnvPool, Image, Plugin};
 
 /// How much earlier conversation each prompt carries.

@@ -2,8 +2,8 @@
 //! and each assistant turn as the token ids the policy *sampled* (not a re-tokenisation of
 //! its decoded text), with the masks, turn ends and rewards the update needs.
 
+use crate::Message;
 use serde::{Deserialize, Serialize};
-use vagen_model::Message;
 
 /// What the layout needs from a tokenizer with a chat template.
 pub trait ChatTokenizer {
@@ -12,21 +12,6 @@ pub trait ChatTokenizer {
     fn decode(&self, ids: &[u32]) -> Result<String, String>;
     /// The token closing an assistant turn (`<|im_end|>`), when the template has one.
     fn end_of_turn(&self) -> Option<u32>;
-}
-
-impl ChatTokenizer for vagen_model::Model {
-    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
-        self.chat_template().and_then(|t| t.render(messages, add_generation_prompt)).map_err(|e| e.to_string())
-    }
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tokenizer.encode(text).map_err(|e| e.to_string())
-    }
-    fn decode(&self, ids: &[u32]) -> Result<String, String> {
-        self.tokenizer.decode(ids).map_err(|e| e.to_string())
-    }
-    fn end_of_turn(&self) -> Option<u32> {
-        self.tokenizer.token_to_id("<|im_end|>").or_else(|| self.eos_token_ids.first().copied())
-    }
 }
 
 /// Where rewards go in the sequence.

@@ -9,6 +9,7 @@
 mod driver;
 mod format;
 mod layout;
+mod message;
 mod parse;
 mod policy;
 
@@ -20,8 +21,8 @@ pub use format::{Format, TAGS};
 pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
 };
+pub use message::Message;
 pub use parse::{Parsed, parse};
 pub use policy::{
-    ContextOverflow, ModelPolicy, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
-    ScriptedPolicy,
+    ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
 };

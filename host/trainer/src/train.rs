@@ -17,10 +17,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
-use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
-use vagen_rollout::{
-    History, LayoutOptions, ModelPolicy, RolloutConfig, TrainingSequence, Trajectory, layout, rollout,
-};
+use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ModelPolicy, ValueModel};
+use vagen_rollout::{History, LayoutOptions, RolloutConfig, TrainingSequence, Trajectory, layout, rollout};
 use vagen_runtime::{Plugin, Runtime};
 
 /// Seeds per SFT step are drawn from this many per step, below the RL seeds.

@@ -1,0 +1,134 @@
+//! The model as a rollout policy: requests rendered through its chat template (as the
+//! training layout lays turns out), answered by batched generation with log-probs.
+
+use crate::{GenerateOptions, Model};
+use std::rc::Rc;
+use vagen_rollout::{
+    AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request, Response,
+    prompt_ids,
+};
+
+/// The layout's view of a model: its chat template and tokenizer.
+impl ChatTokenizer for Model {
+    fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
+        self.chat_template().and_then(|t| t.render(messages, add_generation_prompt)).map_err(|e| e.to_string())
+    }
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text).map_err(|e| e.to_string())
+    }
+    fn decode(&self, ids: &[u32]) -> Result<String, String> {
+        self.tokenizer.decode(ids).map_err(|e| e.to_string())
+    }
+    fn end_of_turn(&self) -> Option<u32> {
+        self.tokenizer.token_to_id("<|im_end|>").or_else(|| self.eos_token_ids.first().copied())
+    }
+}
+
+/// A language model through its chat template and the generation engine.
+pub struct ModelPolicy {
+    pub model: Rc<Model>,
+    pub options: GenerateOptions,
+    /// Prompt plus answer tokens a turn may take (RAGEN's `max_context_window`): each
+    /// answer is capped at what its prompt leaves, and a prompt that leaves nothing ends its
+    /// episode (`Response::out_of_context`) instead of failing the batch.
+    pub context_window: usize,
+    pub overflow: ContextOverflow,
+}
+
+impl ModelPolicy {
+    /// The whole of the model's window (`max_position_embeddings`).
+    pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
+        let context_window = model.lm.config().max_position_embeddings;
+        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End }
+    }
+
+    /// A smaller window (e.g. the longest sequence training lays out); never past the
+    /// model's own.
+    pub fn with_context_window(mut self, tokens: usize) -> Self {
+        self.context_window = self.context_window.min(tokens);
+        self
+    }
+
+    pub fn with_overflow(mut self, overflow: ContextOverflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// `r`'s prompt; with [`ContextOverflow::DropOldest`], without as many of its oldest
+    /// turns as it takes to leave room for a full answer.
+    fn prompt(&self, r: &Request) -> Result<Vec<u32>, PolicyError> {
+        let mut prompt = prompt_of(self.model.as_ref(), r, 0)?;
+        if self.overflow == ContextOverflow::DropOldest {
+            let mut dropped = 0;
+            while self.context_window.saturating_sub(prompt.len()) < self.options.max_new_tokens
+                && dropped < r.sampled.len()
+            {
+                dropped += 1;
+                prompt = prompt_of(self.model.as_ref(), r, dropped)?;
+            }
+        }
+        Ok(prompt)
+    }
+}
+
+impl Policy for ModelPolicy {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
+        let window = self.context_window;
+        let room: Vec<usize> = prompts.iter().map(|p| window.saturating_sub(p.len())).collect();
+        let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
+        // One seed per batch, from the requests' own: the same rollout draws the same tokens.
+        let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
+        let options = GenerateOptions {
+            seed,
+            max_new_tokens_per_prompt: fits.iter().map(|&i| room[i].min(self.options.max_new_tokens)).collect(),
+            ..self.options.clone()
+        };
+        let batch: Vec<Vec<u32>> = fits.iter().map(|&i| prompts[i].clone()).collect();
+        let mut generations =
+            self.model.generate(&batch, &options).map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
+        Ok((0..prompts.len())
+            .map(|i| {
+                if room[i] == 0 {
+                    let out = OutOfContext { prompt_tokens: prompts[i].len(), window };
+                    return Response { out_of_context: Some(out), ..Response::default() };
+                }
+                let g = generations.next().expect("one generation per prompt that fits");
+                Response {
+                    text: g.text,
+                    token_ids: Some(g.token_ids),
+                    logprobs: Some(g.logprobs),
+                    out_of_context: None,
+                }
+            })
+            .collect())
+    }
+}
+
+/// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out,
+/// leaving out the first `skip` (user, assistant) pairs.
+fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<Vec<u32>, PolicyError> {
+    let bad = |what: &str| PolicyError::Prompt(format!("trajectory {} turn {}: {what}", r.trajectory, r.turn));
+    let [system, rest @ .., user] = r.messages.as_slice() else {
+        return Err(bad("needs at least a system and a user message"));
+    };
+    if rest.len() % 2 != 0 || rest.len() / 2 != r.sampled.len() {
+        return Err(bad("earlier turns must be (user, assistant) pairs, one sampled entry each"));
+    }
+    let history: Vec<AssistantTurn> = rest
+        .chunks(2)
+        .zip(&r.sampled)
+        .skip(skip)
+        .map(|(pair, ids)| AssistantTurn {
+            user: pair[0].content.clone(),
+            response: pair[1].content.clone(),
+            token_ids: ids.clone(),
+            logprobs: None,
+            reward: 0.0,
+        })
+        .collect();
+    prompt_ids(model, &system.content, &history, &user.content).map_err(|e| bad(&e.to_string()))
+}
