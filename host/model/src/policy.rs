@@ -4,7 +4,7 @@
 use crate::{GenerateOptions, Model};
 use std::rc::Rc;
 use vagen_rollout::{
-    AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request, Response,
+    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request, Response,
     prompt_ids,
 };
 
@@ -99,6 +99,7 @@ impl Policy for ModelPolicy {
                 let g = generations.next().expect("one generation per prompt that fits");
                 Response {
                     text: g.text,
+                    origin: AnswerOrigin::Model,
                     token_ids: Some(g.token_ids),
                     logprobs: Some(g.logprobs),
                     out_of_context: None,

@@ -1,7 +1,7 @@
 //! The multi-turn driver: groups × members of one env, stepped in parallel, turn by turn,
 //! until every episode is done, out of turns or actions, or failed.
 
-use crate::policy::{Policy, PolicyError, Request};
+use crate::policy::{AnswerOrigin, Policy, PolicyError, Request};
 use crate::{Format, Message, Parsed, parse};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -116,6 +116,8 @@ pub struct TurnRecord {
     #[serde(skip)]
     pub images: Vec<Image>,
     pub response: String,
+    /// Who wrote the response.
+    pub origin: AnswerOrigin,
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
     pub parsed: Parsed,
@@ -390,6 +392,7 @@ pub fn rollout(
                         observation,
                         images,
                         response: response.text,
+                        origin: response.origin,
                         token_ids: response.token_ids,
                         logprobs: response.logprobs,
                         parsed: p,

@@ -103,6 +103,12 @@ impl Format {
         s
     }
 
+    /// Where generation stops: the end of the answer, after which the format allows
+    /// nothing.
+    pub fn stop_strings(self) -> Vec<String> {
+        vec!["</answer>".into()]
+    }
+
     /// The short line after each observation.
     pub fn reminder(self) -> String {
         format!("Respond in the format {}", self.pattern())

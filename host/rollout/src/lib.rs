@@ -2,14 +2,18 @@
 //! actions, and the token layout training needs.
 //!
 //! - [`Format`] and [`parse`]: the reasoning formats and the response parser.
-//! - [`Policy`]: random, oracle, scripted and model policies behind one batch interface.
+//! - [`Policy`]: random, oracle, noisy-oracle, scripted and exploring policies behind one
+//!   batch interface (the model's is `vagen_model::ModelPolicy`); each answer says who
+//!   wrote it ([`AnswerOrigin`]).
 //! - [`rollout`]: the driver (groups × members, parallel env steps, faults contained).
 //! - [`layout`]: one training sequence per trajectory from the sampled ids.
 
 mod driver;
+mod explore;
 mod format;
 mod layout;
 mod message;
+mod noisy;
 mod parse;
 mod policy;
 
@@ -17,12 +21,14 @@ pub use driver::{
     FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics,
     rollout,
 };
+pub use explore::{ExploreAt, Exploring};
 pub use format::{Format, TAGS};
 pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
 };
 pub use message::Message;
+pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{
-    ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
+    AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
 };

@@ -31,9 +31,32 @@ pub struct Request {
     pub seed: u64,
 }
 
+/// Who wrote a turn's answer: the training batch keeps it as a column (a forced answer's
+/// old log-probs need a forward; a noisy one is no imitation target).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnswerOrigin {
+    /// Sampled by a model (its ids and log-probs are in the response).
+    Model,
+    /// A random action put in place of the model's answer (exploration).
+    Forced,
+    /// The env's expert answer.
+    Oracle,
+    /// A random action put in place of the oracle's (SFT's `action_noise`).
+    Noisy,
+    /// A random action from the random policy.
+    Random,
+    /// Typed by a person.
+    Human,
+    /// Fixed text: a script, a replay, a test's policy.
+    #[default]
+    Scripted,
+}
+
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Response {
     pub text: String,
+    pub origin: AnswerOrigin,
     /// The sampled ids (and their log-probs) when the policy is a model.
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
@@ -51,8 +74,14 @@ pub struct OutOfContext {
 }
 
 impl Response {
+    /// A text answer without tokens ([`AnswerOrigin::Scripted`] unless [`Response::by`] says).
     pub fn text(text: impl Into<String>) -> Self {
         Response { text: text.into(), ..Default::default() }
+    }
+
+    /// The same answer, written by `origin`.
+    pub fn by(self, origin: AnswerOrigin) -> Self {
+        Response { origin, ..self }
     }
 }
 
@@ -95,7 +124,7 @@ impl Policy for RandomPolicy {
                     env: r.manifest.name.clone(),
                     reason: "it takes free-form answers, not action names".into(),
                 })?;
-                Ok(Response::text(self.format.wrap(&answer)))
+                Ok(Response::text(self.format.wrap(&answer)).by(AnswerOrigin::Random))
             })
             .collect()
     }
@@ -115,7 +144,10 @@ impl Policy for OraclePolicy {
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         // No answer for a state (or no oracle) becomes an empty answer: an invalid turn.
-        Ok(requests.iter().map(|r| Response::text(self.format.wrap(r.oracle.as_deref().unwrap_or("")))).collect())
+        Ok(requests
+            .iter()
+            .map(|r| Response::text(self.format.wrap(r.oracle.as_deref().unwrap_or(""))).by(AnswerOrigin::Oracle))
+            .collect())
     }
 }
 

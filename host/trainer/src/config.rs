@@ -179,7 +179,7 @@ pub struct RolloutSection {
     pub explore: f64,
     /// What `explore` applies to: `turn` (each training turn) or `shared-state` (once per
     /// state several episodes of a group are in at the same turn, diverting one of them).
-    pub explore_at: crate::explore::ExploreAt,
+    pub explore_at: vagen_rollout::ExploreAt,
 }
 
 impl Default for RolloutSection {
@@ -247,6 +247,10 @@ pub struct OptimSection {
     pub mini_batch: usize,
     /// Sequences per forward/backward (gradients accumulate over a mini-batch).
     pub micro_batch: usize,
+    /// Padded tokens (sequences × the longest) per forward/backward as well, when above 0:
+    /// a micro-batch closes at whichever limit comes first, so a few long sequences do not
+    /// take the memory of `micro_batch` of them. A sequence over the budget goes alone.
+    pub micro_batch_tokens: usize,
     /// Passes over each step's batch.
     pub epochs: usize,
     /// Global gradient-norm clip (1.0); a non-finite norm skips the step.
@@ -263,6 +267,7 @@ impl Default for OptimSection {
             lr_schedule: LrSchedule::Constant,
             mini_batch: 32,
             micro_batch: 8,
+            micro_batch_tokens: 0,
             epochs: 1,
             grad_clip: 1.0,
         }

@@ -1,134 +1,106 @@
-//! Credit assignment for a step's rows: the estimator's advantages placed on each training
-//! sequence's tokens, and StarPO-S filtering by group, both judged per episode.
+//! Phase 3, `assign_credit`: rewards → advantages and returns, then StarPO-S filtering by
+//! group, both judged per episode. Adds the batch's [`CreditColumns`].
 
-use crate::batch::Row;
 use crate::config::TrainConfig;
+use crate::step_batch::{CreditColumns, StepBatch};
 use anyhow::Result;
-use vagen_algo::{GroupStats, Trajectory as AlgoTrajectory, compute_advantages, filter_groups};
-use vagen_rollout::{TrainingSequence, Trajectory};
+use vagen_algo::{Advantages, Trajectory as AlgoTrajectory, compute_advantages, filter_groups};
 
-/// A training sequence and where it came from.
-pub(crate) struct Laid {
-    pub traj: usize,
-    /// The turn, when sequences are per turn.
-    pub turn: Option<usize>,
-    pub seq: TrainingSequence,
-}
-
-pub(crate) struct Credit {
-    /// Per row: whether filtering kept it.
-    pub keep: Vec<bool>,
-    pub before: GroupStats,
-    pub after: GroupStats,
-    /// Rows the group filter kept but `drop_zero_advantage` left out.
-    pub zero_dropped: usize,
-}
-
-/// Fills `rows[k].advantages / returns / value_mask` for `seqs[k]` and decides which rows
-/// the update keeps: StarPO-S by group, then (`drop_zero_advantage`) rows with nothing to learn.
-pub(crate) fn assign(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], rows: &mut [Row]) -> Result<Credit> {
-    let mut credit = advantages_and_groups(cfg, trajs, seqs, rows)?;
+/// Fills `batch.credit`: advantages, returns and value mask per token, and which sequences
+/// the update keeps (StarPO-S by group, then, with `drop_zero_advantage`, not those with
+/// nothing to learn). Needs the batch's scores when the estimator uses a critic.
+pub fn assign_credit(cfg: &TrainConfig, batch: &mut StepBatch) -> Result<()> {
+    if cfg.algorithm.advantage.estimator.uses_critic() {
+        batch.scores()?;
+    }
+    let mut credit = if cfg.rollout.per_turn { per_episode(cfg, batch)? } else { per_sequence(cfg, batch)? };
     if cfg.algorithm.filter.drop_zero_advantage {
-        for (keep, row) in credit.keep.iter_mut().zip(rows.iter()) {
-            if *keep && row.advantages.iter().all(|&a| a == 0.0) {
-                *keep = false;
+        for k in 0..batch.len() {
+            if credit.keep[k] && credit.advantages[batch.tokens_of(k)].iter().all(|&a| a == 0.0) {
+                credit.keep[k] = false;
                 credit.zero_dropped += 1;
             }
         }
     }
-    Ok(credit)
+    batch.credit = Some(credit);
+    Ok(())
 }
 
-fn advantages_and_groups(cfg: &TrainConfig, trajs: &[Trajectory], seqs: &[Laid], rows: &mut [Row]) -> Result<Credit> {
-    let est = &cfg.algorithm.advantage;
-    let states = |t: &Trajectory, n: usize| -> Vec<u64> { t.turns.iter().take(n).map(|r| r.state_key()).collect() };
-    if cfg.rollout.per_turn {
-        // Per-turn sequences hold one turn each; the estimator needs the whole episode. So
-        // each episode becomes one "sequence" with a position per turn (its reward there),
-        // and each turn's advantage is then spread over its own sequence's tokens.
-        let mut episodes: Vec<(usize, Vec<usize>)> = Vec::new();
-        for (k, l) in seqs.iter().enumerate() {
-            match episodes.last_mut() {
-                Some((t, members)) if *t == l.traj => members.push(k),
-                _ => episodes.push((l.traj, vec![k])),
-            }
-        }
-        struct PerTurn {
-            rewards: Vec<f64>,
-            zeros: Vec<f64>,
-            mask: Vec<bool>,
-            ends: Vec<usize>,
-            states: Vec<u64>,
-            group: u64,
-        }
-        let owned: Vec<PerTurn> = episodes
-            .iter()
-            .map(|(t, members)| {
-                let n = members.len();
-                PerTurn {
-                    rewards: trajs[*t].turns.iter().take(n).map(|r| r.reward).collect(),
-                    zeros: vec![0.0; n],
-                    mask: vec![true; n],
-                    ends: (0..n).collect(),
-                    states: states(&trajs[*t], n),
-                    group: trajs[*t].group as u64,
-                }
-            })
-            .collect();
-        let algo: Vec<AlgoTrajectory> = owned
-            .iter()
-            .map(|o| AlgoTrajectory {
-                rewards: &o.rewards,
-                values: &o.zeros,
-                loss_mask: &o.mask,
-                adv_mask: &o.mask,
-                turn_ends: &o.ends,
-                group: o.group,
-                turn_states: &o.states,
-            })
-            .collect();
-        let advantages = compute_advantages(est, &algo)?;
-        for ((_, members), a) in episodes.iter().zip(&advantages) {
-            for (turn, &k) in members.iter().enumerate() {
-                let v = a.advantages[turn] as f32;
-                let row = &mut rows[k];
-                row.advantages = seqs[k].seq.advantage_mask.iter().map(|&m| if m { v } else { 0.0 }).collect();
-                row.returns = row.advantages.clone();
-                row.value_mask = vec![false; row.ids.len()];
-            }
-        }
-        let filtered = filter(cfg, &algo)?;
-        let mut keep = vec![false; rows.len()];
-        for ((_, members), &k) in episodes.iter().zip(&filtered.keep) {
-            members.iter().for_each(|&m| keep[m] = k);
-        }
-        return Ok(Credit { keep, before: filtered.before, after: filtered.after, zero_dropped: 0 });
-    }
-
-    let values: Vec<Vec<f64>> = rows.iter().map(|r| r.old_values.iter().map(|&v| v as f64).collect()).collect();
-    let rewards: Vec<Vec<f64>> = seqs.iter().map(|l| l.seq.rewards.iter().map(|&v| v as f64).collect()).collect();
-    let turn_states: Vec<Vec<u64>> = seqs.iter().map(|l| states(&trajs[l.traj], l.seq.turn_ends.len())).collect();
-    let algo: Vec<AlgoTrajectory> = seqs
-        .iter()
-        .enumerate()
-        .map(|(k, l)| AlgoTrajectory {
-            rewards: &rewards[k],
-            values: &values[k],
-            loss_mask: &l.seq.loss_mask,
-            adv_mask: &l.seq.advantage_mask,
-            turn_ends: &l.seq.turn_ends,
-            group: trajs[l.traj].group as u64,
-            turn_states: &turn_states[k],
-        })
-        .collect();
-    let advantages = compute_advantages(est, &algo)?;
-    for (row, a) in rows.iter_mut().zip(&advantages) {
-        row.advantages = a.advantages.iter().map(|&x| x as f32).collect();
-        row.returns = a.returns.iter().map(|&x| x as f32).collect();
-        row.value_mask = a.value_mask.clone();
+/// One sequence per trajectory: the estimator reads each sequence's columns as they are.
+fn per_sequence(cfg: &TrainConfig, batch: &StepBatch) -> Result<CreditColumns> {
+    let longest = (0..batch.len()).map(|k| batch.tokens_of(k).len()).max().unwrap_or(0);
+    let zeros = vec![0.0; longest];
+    let algo: Vec<AlgoTrajectory> = (0..batch.len()).map(|k| batch.algo_trajectory(k, &zeros)).collect();
+    let advantages = compute_advantages(&cfg.algorithm.advantage, &algo)?;
+    let mut credit = empty(batch);
+    for (k, a) in advantages.iter().enumerate() {
+        place(&mut credit, batch.tokens_of(k).start, a);
     }
     let filtered = filter(cfg, &algo)?;
-    Ok(Credit { keep: filtered.keep, before: filtered.before, after: filtered.after, zero_dropped: 0 })
+    Ok(CreditColumns { keep: filtered.keep, before: filtered.before, after: filtered.after, ..credit })
+}
+
+/// One sequence per turn: the estimator needs the whole episode, so each episode is one
+/// trajectory with a position per turn (its reward there, read from the turn columns), and
+/// each turn's advantage is then spread over its own sequence's answer tokens.
+fn per_episode(cfg: &TrainConfig, batch: &StepBatch) -> Result<CreditColumns> {
+    let episodes = batch.episodes();
+    let longest = episodes.iter().map(|(_, seqs)| seqs.len()).max().unwrap_or(0);
+    let (zeros, trues, ends) = (vec![0.0; longest], vec![true; longest], (0..longest).collect::<Vec<usize>>());
+    let algo: Vec<AlgoTrajectory> = episodes
+        .iter()
+        .map(|(_, seqs)| {
+            let turns = batch.turns_of(seqs.start).start..batch.turns_of(seqs.end - 1).end;
+            let n = turns.len();
+            AlgoTrajectory {
+                rewards: &batch.turns.reward[turns.clone()],
+                values: &zeros[..n],
+                loss_mask: &trues[..n],
+                adv_mask: &trues[..n],
+                turn_ends: &ends[..n],
+                group: batch.seqs.group[seqs.start],
+                turn_states: &batch.turns.state[turns],
+            }
+        })
+        .collect();
+    let advantages = compute_advantages(&cfg.algorithm.advantage, &algo)?;
+    let mut credit = empty(batch);
+    for ((_, seqs), a) in episodes.iter().zip(&advantages) {
+        for (turn, k) in seqs.clone().enumerate() {
+            let v = a.advantages[turn] as f32;
+            for i in batch.tokens_of(k) {
+                let x = if batch.tokens.adv_mask[i] { v } else { 0.0 };
+                (credit.advantages[i], credit.returns[i]) = (x, x);
+            }
+        }
+    }
+    let filtered = filter(cfg, &algo)?;
+    let mut keep = vec![false; batch.len()];
+    for ((_, seqs), &k) in episodes.iter().zip(&filtered.keep) {
+        keep[seqs.clone()].iter_mut().for_each(|m| *m = k);
+    }
+    Ok(CreditColumns { keep, before: filtered.before, after: filtered.after, ..credit })
+}
+
+/// Zeroed token columns for the batch.
+fn empty(batch: &StepBatch) -> CreditColumns {
+    let n = batch.tokens.ids.len();
+    CreditColumns {
+        advantages: vec![0.0; n],
+        returns: vec![0.0; n],
+        value_mask: vec![false; n],
+        keep: vec![true; batch.len()],
+        ..Default::default()
+    }
+}
+
+/// One sequence's estimator output into the token columns from `start`.
+fn place(credit: &mut CreditColumns, start: usize, a: &Advantages) {
+    for (j, ((&adv, &ret), &vm)) in a.advantages.iter().zip(&a.returns).zip(&a.value_mask).enumerate() {
+        credit.advantages[start + j] = adv as f32;
+        credit.returns[start + j] = ret as f32;
+        credit.value_mask[start + j] = vm;
+    }
 }
 
 /// StarPO-S: keep the groups whose rewards vary most.
@@ -141,71 +113,40 @@ fn filter(cfg: &TrainConfig, algo: &[AlgoTrajectory]) -> Result<vagen_algo::Filt
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vagen_rollout::{Parsed, TurnRecord};
+    use crate::step_batch::Source;
+    use crate::step_batch::tests::{sequence, turn};
+    use vagen_rollout::AnswerOrigin;
 
-    fn turn(user: &str, reward: f64) -> TurnRecord {
-        TurnRecord {
-            user: user.into(),
-            observation: user.into(),
-            images: vec![],
-            response: String::new(),
-            token_ids: None,
-            logprobs: None,
-            parsed: Parsed::default(),
-            answer: String::new(),
-            env_reward: reward,
-            format_reward: 0.0,
-            reward,
-            done: false,
-            success: false,
-            valid_actions: 1,
-            effective_actions: 1,
-            metrics: vec![],
-        }
-    }
-
-    fn episode(group: usize, turns: Vec<TurnRecord>) -> Trajectory {
-        Trajectory {
-            env: "test".into(),
-            group,
-            member: 0,
-            seed: group as u64,
-            system: String::new(),
-            turns,
-            done: true,
-            success: false,
-            failure: None,
-            truncated: None,
-            failed_answer: None,
-        }
-    }
-
-    /// A per-turn sequence: two prompt tokens, two answer tokens.
-    fn laid(traj: usize, turn: usize) -> Laid {
-        let mask = vec![false, false, true, true];
-        let seq = TrainingSequence {
-            ids: vec![1, 2, 3, 4],
-            loss_mask: mask.clone(),
-            advantage_mask: mask,
-            rewards: vec![0.0; 4],
-            turn_ends: vec![3],
-            ..Default::default()
-        };
-        Laid { traj, turn: Some(turn), seq }
-    }
-
-    fn run(estimator: &str) -> (Vec<Vec<f32>>, Credit) {
+    fn run(estimator: &str, per_turn: bool) -> StepBatch {
         let text = format!(
-            "[env]\nplugin = \"x.wasm\"\n[rollout]\nper_turn = true\n[algorithm.advantage]\nestimator = \"{estimator}\"\nepsilon = 1e-12\n"
+            "[env]\nplugin = \"x.wasm\"\n[rollout]\nper_turn = {per_turn}\n[algorithm.advantage]\nestimator = \"{estimator}\"\nepsilon = 1e-12\n"
         );
         let cfg: TrainConfig = toml::from_str(&text).unwrap();
         // A reaches the goal on its second turn; B falls into a hole from the same start.
-        let trajs =
-            vec![episode(0, vec![turn("start", 0.0), turn("next", 10.0)]), episode(0, vec![turn("start", 0.0)])];
-        let seqs = vec![laid(0, 0), laid(0, 1), laid(1, 0)];
-        let mut rows: Vec<Row> = seqs.iter().map(|l| Row { ids: l.seq.ids.clone(), ..Row::default() }).collect();
-        let credit = assign(&cfg, &trajs, &seqs, &mut rows).unwrap();
-        (rows.into_iter().map(|r| r.advantages).collect(), credit)
+        let m = AnswerOrigin::Model;
+        let (a0, a1, b0) = (turn("start", 0.0, m), turn("next", 10.0, m), turn("start", 0.0, m));
+        let mut batch = StepBatch::new();
+        let src = |episode, turns| Source { episode, group: 0, seed: 0, turns };
+        if per_turn {
+            batch.push(sequence(&[&a0], 2, 2), src(0, vec![(0, &a0)]));
+            batch.push(sequence(&[&a1], 2, 2), src(0, vec![(1, &a1)]));
+            batch.push(sequence(&[&b0], 2, 2), src(1, vec![(0, &b0)]));
+        } else {
+            batch.push(sequence(&[&a0, &a1], 2, 2), src(0, vec![(0, &a0), (1, &a1)]));
+            batch.push(sequence(&[&b0], 2, 2), src(1, vec![(0, &b0)]));
+        }
+        assign_credit(&cfg, &mut batch).unwrap();
+        batch
+    }
+
+    /// Sequence k's advantages.
+    fn adv(batch: &StepBatch, k: usize) -> &[f32] {
+        &batch.credit.as_ref().unwrap().advantages[batch.tokens_of(k)]
+    }
+
+    fn close(got: &[f32], want: f32) {
+        assert_eq!(&got[..2], &[0.0, 0.0], "prompt tokens get none");
+        assert!(got[2..].iter().all(|a| (a - want).abs() < 1e-5), "{got:?} vs {want}");
     }
 
     #[test]
@@ -213,20 +154,38 @@ mod tests {
         let h = 0.5f32.sqrt();
         // grpo over the two episodes (scores 10 and 0), not over the three sequences: each
         // of A's turns gets +√½ and B's −√½, on the answer tokens only.
-        let (adv, credit) = run("grpo");
-        let close = |got: &[f32], want: f32| {
-            assert_eq!(&got[..2], &[0.0, 0.0]);
-            assert!(got[2..].iter().all(|a| (a - want).abs() < 1e-5), "{got:?} vs {want}");
-        };
-        close(&adv[0], h);
-        close(&adv[1], h);
-        close(&adv[2], -h);
-        assert_eq!(credit.keep, vec![true; 3]);
+        let batch = run("grpo", true);
+        close(adv(&batch, 0), h);
+        close(adv(&batch, 1), h);
+        close(adv(&batch, 2), -h);
+        assert_eq!(batch.credit.as_ref().unwrap().keep, vec![true; 3]);
         // gigpo: both first turns acted in "start" (returns 0.95·10 and 0): ±√½ more there;
         // A's second state was visited once: no step term.
-        let (adv, _) = run("gigpo");
-        close(&adv[0], 2.0 * h);
-        close(&adv[1], h);
-        close(&adv[2], -2.0 * h);
+        let batch = run("gigpo", true);
+        close(adv(&batch, 0), 2.0 * h);
+        close(adv(&batch, 1), h);
+        close(adv(&batch, 2), -2.0 * h);
+    }
+
+    #[test]
+    fn whole_sequences_read_their_own_columns() {
+        let h = 0.5f32.sqrt();
+        let batch = run("grpo", false);
+        let a = adv(&batch, 0);
+        assert!(a.iter().enumerate().all(|(i, &x)| if i % 4 < 2 { x == 0.0 } else { (x - h).abs() < 1e-5 }), "{a:?}");
+        close(adv(&batch, 1), -h);
+        let credit = batch.credit.as_ref().unwrap();
+        assert_eq!(credit.returns[batch.tokens_of(1)], credit.advantages[batch.tokens_of(1)], "critic-free");
+        assert!(credit.value_mask.iter().all(|&m| !m));
+    }
+
+    #[test]
+    fn a_critic_estimator_without_scores_names_the_missing_phase() {
+        let cfg: TrainConfig = toml::from_str("[env]\nplugin = \"x.wasm\"\n[algorithm.advantage]\nestimator = \"gae\"\n").unwrap();
+        let t = turn("s", 1.0, AnswerOrigin::Model);
+        let mut batch = StepBatch::new();
+        batch.push(sequence(&[&t], 1, 1), Source { episode: 0, group: 0, seed: 0, turns: vec![(0, &t)] });
+        let e = assign_credit(&cfg, &mut batch).unwrap_err().to_string();
+        assert!(e.contains("`score` runs before"), "{e}");
     }
 }

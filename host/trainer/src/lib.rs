@@ -1,24 +1,33 @@
 //! vagen-trainer: the PPO-family losses (in the order of the paper, over `[batch, tokens]`
 //! tensors with a 0/1 loss mask) and the training loop around them: SFT warm start, RL
 //! steps, evaluation, checkpoints, metrics and the run report.
+//!
+//! An RL step is one [`StepBatch`] going through five phases, a file each: `collect`
+//! (rollouts → batch), `score` (old / reference log-probs, values), `credit`
+//! (`assign_credit`: rewards → advantages), `update` (PPO epochs over micro-batches) and
+//! `log` (metrics).
 
 mod aggregate;
-mod batch;
 mod checkpoint;
+mod collect;
 mod config;
 mod credit;
-mod explore;
+mod log;
 mod metrics;
+mod micro;
 mod optimizer;
 mod policy_loss;
 mod report;
-mod sft;
+mod score;
+mod step_batch;
 mod train;
+mod update;
 mod value_loss;
 
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
 pub use config::{ConfigError, CriticInit, TrainConfig};
+pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use metrics::{StepMetrics, read as read_metrics};
 pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};

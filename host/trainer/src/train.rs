@@ -1,15 +1,17 @@
 //! The training loop: SFT warm start, then rollout → scores → advantages → filtering → PPO
 //! epochs, with evaluation, checkpoints, metrics and resumption.
 
-use crate::batch::{Micro, Row, logprobs_and_entropy};
 use crate::checkpoint::{self, TrainerState};
+use crate::collect::Collected;
 use crate::config::{CriticInit, TrainConfig};
-use crate::credit::Laid;
-use crate::explore::Exploring;
+use crate::credit::assign_credit;
+use crate::log::{Timings, log};
 use crate::metrics::{MetricsLog, StepMetrics};
+use crate::micro::{Micro, logprobs_and_entropy};
 use crate::optimizer::AdamW;
-use crate::sft::NoisyOracle;
-use crate::{PolicyLossInput, policy_loss, value_loss};
+use crate::score::{Models, ScoreOptions, score};
+use crate::step_batch::split;
+use crate::update::{Optimizers, Updated, update};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
@@ -18,16 +20,13 @@ use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
 use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ModelPolicy, ValueModel};
-use vagen_rollout::{History, LayoutOptions, RolloutConfig, TrainingSequence, Trajectory, layout, rollout};
+use vagen_rollout::{History, Policy, RolloutConfig, Trajectory, rollout};
 use vagen_runtime::{Plugin, Runtime};
-
-/// Seeds per SFT step are drawn from this many per step, below the RL seeds.
-const SFT_SEED_STRIDE: u64 = 1024;
 
 pub struct Trainer {
     pub cfg: TrainConfig,
     pub run_dir: PathBuf,
-    plugin: Arc<dyn Plugin>,
+    pub(crate) plugin: Arc<dyn Plugin>,
     pub actor: Rc<Model>,
     critic: Option<ValueModel>,
     /// The frozen policy the KL penalty pulls towards: the actor as RL began (after SFT),
@@ -37,7 +36,7 @@ pub struct Trainer {
     actor_opt: AdamW,
     critic_opt: Option<AdamW>,
     pub state: TrainerState,
-    log: MetricsLog,
+    metrics: MetricsLog,
     _runtime: Runtime,
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
@@ -101,7 +100,7 @@ impl Trainer {
             let t = Self::assemble(cfg, run_dir, actor, critic, state, Some(optims))?;
             // Appended, not rewritten: lines past the checkpoint stay, and readers take the
             // ones after this mark (`metrics::read`).
-            t.log.mark_resumed(&t.state)?;
+            t.metrics.mark_resumed(&t.state)?;
             eprintln!(
                 "resuming {} at step {} ({} SFT steps done; checkpoint {})",
                 run_dir.display(),
@@ -151,7 +150,7 @@ impl Trainer {
             let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
             (actor_opt, critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay)))
         });
-        let log = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
+        let metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
         Ok(Trainer {
             cfg,
             run_dir: run_dir.to_path_buf(),
@@ -162,7 +161,7 @@ impl Trainer {
             actor_opt,
             critic_opt,
             state,
-            log,
+            metrics,
             _runtime: runtime,
             skipped_in_a_row: 0,
         })
@@ -183,7 +182,7 @@ impl Trainer {
             self.state.start_success = Some(v.success);
             let mut m = StepMetrics::new(0);
             insert_val(&mut m, &v);
-            self.log.write(&m)?;
+            self.metrics.write(&m)?;
             eprintln!("held-out success before RL: {:.3}", v.success);
         }
         let bar = bar(self.cfg.schedule.steps as u64, "RL steps");
@@ -199,7 +198,7 @@ impl Trainer {
                 self.state.last_success = Some(v.success);
             }
             m.step = s;
-            self.log.write(&m)?;
+            self.metrics.write(&m)?;
             bar.set_message(format!(
                 "success {:.2} val {}",
                 m.values.get("train/success").copied().unwrap_or(0.0),
@@ -242,70 +241,39 @@ impl Trainer {
     }
 
     /// Supervised steps on (noisy) oracle trajectories through the rollout path; cross-
-    /// entropy on assistant tokens only.
+    /// entropy on the oracle's answer tokens only.
     pub fn sft(&mut self) -> Result<()> {
-        let cfg = self.cfg.clone();
-        let bar = bar(cfg.sft.steps as u64, "SFT steps");
+        let bar = bar(self.cfg.sft.steps as u64, "SFT steps");
         bar.set_position(self.state.sft_steps_done as u64);
-        while self.state.sft_steps_done < cfg.sft.steps {
+        while self.state.sft_steps_done < self.cfg.sft.steps {
             // With a fixed dataset, every step replays the same episodes.
-            let k = match cfg.sft.dataset_steps {
+            let k = match self.cfg.sft.dataset_steps {
                 0 => self.state.sft_steps_done as u64,
                 n => (self.state.sft_steps_done % n) as u64,
             };
-            let seeds: Vec<u64> = (0..cfg.sft.episodes_per_step as u64)
-                .map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i)
-                .collect();
-            let mut policy =
-                NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise, noisy: Default::default() };
-            let trajs = rollout(
-                self.plugin.as_ref(),
-                &cfg.train_env_config_json(),
-                &seeds,
-                &rollout_config(&self.cfg, 1),
-                &mut policy,
-            )?;
-            let n = self.state.sft_steps_done + 1;
-            self.check_failures(&trajs, &format!("SFT step {n}"), &format!("sft{n}"), &cfg.train_env_config_json())?;
-            let seqs = self.layout_all(&trajs)?;
-            // Turns whose action was a random replacement move the episode but are not
-            // imitated: only the oracle's answers are targets.
-            let rows: Vec<Row> = seqs
-                .iter()
-                .map(|l| {
-                    let s = &l.seq;
-                    let mut row = base_row(s);
-                    for k in 0..s.turn_ends.len() {
-                        if policy.noisy.contains(&(l.traj, l.turn.unwrap_or(k))) {
-                            let start = if k == 0 { 0 } else { s.turn_ends[k - 1] + 1 };
-                            row.loss_mask[start..=s.turn_ends[k]].iter_mut().for_each(|m| *m = false);
-                        }
-                    }
-                    row
-                })
-                .collect();
-            // Mean cross-entropy over the step's assistant tokens, accumulated as sums.
+            let batch = self.collect_sft(k)?;
+            // Mean cross-entropy over the step's answer tokens, accumulated as sums.
             let mut total = 0.0;
-            let all_tokens = rows.iter().map(|r| r.loss_mask.iter().filter(|&&m| m).count()).sum::<usize>().max(1);
-            for chunk in rows.chunks(cfg.optim.micro_batch) {
-                let refs: Vec<&Row> = chunk.iter().collect();
-                let micro = Micro::new(&refs, self.actor.device());
+            let all_tokens = batch.tokens.loss_mask.iter().filter(|&&m| m).count().max(1);
+            let seqs: Vec<usize> = (0..batch.len()).collect();
+            for chunk in split(&batch, &seqs, self.cfg.optim.micro_batch, self.cfg.optim.micro_batch_tokens) {
+                let micro = Micro::new(&batch, &chunk, self.actor.device());
                 let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, 1.0);
                 let nll = -(logp * &micro.loss_mask).sum(Kind::Float);
                 total += nll.double_value(&[]);
                 (nll / all_tokens as f64).backward();
             }
-            let report = self.actor_opt.step(cfg.sft.lr, cfg.optim.grad_clip);
+            let report = self.actor_opt.step(self.cfg.sft.lr, self.cfg.optim.grad_clip);
             self.count_skipped(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;
             let mut m = StepMetrics::new(0);
             m.values.insert("sft/loss".into(), total / all_tokens as f64);
             m.values.insert("sft/grad_norm".into(), report.grad_norm);
             m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
-            self.log.write(&m)?;
+            self.metrics.write(&m)?;
             bar.inc(1);
-            let n = self.state.sft_steps_done;
-            if n == cfg.sft.steps || (cfg.sft.save_every > 0 && n.is_multiple_of(cfg.sft.save_every)) {
+            let (n, every) = (self.state.sft_steps_done, self.cfg.sft.save_every);
+            if n == self.cfg.sft.steps || (every > 0 && n.is_multiple_of(every)) {
                 self.save()?;
             }
         }
@@ -324,27 +292,21 @@ impl Trainer {
         Ok(())
     }
 
-    /// Training sequences: one per trajectory, or one per turn (`rollout.per_turn`), each
-    /// with the index of its trajectory and, per turn, of its turn.
-    fn layout_all(&self, trajs: &[Trajectory]) -> Result<Vec<Laid>> {
-        let options =
-            LayoutOptions { max_tokens: self.cfg.rollout.max_sequence_tokens, rewards: self.cfg.rollout.rewards };
-        let mut out = Vec::new();
-        for (i, t) in trajs.iter().enumerate() {
-            if t.failure.is_some() || t.turns.is_empty() {
-                continue;
-            }
-            let turns = t.assistant_turns();
-            if self.cfg.rollout.per_turn {
-                for (k, turn) in turns.into_iter().enumerate() {
-                    let seq = layout(self.actor.as_ref(), &t.system, &[turn], &options)?;
-                    out.push(Laid { traj: i, turn: Some(k), seq });
-                }
-            } else {
-                out.push(Laid { traj: i, turn: None, seq: layout(self.actor.as_ref(), &t.system, &turns, &options)? });
-            }
-        }
-        Ok(out)
+    /// Groups of `group_size` episodes from `seeds` on the training env config, answered
+    /// by `policy`; more failures than `env.max_failure_rate` stop the run (`what` and
+    /// `file` name the step in the error and the reproducer).
+    pub(crate) fn episodes(
+        &self,
+        seeds: &[u64],
+        group_size: usize,
+        policy: &mut dyn Policy,
+        what: &str,
+        file: &str,
+    ) -> Result<Vec<Trajectory>> {
+        let env_config = self.cfg.train_env_config_json();
+        let trajs = rollout(self.plugin.as_ref(), &env_config, seeds, &rollout_config(&self.cfg, group_size), policy)?;
+        self.check_failures(&trajs, what, file, &env_config)?;
+        Ok(trajs)
     }
 
     /// Held-out success over `env.val_episodes` seeds at the evaluation temperature.
@@ -429,232 +391,46 @@ impl Trainer {
         Ok(())
     }
 
-    /// One RL step. Everything random in it derives from the step number, so a resumed run
-    /// makes the same rollouts.
+    /// One RL step in five phases: `collect` (rollouts → batch), `score` (old / reference
+    /// log-probs, values), `assign_credit` (rewards → advantages), `update` (PPO epochs),
+    /// `log`. Everything random in it derives from the step number, so a resumed run makes
+    /// the same rollouts.
     pub fn rl_step(&mut self) -> Result<StepMetrics> {
         self.ensure_reference()?;
-        let cfg = self.cfg.clone();
-        let step = self.state.step as u64;
         let t0 = Instant::now();
-        let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
-        let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + step * cfg.env.groups as u64 + g).collect();
-        let options = GenerateOptions {
-            max_new_tokens: cfg.rollout.max_new_tokens,
-            temperature: cfg.rollout.temperature,
-            top_p: cfg.rollout.top_p,
-            top_k: cfg.rollout.top_k,
-            stop: vec!["</answer>".into()],
-            seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            ..Default::default()
-        };
-        let mut policy = Exploring {
-            inner: ModelPolicy::new(self.actor.clone(), options)
-                .with_context_window(cfg.rollout.max_sequence_tokens)
-                .with_overflow(cfg.rollout.context_overflow),
-            format: cfg.rollout.format,
-            rate: cfg.rollout.explore,
-            at: cfg.rollout.explore_at,
-            forced: Default::default(),
-        };
-        let trajs = rollout(
-            self.plugin.as_ref(),
-            &cfg.train_env_config_json(),
-            &seeds,
-            &rollout_config(&self.cfg, cfg.env.group_size),
-            &mut policy,
-        )?;
-        let t_rollout = t0.elapsed().as_secs_f64();
-        let rm = vagen_rollout::metrics(&trajs);
-        // Judged before any work on the batch: a run that stops here has not updated on it.
-        let n = self.state.step + 1;
-        self.check_failures(&trajs, &format!("step {n}"), &format!("step{n}"), &cfg.train_env_config_json())?;
-        let seqs = self.layout_all(&trajs)?;
-        // Rows holding a turn the model did not sample: their old log-probs need a forward.
-        let forced: Vec<bool> = seqs
-            .iter()
-            .map(|l| match l.turn {
-                Some(turn) => policy.forced.contains(&(l.traj, turn)),
-                None => (0..trajs[l.traj].turns.len()).any(|turn| policy.forced.contains(&(l.traj, turn))),
-            })
-            .collect();
-
-        // Old log-probs and values from one no-grad forward, with the training code path
-        // (the old log-probs from generation instead with `rollout.reuse_logprobs`).
+        let mut collected = self.collect()?;
         let t1 = Instant::now();
-        let temperature = cfg.rollout.temperature.max(1e-6);
-        let reuse = cfg.rollout.reuse_logprobs;
-        let mut rows: Vec<Row> = seqs
-            .iter()
-            .map(|l| Row {
-                old_logprobs: if reuse { l.seq.logprobs.clone() } else { vec![0.0; l.seq.ids.len()] },
-                ..base_row(&l.seq)
-            })
-            .collect();
-        // Which rows the no-grad forward covers: all of them when it computes the old
-        // log-probs, a reference or values; with reused log-probs, only the forced ones.
-        let all = !reuse || self.reference.is_some() || self.critic.is_some();
-        let need: Vec<usize> = (0..rows.len()).filter(|&k| all || forced[k]).collect();
-        if !need.is_empty() {
-            let _g = tch::no_grad_guard();
-            for chunk in need.chunks(cfg.optim.micro_batch) {
-                let refs: Vec<&Row> = chunk.iter().map(|&k| &rows[k]).collect();
-                let micro = Micro::new(&refs, self.actor.device());
-                let logp = (!reuse || chunk.iter().any(|&k| forced[k]))
-                    .then(|| logprobs_and_entropy(&self.actor.lm, &micro, temperature).0);
-                // The reference's log-probs once per step here, not once per epoch in the update.
-                let ref_logp = self.reference.as_ref().map(|r| logprobs_and_entropy(&r.lm, &micro, temperature).0);
-                let values = match &self.critic {
-                    Some(c) => Some(c.forward(&micro.ids, &micro.positions(), None)?),
-                    None => None,
-                };
-                // Column j - 1 holds token j's log-prob, and the value of acting at token j
-                // (read at the position before it): per token, with 0 for the first.
-                let per_token = |t: &tch::Tensor, r: usize, n: usize| -> Result<Vec<f32>> {
-                    let col = Vec::<f32>::try_from(t.get(r as i64).narrow(0, 0, n as i64 - 1).to_kind(Kind::Float))?;
-                    Ok(std::iter::once(0.0).chain(col).collect())
-                };
-                for (r, &k) in chunk.iter().enumerate() {
-                    let row = &mut rows[k];
-                    let n = row.ids.len();
-                    if let Some(lp) = &logp
-                        && (!reuse || forced[k])
-                    {
-                        row.old_logprobs = per_token(lp, r, n)?;
-                    }
-                    if let Some(lp) = &ref_logp {
-                        row.ref_logprobs = per_token(lp, r, n)?;
-                    }
-                    if let Some(v) = &values {
-                        row.old_values = per_token(v, r, n)?;
-                    }
-                }
-            }
-        }
-        let t_old = t1.elapsed().as_secs_f64();
-        // How far the training forward is from what generation sampled with: a prompt that
-        // differs from the one the policy saw, or numerics, show up here (verl logs the same).
-        let diffs: Vec<f64> = if reuse {
-            Vec::new()
-        } else {
-            rows.iter()
-                .zip(&seqs)
-                .zip(&forced)
-                .filter(|(_, f)| !**f)
-                .flat_map(|((r, l), _)| {
-                    (0..r.ids.len())
-                        .filter(|&j| r.loss_mask[j])
-                        .map(|j| (r.old_logprobs[j] - l.seq.logprobs[j]).abs() as f64)
-                })
-                .collect()
-        };
-
-        let credit = crate::credit::assign(&cfg, &trajs, &seqs, &mut rows)?;
-        let kept: Vec<Row> = rows.into_iter().zip(&credit.keep).filter(|(_, k)| **k).map(|(r, _)| r).collect();
-
-        // PPO epochs over mini-batches, gradients accumulated over micro-batches.
+        self.score(&mut collected)?;
         let t2 = Instant::now();
-        let mut acc = Accumulator::default();
-        // Whether any actor update ran, and whether one was applied: a step with nothing to
-        // train on (every row filtered out) has not diverged.
-        let (mut attempted, mut applied) = (false, false);
-        let mut order: Vec<usize> = (0..kept.len()).collect();
-        let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
-        let lr_scale = cfg.optim.lr_scale(step as usize, cfg.schedule.steps);
-        for _ in 0..cfg.optim.epochs {
-            shuffle(&mut order, &mut rng);
-            for mini in order.chunks(cfg.optim.mini_batch) {
-                let mini_tokens: usize = mini.iter().map(|&k| kept[k].loss_mask.iter().filter(|&&m| m).count()).sum();
-                for micro_ids in mini.chunks(cfg.optim.micro_batch) {
-                    let refs: Vec<&Row> = micro_ids.iter().map(|&k| &kept[k]).collect();
-                    let micro = Micro::new(&refs, self.actor.device());
-                    let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
-                    let (logp, entropy) = logprobs_and_entropy(&self.actor.lm, &micro, temperature);
-                    let ref_logp = self.reference.is_some().then_some(&micro.ref_logprobs);
-                    let out = policy_loss(
-                        &cfg.algorithm.policy_loss,
-                        &PolicyLossInput {
-                            log_probs: &logp,
-                            old_log_probs: &micro.old_logprobs,
-                            advantages: &micro.advantages,
-                            mask: &micro.loss_mask,
-                            entropy: Some(&entropy),
-                            ref_log_probs: ref_logp,
-                        },
-                    );
-                    if ref_logp.is_some() {
-                        acc.add("actor/kl", out.kl, weight);
-                    }
-                    (out.loss * weight).backward();
-                    acc.add("actor/pg_loss", out.pg_loss, weight);
-                    acc.add("actor/pg_clipfrac", out.clip_frac_high + out.clip_frac_low, weight);
-                    acc.add("actor/ppo_kl", out.approx_kl, weight);
-                    acc.add("actor/entropy", out.entropy, weight);
-                    if let Some(critic) = &self.critic {
-                        let values = critic.forward(&micro.ids, &micro.positions(), None)?;
-                        let n = values.size()[1];
-                        let v = value_loss(
-                            &cfg.algorithm.value_loss,
-                            &values.narrow(1, 0, n - 1),
-                            &micro.old_values,
-                            &micro.returns,
-                            &micro.value_mask,
-                        );
-                        (v.loss * weight).backward();
-                        acc.add("critic/vf_loss", v.value_loss, weight);
-                        acc.add("critic/vf_clipfrac", v.clip_frac, weight);
-                    }
-                }
-                let r = self.actor_opt.step(cfg.optim.actor_lr * lr_scale, cfg.optim.grad_clip);
-                (attempted, applied) = (true, applied | r.applied);
-                acc.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
-                acc.count("actor/skipped_steps", !r.applied);
-                if let Some(opt) = &mut self.critic_opt {
-                    let r = opt.step(cfg.optim.critic_lr * lr_scale, cfg.optim.grad_clip);
-                    acc.add("critic/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
-                    acc.count("critic/skipped_steps", !r.applied);
-                }
-            }
-        }
-        let t_update = t2.elapsed().as_secs_f64();
-        self.count_skipped(applied || !attempted, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
+        assign_credit(&self.cfg, &mut collected.batch)?;
+        let updated = self.update(&collected)?;
+        let (rollout, score) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
+        let timings = Timings { rollout, score, update: t2.elapsed().as_secs_f64(), step: t0.elapsed().as_secs_f64() };
+        Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.reuse_logprobs))
+    }
 
-        let t_step = t0.elapsed().as_secs_f64();
-        let mut m = StepMetrics::new(self.state.step + 1);
-        m.values.extend(acc.means());
-        let tokens: usize = seqs.iter().map(|l| l.seq.ids.len()).sum();
-        let response_tokens: usize = seqs.iter().map(|l| l.seq.loss_mask.iter().filter(|&&x| x).count()).sum();
-        if !diffs.is_empty() {
-            m.values.insert("rollout/logprob_diff_mean".into(), diffs.iter().sum::<f64>() / diffs.len() as f64);
-            m.values.insert("rollout/logprob_diff_max".into(), diffs.iter().copied().fold(0.0, f64::max));
-        }
-        for (k, v) in [
-            ("train/success", rm.success),
-            ("train/pass_at_group", rm.pass_at_group),
-            ("train/reward", rm.mean_reward),
-            ("train/turns", rm.mean_turns),
-            ("train/valid_action_rate", rm.valid_action_rate),
-            ("train/format_correct_rate", rm.format_correct_rate),
-            ("train/failed_trajectories", rm.failed as f64),
-            ("train/out_of_context_trajectories", rm.truncated_context as f64),
-            ("train/truncated_sequences", seqs.iter().filter(|l| l.seq.truncated).count() as f64),
-            ("rollout/response_length", rm.mean_response_tokens.unwrap_or(0.0)),
-            ("rollout/in_group_std", credit.before.mean_in_group_std),
-            ("rollout/in_group_mean", credit.before.mean_in_group_mean),
-            ("rollout/in_group_std_kept", credit.after.mean_in_group_std),
-            ("rollout/kept_trajectories", kept.len() as f64),
-            ("rollout/zero_advantage_dropped", credit.zero_dropped as f64),
-            ("rollout/explored_turns", policy.forced.len() as f64),
-            ("actor/lr", cfg.optim.actor_lr * lr_scale),
-            ("timing_s/rollout", t_rollout),
-            ("timing_s/old_log_prob", t_old),
-            ("timing_s/update", t_update),
-            ("timing_s/step", t_step),
-            ("throughput/tokens_per_s", tokens as f64 / t_step),
-            ("throughput/response_tokens", response_tokens as f64),
-        ] {
-            m.values.insert(k.into(), v);
-        }
-        Ok(m)
+    fn models(&self) -> Models<'_> {
+        Models { actor: &self.actor, reference: self.reference.as_ref(), critic: self.critic.as_ref() }
+    }
+
+    fn score(&self, collected: &mut Collected) -> Result<()> {
+        let o = ScoreOptions {
+            reuse_logprobs: self.cfg.rollout.reuse_logprobs,
+            temperature: self.cfg.rollout.temperature.max(1e-6),
+            micro_batch: self.cfg.optim.micro_batch,
+        };
+        score(&self.models(), &o, &mut collected.batch)
+    }
+
+    /// The update, stopping the run after too many steps in a row with no applied update.
+    fn update(&mut self, collected: &Collected) -> Result<Updated> {
+        let models = Models { actor: &self.actor, reference: self.reference.as_ref(), critic: self.critic.as_ref() };
+        let opt = Optimizers { actor: &mut self.actor_opt, critic: self.critic_opt.as_mut() };
+        let updated = update(&self.cfg, &models, opt, &collected.batch, self.state.step as u64)?;
+        // A step with nothing to train on (every sequence filtered out) has not diverged.
+        let fine = updated.applied || !updated.attempted;
+        self.count_skipped(fine, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
+        Ok(updated)
     }
 }
 
@@ -675,7 +451,7 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
         temperature: cfg.rollout.val_temperature,
         top_p: 1.0,
         top_k: 0,
-        stop: vec!["</answer>".into()],
+        stop: cfg.rollout.format.stop_strings(),
         seed: cfg.schedule.seed,
         ..Default::default()
     };
@@ -742,52 +518,6 @@ fn bar(len: u64, what: &str) -> ProgressBar {
     let style = format!("{{bar:30}} {{pos}}/{{len}} {what} [{{elapsed}}<{{eta}}] {{msg}}");
     bar.set_style(ProgressStyle::with_template(&style).expect("valid template"));
     bar
-}
-
-fn base_row(s: &TrainingSequence) -> Row {
-    let n = s.ids.len();
-    Row {
-        ids: s.ids.clone(),
-        loss_mask: s.loss_mask.clone(),
-        old_logprobs: vec![0.0; n],
-        ref_logprobs: vec![0.0; n],
-        advantages: vec![0.0; n],
-        returns: vec![0.0; n],
-        old_values: vec![0.0; n],
-        value_mask: vec![false; n],
-    }
-}
-
-/// Epoch averages: each value weighted by its micro-batch's share of its mini-batch, then
-/// averaged over mini-batches (not the last mini-batch's value).
-#[derive(Default)]
-struct Accumulator {
-    sums: std::collections::BTreeMap<String, (f64, f64)>,
-}
-
-impl Accumulator {
-    fn add(&mut self, key: &str, value: f64, weight: f64) {
-        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
-        e.0 += value * weight;
-        e.1 += weight;
-    }
-    fn count(&mut self, key: &str, hit: bool) {
-        let e = self.sums.entry(key.to_string()).or_insert((0.0, 0.0));
-        e.0 += hit as u8 as f64;
-        e.1 = 1.0;
-    }
-    fn means(&self) -> impl Iterator<Item = (String, f64)> + '_ {
-        self.sums.iter().map(|(k, (s, w))| (k.clone(), if *w > 0.0 { s / w } else { 0.0 }))
-    }
-}
-
-/// Fisher–Yates with a 64-bit LCG: the order depends only on the step and the seed.
-fn shuffle(v: &mut [usize], state: &mut u64) {
-    for i in (1..v.len()).rev() {
-        *state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let j = ((*state >> 33) % (i as u64 + 1)) as usize;
-        v.swap(i, j);
-    }
 }
 
 /// A checkpoint's actor, critic, counters and optimiser moments, all or nothing.

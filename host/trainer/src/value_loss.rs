@@ -46,13 +46,13 @@ pub fn value_loss(
     ValueLoss { value_loss: scalar(&loss), loss, clip_frac }
 }
 
-/// 1 − Var(R − v) / Var(R) over masked tokens: 1 is a perfect critic, 0 no better than a
-/// constant, negative worse. NaN when the returns do not vary.
-pub fn explained_variance(values: &Tensor, returns: &Tensor, mask: &Tensor) -> f64 {
-    let var = |x: &Tensor| {
-        let m = masked_mean(x, mask);
-        masked_mean(&(x - m).square(), mask)
+/// 1 − Var(R − v) / Var(R) over the given positions (the value mask's): 1 is a perfect
+/// critic, 0 no better than a constant, negative worse. NaN when the returns do not vary.
+pub fn explained_variance(values: &[f64], returns: &[f64]) -> f64 {
+    let var = |x: &[f64]| {
+        let m = x.iter().sum::<f64>() / x.len() as f64;
+        x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / x.len() as f64
     };
-    let (v, r) = (values.detach(), returns.detach());
-    1.0 - var(&(&r - &v)) / var(&r)
+    let residual: Vec<f64> = returns.iter().zip(values).map(|(r, v)| r - v).collect();
+    1.0 - var(&residual) / var(returns)
 }

@@ -5,11 +5,11 @@
 //! temperature 1, so group-relative estimators see no difference to learn from. A forced
 //! alternative in a few of those episodes gives the group one.
 
-use crate::sft::replacement_draw;
+use crate::noisy::replacement_draw;
+use crate::{AnswerOrigin, Format, Policy, PolicyError, Request, Response};
 use rand_core::Rng;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
-use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
+use std::collections::BTreeMap;
 
 /// Keeps the draws apart from the model's own sampling, which also derives from the
 /// request seed.
@@ -34,9 +34,6 @@ pub struct Exploring<P> {
     /// Probability that a turn's answer (or one answer per shared state) is replaced.
     pub rate: f64,
     pub at: ExploreAt,
-    /// (trajectory, turn) pairs whose answer was replaced: the model did not sample them,
-    /// so their old log-probs must come from a forward pass.
-    pub forced: HashSet<(usize, usize)>,
 }
 
 impl<P: Policy> Policy for Exploring<P> {
@@ -61,12 +58,9 @@ impl<P: Policy> Policy for Exploring<P> {
         };
         let mut generated = generated.into_iter();
         let mut out = Vec::with_capacity(requests.len());
-        for (r, pick) in requests.iter().zip(picks) {
+        for pick in picks {
             out.push(match pick {
-                Some(action) => {
-                    self.forced.insert((r.trajectory, r.turn));
-                    Response::text(self.format.wrap(action))
-                }
+                Some(action) => Response::text(self.format.wrap(action)).by(AnswerOrigin::Forced),
                 // The inner policy answered too few: the driver reports the count.
                 None => match generated.next() {
                     Some(response) => response,
@@ -123,6 +117,7 @@ fn one_of<'a, T>(rng: &mut impl Rng, items: &'a [T]) -> &'a T {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
     use std::sync::Arc;
     use vagen_runtime::Manifest;
 
@@ -134,7 +129,7 @@ mod tests {
         }
         fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
             self.0 += requests.len();
-            Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>")).collect())
+            Ok(requests.iter().map(|_| Response::text("<answer>Up</answer>").by(AnswerOrigin::Model)).collect())
         }
     }
 
@@ -159,12 +154,18 @@ mod tests {
             .collect()
     }
 
-    fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<(usize, usize)>) {
-        let mut p =
-            Exploring { inner: Up(0), format: Format::NoThink, rate, at: ExploreAt::Turn, forced: HashSet::new() };
+    /// The indices of the answers with a forced origin.
+    fn forced_of(out: &[Response]) -> HashSet<usize> {
+        (0..out.len()).filter(|&i| out[i].origin == AnswerOrigin::Forced).collect()
+    }
+
+    fn explore(rate: f64, n: usize) -> (Vec<Response>, HashSet<usize>) {
+        let mut p = Exploring { inner: Up(0), format: Format::NoThink, rate, at: ExploreAt::Turn };
         let out = p.respond(&requests(n)).unwrap();
-        assert_eq!(p.inner.0, n - p.forced.len(), "the model generates only the turns it keeps");
-        (out, p.forced)
+        let forced = forced_of(&out);
+        assert_eq!(p.inner.0, n - forced.len(), "the model generates only the turns it keeps");
+        assert!(out.iter().all(|r| matches!(r.origin, AnswerOrigin::Model | AnswerOrigin::Forced)));
+        (out, forced)
     }
 
     #[test]
@@ -178,7 +179,7 @@ mod tests {
         assert!((0.2..0.3).contains(&share), "forced share {share}");
         let mut seen = HashSet::new();
         for (i, r) in out.iter().enumerate() {
-            if forced.contains(&(i, 0)) {
+            if forced.contains(&i) {
                 assert!(r.token_ids.is_none() && r.logprobs.is_none(), "a forced answer has no sampled tokens");
                 let action = r.text.strip_prefix("<answer>").and_then(|t| t.strip_suffix("</answer>")).unwrap();
                 assert!(["Left", "Down", "Right", "Up"].contains(&action), "{}", r.text);
@@ -213,15 +214,10 @@ mod tests {
                 seed: 77 + i as u64,
             })
             .collect();
-        let mut p = Exploring {
-            inner: Up(0),
-            format: Format::NoThink,
-            rate: 1.0,
-            at: ExploreAt::SharedState,
-            forced: HashSet::new(),
-        };
+        let mut p = Exploring { inner: Up(0), format: Format::NoThink, rate: 1.0, at: ExploreAt::SharedState };
         let out = p.respond(&requests).unwrap();
-        let forced: Vec<usize> = (0..8).filter(|i| p.forced.contains(&(*i, 3))).collect();
+        let mut forced: Vec<usize> = forced_of(&out).into_iter().collect();
+        forced.sort();
         assert_eq!(forced.len(), 2, "one in group 0's A, one in group 1's B: {forced:?}");
         assert!(forced[0] < 4 && (4..6).contains(&forced[1]), "{forced:?}");
         assert_eq!(p.inner.0, 6, "the model answers only the turns not diverted");
@@ -229,8 +225,6 @@ mod tests {
             assert_eq!(r.text == "<answer>Up</answer>", !forced.contains(&i), "{i}: {}", r.text);
         }
         p.rate = 0.0;
-        p.forced.clear();
-        p.respond(&requests).unwrap();
-        assert!(p.forced.is_empty());
+        assert!(forced_of(&p.respond(&requests).unwrap()).is_empty());
     }
 }

@@ -1,9 +1,9 @@
 //! The SFT data source: the env's oracle, with some answers swapped for random ones so the
 //! warm start sees (and learns from) states off the expert's path.
 
+use crate::{AnswerOrigin, Format, Policy, PolicyError, Request, Response};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use vagen_rollout::{Format, Policy, PolicyError, Request, Response};
 use vagen_runtime::random_answer;
 
 /// With probability `rate`, the generator (seeded from `seed`) to draw a replacement
@@ -16,10 +16,9 @@ pub(crate) fn replacement_draw(seed: u64, rate: f64) -> Option<ChaCha8Rng> {
 
 pub struct NoisyOracle {
     pub format: Format,
-    /// Probability that a turn's oracle answer is replaced by a random one.
+    /// Probability that a turn's oracle answer is replaced by a random one
+    /// ([`AnswerOrigin::Noisy`]: moves the episode, is not an imitation target).
     pub noise: f64,
-    /// (trajectory, turn) pairs that got a random answer: not imitation targets.
-    pub noisy: std::collections::HashSet<(usize, usize)>,
 }
 
 impl Policy for NoisyOracle {
@@ -33,11 +32,11 @@ impl Policy for NoisyOracle {
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
             let random = replacement_draw(r.seed, self.noise).and_then(|mut rng| random_answer(&r.actions, &mut rng));
-            if random.is_some() {
-                self.noisy.insert((r.trajectory, r.turn));
-            }
-            let answer = random.or_else(|| r.oracle.clone()).unwrap_or_default();
-            out.push(Response::text(self.format.wrap(&answer)));
+            let (answer, origin) = match random {
+                Some(a) => (a, AnswerOrigin::Noisy),
+                None => (r.oracle.clone().unwrap_or_default(), AnswerOrigin::Oracle),
+            };
+            out.push(Response::text(self.format.wrap(&answer)).by(origin));
         }
         Ok(out)
     }

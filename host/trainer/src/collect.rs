@@ -1,0 +1,98 @@
+//! Phase 1, `collect`: the step's rollouts (the actor, exploring where configured) laid
+//! out as a [`StepBatch`]; and the same for SFT's (noisy) oracle episodes.
+
+use crate::config::TrainConfig;
+use crate::step_batch::{Source, StepBatch};
+use crate::train::Trainer;
+use anyhow::Result;
+use vagen_model::{GenerateOptions, ModelPolicy};
+use vagen_rollout::{
+    AnswerOrigin, ChatTokenizer, Exploring, LayoutOptions, NoisyOracle, RolloutMetrics, Trajectory, layout,
+};
+
+/// Seeds per SFT step are drawn from this many per step, below the RL seeds.
+pub(crate) const SFT_SEED_STRIDE: u64 = 1024;
+
+/// What `collect` gives the step: the batch and the rollout's own figures.
+pub struct Collected {
+    pub batch: StepBatch,
+    /// Over every episode, failed ones included.
+    pub rollout: RolloutMetrics,
+    /// Turns whose answer exploration replaced.
+    pub explored_turns: usize,
+}
+
+impl Trainer {
+    /// The RL step's episodes: `env.groups` seeds × `env.group_size`, drawn from the step
+    /// number (a resumed run makes the same rollouts), judged by `env.max_failure_rate`
+    /// before any work on them.
+    pub(crate) fn collect(&self) -> Result<Collected> {
+        let cfg = &self.cfg;
+        let step = self.state.step as u64;
+        let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
+        let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + step * cfg.env.groups as u64 + g).collect();
+        let options = GenerateOptions {
+            max_new_tokens: cfg.rollout.max_new_tokens,
+            temperature: cfg.rollout.temperature,
+            top_p: cfg.rollout.top_p,
+            top_k: cfg.rollout.top_k,
+            stop: cfg.rollout.format.stop_strings(),
+            seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+            ..Default::default()
+        };
+        let mut policy = Exploring {
+            inner: ModelPolicy::new(self.actor.clone(), options)
+                .with_context_window(cfg.rollout.max_sequence_tokens)
+                .with_overflow(cfg.rollout.context_overflow),
+            format: cfg.rollout.format,
+            rate: cfg.rollout.explore,
+            at: cfg.rollout.explore_at,
+        };
+        let n = self.state.step + 1;
+        let trajs = self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
+        let explored_turns =
+            trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
+        let rollout = vagen_rollout::metrics(&trajs);
+        Ok(Collected { batch: lay_out(cfg, self.actor.as_ref(), &trajs)?, rollout, explored_turns })
+    }
+
+    /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the
+    /// oracle's answers, some swapped for random ones (`sft.action_noise`): those move the
+    /// episode but are taken out of the loss.
+    pub(crate) fn collect_sft(&self, k: u64) -> Result<StepBatch> {
+        let cfg = &self.cfg;
+        let seeds: Vec<u64> =
+            (0..cfg.sft.episodes_per_step as u64).map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i).collect();
+        let mut policy = NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise };
+        let n = self.state.sft_steps_done + 1;
+        let trajs = self.episodes(&seeds, 1, &mut policy, &format!("SFT step {n}"), &format!("sft{n}"))?;
+        let mut batch = lay_out(cfg, self.actor.as_ref(), &trajs)?;
+        batch.mask_out(AnswerOrigin::Noisy);
+        Ok(batch)
+    }
+}
+
+/// Training sequences, one per trajectory or one per turn (`rollout.per_turn`), in
+/// trajectory order; failed and turn-less trajectories are left out.
+pub fn lay_out(cfg: &TrainConfig, tok: &dyn ChatTokenizer, trajs: &[Trajectory]) -> Result<StepBatch> {
+    let options = LayoutOptions { max_tokens: cfg.rollout.max_sequence_tokens, rewards: cfg.rollout.rewards };
+    let mut batch = StepBatch::new();
+    for (i, t) in trajs.iter().enumerate() {
+        if t.failure.is_some() || t.turns.is_empty() {
+            continue;
+        }
+        let source = |turns| Source { episode: i, group: t.group as u64, seed: t.seed, turns };
+        let turns = t.assistant_turns();
+        if cfg.rollout.per_turn {
+            for (k, turn) in turns.into_iter().enumerate() {
+                let seq = layout(tok, &t.system, &[turn], &options)?;
+                batch.push(seq, source(vec![(k, &t.turns[k])]));
+            }
+        } else {
+            let seq = layout(tok, &t.system, &turns, &options)?;
+            let kept = t.turns.iter().enumerate().take(seq.turn_ends.len()).collect();
+            batch.push(seq, source(kept));
+        }
+    }
+    Ok(batch)
+}
