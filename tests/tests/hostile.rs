@@ -77,7 +77,7 @@ fn a_reward_or_count_that_would_overflow_a_sum_fails_its_episode_naming_the_fiel
         let policy = &mut OraclePolicy { format: Format::NoThink };
         let trajs = rollout(plugin.as_ref(), &format!(r#"{{"mode": "{mode}"}}"#), &[1, 2], &config, policy).unwrap();
         assert!(
-            trajs.iter().all(|t| t.failure.as_deref().is_some_and(|f| f.contains(field))),
+            trajs.iter().all(|t| t.failure.as_ref().is_some_and(|f| f.to_string().contains(field))),
             "{:?}",
             trajs[0].failure
         );
@@ -95,12 +95,19 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
     let trajs = rollout(plugin.as_ref(), r#"{"mode": "reset-fails"}"#, &seeds, &config, policy).unwrap();
     let m = metrics(&trajs);
     assert_eq!((m.episodes, m.failed), (9, 3));
+    assert_eq!(
+        m.failures.iter().map(|(k, &n)| (k.as_str(), n)).collect::<Vec<_>>(),
+        [("reset:failed", 3)],
+        "counted by call and kind"
+    );
     assert!((m.success - 6.0 / 9.0).abs() < 1e-12, "success {} counts the failed episodes", m.success);
     assert!((m.pass_at_group - 6.0 / 9.0).abs() < 1e-12);
     // An oracle that traps is the episode's failure, not an empty answer to act on.
     let trajs = rollout(plugin.as_ref(), r#"{"mode": "oracle-traps"}"#, &[1, 2], &config, policy).unwrap();
     for t in &trajs {
-        assert!(t.failure.as_deref().is_some_and(|f| f.contains("oracle") && f.contains("trap")), "{:?}", t.failure);
+        let f = t.failure.as_ref().expect("failed");
+        assert_eq!((f.call, f.kind), (vagen_rollout::FailedCall::Oracle { turn: 0 }, "trap"), "{f:?}");
+        assert!(f.to_string().contains("oracle"), "{f}");
         assert!(t.turns.is_empty());
     }
 }

@@ -165,7 +165,7 @@ fn an_env_fault_fails_only_its_trajectory() {
             .unwrap();
     let failed: Vec<_> = trajs.iter().filter(|t| t.failure.is_some()).collect();
     assert!(!failed.is_empty() && failed.len() < trajs.len(), "{} of {} failed", failed.len(), trajs.len());
-    assert!(failed.iter().all(|t| t.failure.as_deref().unwrap().contains("flaky plugin fails")));
+    assert!(failed.iter().all(|t| t.failure.as_ref().unwrap().to_string().contains("flaky plugin fails")));
     let m = metrics(&trajs);
     assert_eq!(m.failed, failed.len());
     assert!(trajs.iter().filter(|t| t.failure.is_none()).all(|t| !t.turns.is_empty()));

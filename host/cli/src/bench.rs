@@ -2,14 +2,13 @@
 //! `--plugin`s (say the same env as `.wasm` and `.so`) are measured alike and shown side by side.
 
 use crate::limits_arg::limits_from;
-use crate::policy::{Policy, PolicyKind};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use vagen_runtime::{Environment, Limits, Runtime};
+use vagen_runtime::{Environment, Limits, Runtime, random_answer};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -73,14 +72,11 @@ fn measure(path: &Path, a: &BenchArgs, limits: Limits) -> Result<Figures> {
     let _ = std::fs::remove_dir_all(&cache);
 
     let m = plugin.manifest().clone();
-    let kind = if !m.action_names.is_empty() {
-        PolicyKind::Random
-    } else if m.has_oracle {
-        PolicyKind::Oracle
-    } else {
+    // Random actions where the env has names for them, else its oracle's answers.
+    let random = !m.action_names.is_empty();
+    if !random && !m.has_oracle {
         bail!("bench needs discrete actions or an oracle to produce answers");
-    };
-    let policy = Policy::new(kind, &m)?;
+    }
 
     let t = Instant::now();
     for _ in 0..a.instances {
@@ -101,7 +97,8 @@ fn measure(path: &Path, a: &BenchArgs, limits: Limits) -> Result<Figures> {
         resets.push(t.elapsed());
         for _ in 0..plugin.max_turns(None) {
             let t = Instant::now();
-            let answer = policy.answer(env.as_mut(), &mut rng)?.unwrap_or_default();
+            let answer = if random { random_answer(env.action_space(), &mut rng) } else { env.oracle()? };
+            let answer = answer.unwrap_or_default();
             answering += t.elapsed();
             let t = Instant::now();
             let done = env.step(&answer)?.done;

@@ -102,8 +102,9 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
         .load_named_in(&cfg.env.plugin, path, a.allow_native)
         .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
     let model = Rc::new(vagen_trainer::load_model(&cfg)?);
-    let trajs = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;
-    let m = vagen_rollout::metrics(&trajs);
+    let outcome = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;
+    let trajs = &outcome.trajectories;
+    let m = vagen_rollout::metrics(trajs);
     if let Some(out) = &a.out {
         let lines: Vec<String> = trajs.iter().map(serde_json::to_string).collect::<Result<_, _>>()?;
         std::fs::write(out, lines.join("\n") + "\n").with_context(|| format!("writing {}", out.display()))?;
@@ -119,5 +120,6 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
             println!("  episodes        {}", out.display());
         }
     }
-    Ok(())
+    // Judged as the run's own evaluations are (`env.max_failure_rate`).
+    outcome.verdict.map_err(|e| anyhow::anyhow!("{e} (env.max_failure_rate in {})", path.display()))
 }

@@ -12,8 +12,8 @@ mod limits_arg;
 mod model_args;
 mod policy;
 mod record;
-mod rollout_run;
 mod run;
+mod run_output;
 mod sdk_tools;
 mod train;
 

@@ -1,10 +1,16 @@
-//! Who writes the answers in `vagen-host run`: random actions, the env's oracle, or a person.
+//! Who answers in `vagen-host run` and `eval`: random actions, the env's oracle, a person,
+//! or a language model, each as a rollout [`Policy`].
 
+use crate::model_args::ModelArgs;
+use crate::record::ImageSink;
 use anyhow::{Result, bail};
 use clap::ValueEnum;
-use rand_chacha::ChaCha8Rng;
 use std::io::{BufRead, Write};
-use vagen_runtime::{Environment, Manifest, random_answer};
+use vagen_model::{GenerateOptions, ModelPolicy};
+use vagen_rollout::{
+    AnswerOrigin, ContextOverflow, Format, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
+};
+use vagen_runtime::Manifest;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PolicyKind {
@@ -19,46 +25,73 @@ pub enum PolicyKind {
     Model,
 }
 
-pub struct Policy {
-    kind: PolicyKind,
+/// A model policy's settings from the command line.
+pub struct ModelChoice {
+    pub args: ModelArgs,
+    pub max_new_tokens: usize,
+    pub temperature: f64,
+    pub seed: u64,
+    pub overflow: ContextOverflow,
 }
 
-impl Policy {
-    pub fn new(kind: PolicyKind, m: &Manifest) -> Result<Self> {
-        match kind {
-            PolicyKind::Random if m.action_names.is_empty() => {
-                bail!("the random policy needs discrete action names, and {} takes free-form answers", m.name)
-            }
-            PolicyKind::Oracle if !m.has_oracle => bail!("{} has no oracle", m.name),
-            _ => {}
+/// The policy `kind` answering in `format` for the env `m`.
+pub fn make(kind: PolicyKind, format: Format, m: &Manifest, model: ModelChoice) -> Result<Box<dyn Policy>> {
+    Ok(match kind {
+        PolicyKind::Random if m.action_names.is_empty() => {
+            bail!("the random policy needs discrete action names, and {} takes free-form answers", m.name)
         }
-        Ok(Self { kind })
-    }
-
-    pub fn kind(&self) -> PolicyKind {
-        self.kind
-    }
-
-    /// The next answer; `None` when a person ends input.
-    pub fn answer(&self, env: &mut dyn Environment, rng: &mut ChaCha8Rng) -> Result<Option<String>> {
-        match self.kind {
-            // `new` refused envs without action names (a config may not add any), so there
-            // is always an answer.
-            PolicyKind::Random => Ok(random_answer(env.action_space(), rng)),
-            PolicyKind::Oracle => match env.oracle()? {
-                Some(a) => Ok(Some(a)),
-                None => bail!("the oracle gave no answer for this state"),
-            },
-            PolicyKind::Model => bail!("the model policy runs through the rollout path"),
-            PolicyKind::Human => {
-                print!("answer> ");
-                std::io::stdout().flush()?;
-                let mut line = String::new();
-                if std::io::stdin().lock().read_line(&mut line)? == 0 {
-                    return Ok(None);
-                }
-                Ok(Some(line.trim_end_matches(['\r', '\n']).to_string()))
-            }
+        PolicyKind::Random => Box::new(RandomPolicy { format }),
+        PolicyKind::Oracle if !m.has_oracle => bail!("{} has no oracle", m.name),
+        PolicyKind::Oracle => Box::new(OraclePolicy { format }),
+        PolicyKind::Human if format != Format::Raw => bail!("the human policy types raw answers: drop --format"),
+        PolicyKind::Human => {
+            Box::new(Human { images: ImageSink::new(None, Some(std::env::temp_dir().join("vagen-human"))) })
         }
+        PolicyKind::Model => {
+            let options = GenerateOptions {
+                max_new_tokens: model.max_new_tokens,
+                temperature: model.temperature,
+                stop: format.stop_strings(),
+                seed: model.seed,
+                ..Default::default()
+            };
+            Box::new(ModelPolicy::new(std::rc::Rc::new(model.args.load()?), options).with_overflow(model.overflow))
+        }
+    })
+}
+
+/// A person at the terminal: shown the system prompt once, then each observation (images
+/// as PNG paths); an empty input stream ends the episode.
+struct Human {
+    images: ImageSink,
+}
+
+impl Policy for Human {
+    fn name(&self) -> &'static str {
+        "human"
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let failed = |e: anyhow::Error| PolicyError::Prompt(format!("{e:#}"));
+        let mut out = Vec::with_capacity(requests.len());
+        for r in requests {
+            if r.turn == 0
+                && let Some(system) = r.messages.first()
+            {
+                println!("{}\n", system.content);
+            }
+            println!("{}", r.messages.last().map_or("", |m| m.content.as_str()));
+            for path in self.images.save(r.trajectory, r.turn as u32, &r.images).map_err(failed)? {
+                println!("[image: {path}]");
+            }
+            print!("answer> ");
+            std::io::stdout().flush().map_err(|e| failed(e.into()))?;
+            let mut line = String::new();
+            if std::io::stdin().lock().read_line(&mut line).map_err(|e| failed(e.into()))? == 0 {
+                out.push(Response { stop: true, ..Response::default() });
+                continue;
+            }
+            out.push(Response::text(line.trim_end_matches(['\r', '\n'])).by(AnswerOrigin::Human));
+        }
+        Ok(out)
     }
 }

@@ -1,11 +1,10 @@
-//! What `run` writes: one JSONL row per reset or step, images as PNG files beside it.
+//! What a raw `run` writes: one JSONL row per reset or step, images as PNG files beside it.
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use vagen_rollout::{FailedCall, Trajectory};
 use vagen_runtime::{Image, Metric};
 
 /// One row of the JSONL file.
@@ -66,79 +65,49 @@ impl ImageSink {
     }
 }
 
-/// `--out` written as the run goes: each episode's rows go to a part file as they happen,
-/// and whole episodes are appended to the log in episode order as soon as every earlier
-/// one is in (parallel workers finish out of order; the file must not depend on it). A
-/// killed run keeps every episode that was appended; memory holds no observation.
-pub struct EpisodeLog {
-    path: PathBuf,
-    parts: PathBuf,
-    state: Mutex<Appended>,
-}
-
-struct Appended {
-    /// The next episode the log takes.
-    next: usize,
-    /// Episodes finished but waiting for an earlier one.
-    waiting: BTreeSet<usize>,
-    file: std::fs::File,
-}
-
-impl EpisodeLog {
-    pub fn create(path: &Path) -> Result<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        }
-        let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-        // Beside the log, named for this process; never an existing folder of the user's.
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let parts = path.with_file_name(format!(".{name}.parts-{}", std::process::id()));
-        std::fs::create_dir(&parts).with_context(|| format!("creating {}", parts.display()))?;
-        let state = Mutex::new(Appended { next: 0, waiting: BTreeSet::new(), file });
-        Ok(Self { path: path.to_path_buf(), parts, state })
+/// A raw run's rows for one played episode: its reset, each step, and its failure.
+pub fn episode_rows(episode: usize, t: &Trajectory, images: &ImageSink) -> Result<Vec<TurnRecord>> {
+    // The observation turn k saw, or after the last step, the one the episode ended in.
+    let seen = |k: usize| match t.turns.get(k) {
+        Some(turn) => (&turn.observation, &turn.images),
+        None => (&t.end_observation, &t.end_images),
+    };
+    let blank = |turn: usize| TurnRecord {
+        episode,
+        seed: t.seed,
+        turn: turn as u32,
+        answer: None,
+        observation: String::new(),
+        images: Vec::new(),
+        reward: 0.0,
+        done: false,
+        success: false,
+        valid_actions: 0,
+        effective_actions: 0,
+        metrics: Vec::new(),
+        error: None,
+    };
+    let row = |turn: usize, answer: Option<String>| -> Result<TurnRecord> {
+        let (observation, shown) = seen(turn);
+        let images = images.save(episode, turn as u32, shown)?;
+        Ok(TurnRecord { answer, observation: observation.clone(), images, ..blank(turn) })
+    };
+    let reset_failed = t.failure.as_ref().is_some_and(|f| f.call == FailedCall::Reset);
+    let mut rows = Vec::with_capacity(t.turns.len() + 2);
+    if !reset_failed {
+        rows.push(row(0, None)?);
     }
-
-    fn part(&self, episode: usize) -> PathBuf {
-        self.parts.join(format!("{episode}.jsonl"))
+    for (k, turn) in t.turns.iter().enumerate() {
+        let mut r = row(k + 1, Some(turn.answer.clone()))?;
+        (r.reward, r.done, r.success) = (turn.env_reward, turn.done, turn.success);
+        (r.valid_actions, r.effective_actions) = (turn.valid_actions, turn.effective_actions);
+        r.metrics = turn.metrics.iter().map(|(name, value)| Metric { name: name.clone(), value: *value }).collect();
+        rows.push(r);
     }
-
-    /// Where episode `episode` writes its rows, one `write_row` per reset or step.
-    pub fn episode(&self, episode: usize) -> Result<std::io::BufWriter<std::fs::File>> {
-        let path = self.part(episode);
-        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        Ok(std::io::BufWriter::new(file))
+    if let Some(f) = &t.failure {
+        rows.push(TurnRecord { error: Some(f.to_string()), ..blank(t.turns.len() + 1) });
     }
-
-    /// Episode `episode` is complete: append it, and every waiting one it unblocks.
-    pub fn finish(&self, episode: usize) -> Result<()> {
-        let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let s = &mut *guard;
-        s.waiting.insert(episode);
-        while s.waiting.remove(&s.next) {
-            self.append(&mut s.file, s.next)?;
-            s.next += 1;
-        }
-        Ok(())
-    }
-
-    /// The run is over (perhaps stopped early, leaving gaps): append what is left, in
-    /// order, and remove the part files.
-    pub fn close(self) -> Result<()> {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        for episode in std::mem::take(&mut s.waiting) {
-            self.append(&mut s.file, episode)?;
-        }
-        s.file.sync_all().with_context(|| format!("writing {}", self.path.display()))?;
-        drop(s);
-        std::fs::remove_dir_all(&self.parts).with_context(|| format!("removing {}", self.parts.display()))
-    }
-
-    fn append(&self, file: &mut std::fs::File, episode: usize) -> Result<()> {
-        let part = self.part(episode);
-        let mut rows = std::fs::File::open(&part).with_context(|| format!("reading {}", part.display()))?;
-        std::io::copy(&mut rows, file).with_context(|| format!("writing {}", self.path.display()))?;
-        std::fs::remove_file(&part).with_context(|| format!("removing {}", part.display()))
-    }
+    Ok(rows)
 }
 
 /// One row as a JSONL line.

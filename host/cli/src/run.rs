@@ -1,18 +1,18 @@
-//! `vagen-host run`: episodes in parallel over an env pool, a summary, and a JSONL log.
+//! `vagen-host run`: the command line of the one episode loop (`vagen_rollout::Episodes`):
+//! which plugin, policy, format and seeds; the summary and the log are `run_output`'s.
 
 use crate::limits_arg::{limits_from, load};
-use crate::policy::{Policy, PolicyKind};
-use crate::record::{EpisodeLog, ImageSink, TurnRecord, write_row};
+use crate::model_args::ModelArgs;
+use crate::policy::{ModelChoice, PolicyKind};
+use crate::run_output::{Log, print_summary};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use rand_chacha::ChaCha8Rng;
-use rand_core::SeedableRng;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
+use vagen_rollout::{Episodes, FailurePolicy, Format, History, RolloutConfig, TooManyFailures};
+use vagen_runtime::Plugin;
 use vagen_runtime::fuzz::{Reproducer, Verdict, replay as replay_file};
-use vagen_runtime::{EnvPool, Environment, Plugin};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -95,23 +95,6 @@ fn parse_overflow(s: &str) -> Result<vagen_rollout::ContextOverflow, String> {
         .map_err(|_| format!("{s:?}: expected `end` or `drop-oldest`"))
 }
 
-struct Episode {
-    index: usize,
-    seed: u64,
-    answers: Vec<String>,
-    /// The env call an error came from: 0 `reset`, k the k-th `step`; `None` for errors
-    /// from elsewhere (the policy, writing images).
-    failed_call: Option<usize>,
-    success: bool,
-    reward: f64,
-    turns: u32,
-    steps: u64,
-    error: Option<String>,
-}
-
-/// Episodes judged before the failure rate can stop a run early (the end always judges).
-pub const MIN_EPISODES_FOR_RATE: u64 = 20;
-
 /// A share in [0, 1]; NaN would silently disable the gate, a negative one fail every run.
 fn parse_rate(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
@@ -121,310 +104,109 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Whether `failed` of `total` episodes exceeds the allowed share.
-pub fn too_many_failures(failed: usize, total: usize, max_rate: f64) -> bool {
-    failed > 0 && failed as f64 > max_rate * total as f64
-}
-
-/// The error a run ends with when too many episodes failed: counts, the first error in full,
-/// and where its reproducer went.
-pub fn failed_run(
-    failed: usize,
-    total: usize,
-    plugin: &Path,
-    max_rate: f64,
-    first: &str,
-    file: &Path,
-) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{failed} of {total} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {first}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-        plugin.display(),
-        max_rate * 100.0,
-        file.display(),
-        file.display(),
-    )
-}
-
 pub fn run(a: RunArgs) -> Result<()> {
     if let Some(file) = &a.replay {
         return replay(file, a.plugin.as_deref(), &a.limits, a.allow_native);
     }
     let path = a.plugin.clone().expect("clap requires --plugin without --replay");
     let plugin = load(&path, limits_from(&a.limits)?)?;
-    if a.format.is_some() || a.policy == PolicyKind::Model {
-        return crate::rollout_run::run(&a, plugin, &path);
-    }
-    let manifest = plugin.manifest().clone();
-    let policy = Policy::new(a.policy, &manifest)?;
-    let max_turns = plugin.max_turns(a.max_turns);
-    let human = policy.kind() == PolicyKind::Human;
-    let workers =
-        if human { 1 } else { a.parallel.unwrap_or_else(rayon::current_num_threads).clamp(1, a.episodes.max(1)) };
-    let envs = (0..workers)
-        .map(|_| plugin.create(&a.env_config))
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("creating {} from {}", manifest.name, path.display()))?;
-    let mut pool = EnvPool::new(envs);
-    let fallback = human.then(|| std::env::temp_dir().join("vagen-human"));
-    let sink = ImageSink::new(a.out.as_deref(), fallback);
-    let log = a.out.as_deref().map(EpisodeLog::create).transpose()?;
-    if human {
-        println!("{}\n", pool.get_mut(0).system_prompt()?);
-    }
-
-    let bar = if human || a.json { ProgressBar::hidden() } else { ProgressBar::new(a.episodes as u64) };
+    let format = match (a.format.as_deref(), a.policy) {
+        (Some(name), _) => Format::from_name(name).with_context(|| {
+            let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+            format!("--format {name:?}: expected one of {}", names.join(", "))
+        })?,
+        (None, PolicyKind::Model) => Format::FreeThink,
+        // Without a format, answers go to the env as the policy writes them.
+        (None, _) => Format::Raw,
+    };
+    let history = match a.history.as_str() {
+        "all" => History::All,
+        n => History::Last(n.parse().with_context(|| format!("--history {n:?}: expected `all` or a number"))?),
+    };
+    let model = ModelChoice {
+        // Flattening ModelArgs into RunArgs would break clap's "no subcommand means run".
+        args: ModelArgs { model: a.model.clone(), device: a.device.clone(), dtype: a.dtype.clone() },
+        max_new_tokens: a.max_new_tokens,
+        temperature: a.temperature,
+        seed: a.seed,
+        overflow: a.context_overflow,
+    };
+    let mut policy = crate::policy::make(a.policy, format, plugin.manifest(), model)?;
+    let human = a.policy == PolicyKind::Human;
+    let config = RolloutConfig {
+        format,
+        group_size: a.group_size.max(1),
+        max_turns: a.max_turns.unwrap_or(0) as usize,
+        history,
+        // A person answers without a format: the line on what the last answer did is theirs.
+        feedback: format != Format::Raw || human,
+        ..Default::default()
+    };
+    let g = config.group_size;
+    // Instances live for one chunk of groups; the failure rate is judged between chunks. A
+    // person plays one episode at a time.
+    let workers = a.parallel.unwrap_or_else(rayon::current_num_threads).max(1);
+    let chunk_groups = if human { 1 } else { (workers * 4).div_ceil(g).max(1) };
+    let episodes = Episodes {
+        plugin: plugin.as_ref(),
+        env_config: &a.env_config,
+        config: &config,
+        failures: FailurePolicy::new(a.max_failure_rate),
+        chunk_groups,
+    };
+    let seeds: Vec<u64> = (0..a.episodes.div_ceil(g)).map(|k| a.seed.wrapping_add(k as u64)).collect();
+    let bar = if a.json || human { ProgressBar::hidden() } else { ProgressBar::new((seeds.len() * g) as u64) };
     bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} episodes {per_sec} [{elapsed}<{eta}]")?);
+    let mut log = a.out.as_deref().map(|out| Log::create(out, format == Format::Raw)).transpose()?;
     let started = Instant::now();
-    let (finished, failed, stop) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
-    let per_worker = pool.for_each(|w, env| {
-        let mut eps = Vec::new();
-        for i in (w..a.episodes).step_by(workers) {
-            if stop.load(Ordering::Relaxed) {
-                break;
+    let outcome = episodes
+        .run(&seeds, policy.as_mut(), &mut |chunk| {
+            bar.inc(chunk.len() as u64);
+            // Written as each chunk ends (a killed run keeps them); only the figures the
+            // summary needs stay in memory, not the observations.
+            if let Some(log) = &mut log {
+                log.append(chunk).map_err(|e| vagen_rollout::RolloutError::Output(format!("{e:#}")))?;
             }
-            let ep = episode(env, &policy, &sink, log.as_ref(), i, a.seed.wrapping_add(i as u64), max_turns, human);
-            let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
-            let f = failed.fetch_add(u64::from(ep.error.is_some()), Ordering::Relaxed) + u64::from(ep.error.is_some());
-            if n >= MIN_EPISODES_FOR_RATE && too_many_failures(f as usize, n as usize, a.max_failure_rate) {
-                stop.store(true, Ordering::Relaxed);
+            for t in chunk.iter_mut() {
+                t.end_observation = String::new();
+                t.end_images = Vec::new();
+                for turn in &mut t.turns {
+                    (turn.user, turn.observation, turn.images) = Default::default();
+                }
             }
-            bar.inc(1);
-            eps.push(ep);
-        }
-        eps
-    });
-    let wall = started.elapsed().as_secs_f64();
+            Ok(())
+        })
+        .with_context(|| format!("running {}", path.display()))?;
     bar.finish_and_clear();
-
-    let mut episodes: Vec<Episode> = per_worker.into_iter().flatten().collect();
-    episodes.sort_by_key(|e| e.index);
-    let summary = Summary::of(&episodes, wall, a.episodes);
-    for e in episodes.iter().filter_map(|e| e.error.as_ref().map(|m| (e.index, m))).take(5) {
-        eprintln!("episode {} failed: {}", e.0, e.1);
-    }
-    let first_failure = episodes
-        .iter()
-        .find(|e| e.error.is_some())
-        .map(|e| (e.seed, e.answers.clone(), e.error.clone(), e.failed_call));
-    if let Some(log) = log {
-        log.close()?;
-    }
-    summary.print(&manifest.name, a.out.as_ref());
-    if a.json {
-        println!("{}", serde_json::to_string(&summary)?);
-    }
-    if too_many_failures(summary.failed_episodes, summary.episodes, a.max_failure_rate) {
-        let (seed, answers, error, call) = first_failure.expect("failures were counted");
-        let error = error.unwrap_or_default();
-        let file = save_answers(plugin.as_ref(), &a, seed, &answers, &error, call)?;
-        return Err(failed_run(summary.failed_episodes, summary.episodes, &path, a.max_failure_rate, &error, &file));
-    }
-    Ok(())
-}
-
-/// One whole episode on one env, its rows going to `log` as they happen. Faults end the
-/// episode as failed; the run goes on.
-#[allow(clippy::too_many_arguments)]
-fn episode(
-    env: &mut dyn Environment,
-    policy: &Policy,
-    sink: &ImageSink,
-    log: Option<&EpisodeLog>,
-    index: usize,
-    seed: u64,
-    max_turns: u32,
-    human: bool,
-) -> Episode {
-    let mut ep = Episode {
-        index,
-        seed,
-        answers: Vec::new(),
-        failed_call: None,
-        success: false,
-        reward: 0.0,
-        turns: 0,
-        steps: 0,
-        error: None,
-    };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xA11CE);
-    let mut part = log.map(|l| l.episode(index)).transpose();
-    let mut record = |r: TurnRecord| -> Result<()> {
-        match &mut part {
-            Ok(Some(w)) => write_row(w, &r),
-            Ok(None) => Ok(()),
-            Err(e) => Err(anyhow::anyhow!("{e:#}")),
-        }
-    };
-    let reset_done = std::cell::Cell::new(false);
-    let result = (|| -> Result<()> {
-        let obs = env.reset(seed)?;
-        reset_done.set(true);
-        let images = sink.save(index, 0, &obs.images)?;
-        if human {
-            show(&obs.text, &images);
-        }
-        record(row(index, seed, 0, None, obs.text, images))?;
-        for turn in 1..=max_turns {
-            let Some(answer) = policy.answer(env, &mut rng)? else {
-                break;
-            };
-            ep.answers.push(answer.clone());
-            let step = env.step(&answer)?;
-            ep.steps += 1;
-            ep.turns = turn;
-            ep.reward += step.reward;
-            let images = sink.save(index, turn, &step.observation.images)?;
-            if human {
-                show(&format!("reward {:+}\n{}", step.reward, step.observation.text), &images);
-            }
-            let mut r = row(index, seed, turn, Some(answer), step.observation.text, images);
-            (r.reward, r.done, r.success) = (step.reward, step.done, step.success);
-            (r.valid_actions, r.effective_actions, r.metrics) =
-                (step.valid_actions, step.effective_actions, step.metrics);
-            record(r)?;
-            if step.done {
-                ep.success = step.success;
-                break;
-            }
-        }
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let msg = format!("{e:#}");
-        ep.failed_call = match e.downcast_ref::<vagen_runtime::Error>() {
-            // reset failed before anything was shown; a step failed after its answer was kept.
-            Some(_) if !reset_done.get() => Some(0),
-            Some(_) if ep.answers.len() as u64 > ep.steps => Some(ep.answers.len()),
-            _ => None,
-        };
-        let mut r = row(index, seed, ep.turns + 1, None, String::new(), Vec::new());
-        r.error = Some(msg.clone());
-        if let Err(e) = record(r) {
-            ep.error = Some(format!("{msg}; and writing its row: {e:#}"));
-        }
-        ep.error.get_or_insert(msg);
-    }
-    if let (Ok(Some(mut w)), Some(log)) = (part, log) {
-        let written = std::io::Write::flush(&mut w).map_err(anyhow::Error::from).and_then(|()| log.finish(index));
-        if let Err(e) = written {
-            ep.error.get_or_insert(format!("writing the episode's rows: {e:#}"));
-        }
-    }
-    ep
-}
-
-fn row(
-    episode: usize,
-    seed: u64,
-    turn: u32,
-    answer: Option<String>,
-    observation: String,
-    images: Vec<String>,
-) -> TurnRecord {
-    TurnRecord {
-        episode,
-        seed,
-        turn,
-        answer,
-        observation,
-        images,
-        reward: 0.0,
-        done: false,
-        success: false,
-        valid_actions: 0,
-        effective_actions: 0,
-        metrics: Vec::new(),
-        error: None,
+    print_summary(&a, &outcome, format, policy.name(), plugin.manifest(), started.elapsed().as_secs_f64())?;
+    match outcome.verdict {
+        Ok(()) => Ok(()),
+        Err(e) => Err(failed_run(plugin.as_ref(), &a, &path, &e)),
     }
 }
 
-fn show(text: &str, images: &[String]) {
-    println!("{text}");
-    for p in images {
-        println!("[image: {p}]");
-    }
-}
-
-/// Success counts every episode played (a failed one is not a success); reward and turns
-/// average the episodes that completed, and are absent when none did, rather than 0.
-#[derive(serde::Serialize)]
-struct Summary {
-    episodes: usize,
-    /// Episodes asked for; more than `episodes` when the failure rate stopped the run early.
-    requested: usize,
-    failed_episodes: usize,
-    first_error: Option<String>,
-    success_rate: f64,
-    mean_reward: Option<f64>,
-    mean_turns: Option<f64>,
-    env_steps: u64,
-    env_steps_per_sec: f64,
-    wall_seconds: f64,
-}
-
-impl Summary {
-    fn of(eps: &[Episode], wall: f64, requested: usize) -> Self {
-        let done: Vec<&Episode> = eps.iter().filter(|e| e.error.is_none()).collect();
-        let mean = |f: fn(&Episode) -> f64| {
-            (!done.is_empty()).then(|| done.iter().map(|e| f(e)).sum::<f64>() / done.len() as f64)
-        };
-        let env_steps: u64 = eps.iter().map(|e| e.steps).sum();
-        Self {
-            episodes: eps.len(),
-            requested,
-            failed_episodes: eps.len() - done.len(),
-            first_error: eps.iter().find_map(|e| e.error.clone()),
-            success_rate: eps.iter().filter(|e| e.success).count() as f64 / eps.len().max(1) as f64,
-            mean_reward: mean(|e| e.reward),
-            mean_turns: mean(|e| f64::from(e.turns)),
-            env_steps,
-            env_steps_per_sec: if wall > 0.0 { env_steps as f64 / wall } else { 0.0 },
-            wall_seconds: wall,
-        }
-    }
-
-    fn print(&self, name: &str, out: Option<&PathBuf>) {
-        let stopped = if self.episodes < self.requested {
-            format!(", stopped early of {} asked", self.requested)
-        } else {
-            String::new()
-        };
-        println!("{name}: {} episodes ({} failed{stopped})", self.episodes, self.failed_episodes);
-        if let Some(e) = &self.first_error {
-            println!("  first error     {e}");
-        }
-        let or_none = |x: Option<f64>, digits: usize| {
-            x.map_or_else(|| "n/a (no episode completed)".to_string(), |v| format!("{v:.digits$}"))
-        };
-        println!("  success rate    {:.3}", self.success_rate);
-        println!("  mean reward     {}", or_none(self.mean_reward, 3));
-        println!("  mean turns      {}", or_none(self.mean_turns, 2));
-        println!(
-            "  env steps       {} in {:.2} s = {:.0} steps/s",
-            self.env_steps, self.wall_seconds, self.env_steps_per_sec
-        );
-        if let Some(out) = out {
-            println!("  log             {}", out.display());
-        }
-    }
-}
-
-/// Writes a failed episode's seed, answers and error where `--out` goes (or the working
-/// folder).
-pub fn save_answers(
-    plugin: &dyn Plugin,
-    a: &RunArgs,
-    seed: u64,
-    answers: &[String],
-    error: &str,
-    failed_call: Option<usize>,
-) -> Result<PathBuf> {
-    let r = Reproducer::failure(plugin, &a.env_config, seed, answers.to_vec(), error, failed_call);
+/// The error a run ends with when too many episodes failed: the counts, the first error in
+/// full, and where its reproducer went (beside `--out`, or in the working folder).
+fn failed_run(plugin: &dyn Plugin, a: &RunArgs, path: &Path, e: &TooManyFailures) -> anyhow::Error {
     let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     // The name is the plugin's to choose: never a path.
-    let file = dir.join(format!("{}-failure-seed{}.json", vagen_runtime::file_stem(&plugin.manifest().name), seed));
-    std::fs::write(&file, serde_json::to_string_pretty(&r)?).with_context(|| format!("writing {}", file.display()))?;
-    Ok(file)
+    let file = dir.join(format!("{}-failure-seed{}.json", vagen_runtime::file_stem(&plugin.manifest().name), e.seed));
+    let written = serde_json::to_string_pretty(&e.reproducer(plugin, &a.env_config))
+        .map_err(anyhow::Error::from)
+        .and_then(|text| std::fs::write(&file, text).with_context(|| format!("writing {}", file.display())));
+    if let Err(w) = written {
+        return w.context(format!("{} episodes of {} failed: {}", e.failed, path.display(), e.failure));
+    }
+    anyhow::anyhow!(
+        "{} of {} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+        e.failed,
+        e.total,
+        path.display(),
+        a.max_failure_rate * 100.0,
+        e.failure,
+        file.display(),
+        file.display(),
+    )
 }
 
 /// `run --replay FILE`: plays a reproducer back. Exit status 1 when the recorded failure

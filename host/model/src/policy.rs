@@ -4,8 +4,8 @@
 use crate::{GenerateOptions, Model};
 use std::rc::Rc;
 use vagen_rollout::{
-    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request, Response,
-    prompt_ids,
+    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request,
+    Response, prompt_ids,
 };
 
 /// The layout's view of a model: its chat template and tokenizer.
@@ -102,7 +102,7 @@ impl Policy for ModelPolicy {
                     origin: AnswerOrigin::Model,
                     token_ids: Some(g.token_ids),
                     logprobs: Some(g.logprobs),
-                    out_of_context: None,
+                    ..Response::default()
                 }
             })
             .collect())

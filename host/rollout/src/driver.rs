@@ -1,6 +1,7 @@
 //! The multi-turn driver: groups × members of one env, stepped in parallel, turn by turn,
 //! until every episode is done, out of turns or actions, or failed.
 
+use crate::failure::{FailedCall, Failure};
 use crate::policy::{AnswerOrigin, Policy, PolicyError, Request};
 use crate::{Format, Message, Parsed, parse};
 use serde::{Deserialize, Serialize};
@@ -101,6 +102,8 @@ impl Default for RolloutConfig {
 pub enum Truncation {
     /// The next prompt left no room to answer in the policy's context window.
     Context,
+    /// The policy gave no answer (a person ended input).
+    Stopped,
 }
 
 /// One turn: what the policy saw last, what it wrote, what the env made of it.
@@ -155,7 +158,7 @@ pub struct Trajectory {
     pub done: bool,
     pub success: bool,
     /// Why the episode could not go on (an env fault): excluded from training.
-    pub failure: Option<String>,
+    pub failure: Option<Failure>,
     /// Why it stopped before the env said done, when it was not out of turns: trained on
     /// as far as it went.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -163,9 +166,34 @@ pub struct Trajectory {
     /// The answer whose step failed, for a reproducer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_answer: Option<String>,
+    /// The last observation the env gave (after the last step, or the reset's), which no
+    /// turn acted on when the episode ended.
+    #[serde(skip)]
+    pub end_observation: String,
+    #[serde(skip)]
+    pub end_images: Vec<Image>,
 }
 
 impl Trajectory {
+    /// A trajectory not started yet.
+    pub fn empty(env: &str, group: usize, member: usize, seed: u64) -> Self {
+        Trajectory {
+            env: env.to_string(),
+            group,
+            member,
+            seed,
+            system: String::new(),
+            turns: vec![],
+            done: false,
+            success: false,
+            failure: None,
+            truncated: None,
+            failed_answer: None,
+            end_observation: String::new(),
+            end_images: vec![],
+        }
+    }
+
     pub fn total_reward(&self) -> f64 {
         self.turns.iter().map(|t| t.reward).sum()
     }
@@ -199,6 +227,9 @@ pub enum RolloutError {
     Policy(#[from] PolicyError),
     #[error("the policy answered {got} of {asked} requests")]
     Answers { asked: usize, got: usize },
+    /// The caller's handling of finished episodes (writing a log) failed.
+    #[error("{0}")]
+    Output(String),
 }
 
 /// Runs `seeds.len()` groups of `config.group_size` episodes of `plugin`.
@@ -213,21 +244,8 @@ pub fn rollout(
     let g = config.group_size.max(1);
     let n = seeds.len() * g;
     let episode_seed = |i: usize| seeds[i / g];
-    let mut trajs: Vec<Trajectory> = (0..n)
-        .map(|i| Trajectory {
-            env: manifest.name.clone(),
-            group: i / g,
-            member: i % g,
-            seed: episode_seed(i),
-            system: String::new(),
-            turns: vec![],
-            done: false,
-            success: false,
-            failure: None,
-            truncated: None,
-            failed_answer: None,
-        })
-        .collect();
+    let mut trajs: Vec<Trajectory> =
+        (0..n).map(|i| Trajectory::empty(&manifest.name, i / g, i % g, episode_seed(i))).collect();
     let envs = (0..n)
         .map(|_| plugin.create(env_config))
         .collect::<Result<Vec<_>, _>>()
@@ -238,11 +256,11 @@ pub fn rollout(
     let spaces: Vec<Arc<ActionSpace>> = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
     let example = manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
     let instructions = config.format.instructions(&example);
-    let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), String> {
-        let mut obs = env.reset(episode_seed(i)).map_err(|e| e.to_string())?;
-        let system = env.system_prompt().map_err(|e| e.to_string())?;
+    let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), vagen_runtime::Error> {
+        let mut obs = env.reset(episode_seed(i))?;
+        let system = env.system_prompt()?;
         if config.describe_state {
-            obs.text = with_description(config, &obs.text, env.describe_state().map_err(|e| e.to_string())?);
+            obs.text = with_description(config, &obs.text, env.describe_state()?);
         }
         Ok((system, obs))
     });
@@ -251,12 +269,17 @@ pub fn rollout(
         match start {
             Ok((system, obs)) => {
                 let system = config.system_prompt.as_deref().unwrap_or(&system);
-                t.system = if config.instructions { format!("{system}\n\n{instructions}") } else { system.to_string() };
+                t.system = if config.instructions && !instructions.is_empty() {
+                    format!("{system}\n\n{instructions}")
+                } else {
+                    system.to_string()
+                };
                 let user = user_message(config, None, &obs.text);
+                (t.end_observation, t.end_images) = (obs.text.clone(), obs.images.clone());
                 current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
             }
             Err(e) => {
-                t.failure = Some(format!("reset: {e}"));
+                t.failure = Some(Failure::new(FailedCall::Reset, &e));
                 current.push(None);
             }
         }
@@ -282,7 +305,7 @@ pub fn rollout(
                 match answer {
                     Some(Ok(a)) => oracles[i] = a,
                     Some(Err(e)) => {
-                        trajs[i].failure = Some(format!("turn {turn}: oracle: {e}"));
+                        trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
                         current[i] = None;
                     }
                     None => {}
@@ -303,6 +326,7 @@ pub fn rollout(
                     turn,
                     state: state_key(&shown.observation, &shown.images),
                     messages: messages(&trajs[i], &shown.user, config.history),
+                    images: shown.images.clone(),
                     sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
                     manifest: manifest.clone(),
                     actions: spaces[i].clone(),
@@ -315,15 +339,18 @@ pub fn rollout(
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
-        // An episode whose prompt outgrew the context ends here, before its env is stepped.
+        // An episode whose prompt outgrew the context, or whose policy gave no answer, ends
+        // here, before its env is stepped.
         let (active, responses): (Vec<usize>, Vec<_>) = active
             .into_iter()
             .zip(responses)
             .filter(|(i, r)| {
-                if r.out_of_context.is_none() {
-                    return true;
-                }
-                trajs[*i].truncated = Some(Truncation::Context);
+                let end = match (r.out_of_context, r.stop) {
+                    (Some(_), _) => Truncation::Context,
+                    (None, true) => Truncation::Stopped,
+                    (None, false) => return true,
+                };
+                trajs[*i].truncated = Some(end);
                 current[*i] = None;
                 false
             })
@@ -338,7 +365,11 @@ pub fn rollout(
                 p.actions.truncate(left);
             }
             actions_sent[i] += p.actions.len();
-            answers[i] = Some(p.step_answer(&separator_with_space(space)));
+            // Without a format the env gets the text as written, its own separators included.
+            answers[i] = Some(match config.format {
+                Format::Raw => response.text.clone(),
+                _ => p.step_answer(&separator_with_space(space)),
+            });
             parsed[i] = Some(p);
         }
         let mut results = pool.step_all(&answers);
@@ -363,20 +394,22 @@ pub fn rollout(
             let answer = answers[i].take().unwrap_or_default();
             match results[i].as_ref().expect("stepped") {
                 Err(e) => {
-                    trajs[i].failure = Some(format!("turn {turn}: {e}"));
+                    trajs[i].failure = Some(Failure::new(FailedCall::Step { turn }, e));
                     trajs[i].failed_answer = Some(answer);
                 }
                 Ok(step) => {
                     let extra = config.format_reward.extra_actions_invalid && p.extra_actions > 0;
                     let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len() && !extra;
-                    let format_reward = if p.format_ok && all_valid {
-                        config.format_reward.bonus
-                    } else {
-                        config.format_reward.penalty
+                    let format_reward = match config.format {
+                        Format::Raw => 0.0,
+                        _ if p.format_ok && all_valid => config.format_reward.bonus,
+                        _ => config.format_reward.penalty,
                     };
                     let t = &mut trajs[i];
                     t.done = step.done;
                     t.success = step.success;
+                    (t.end_observation, t.end_images) =
+                        (step.observation.text.clone(), step.observation.images.clone());
                     let out_of_actions =
                         config.max_actions_per_episode > 0 && actions_sent[i] >= config.max_actions_per_episode;
                     if !step.done && !out_of_actions {
@@ -448,7 +481,7 @@ fn with_description(config: &RolloutConfig, observation: &str, description: Stri
 /// them, around the observation.
 fn user_message(config: &RolloutConfig, feedback: Option<String>, observation: &str) -> String {
     let feedback = feedback.filter(|_| config.feedback);
-    let reminder = config.reminder.then(|| config.format.reminder());
+    let reminder = config.reminder.then(|| config.format.reminder()).filter(|r| !r.is_empty());
     feedback.into_iter().chain([observation.to_string()]).chain(reminder).collect::<Vec<_>>().join("\n")
 }
 
@@ -495,6 +528,8 @@ fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
 pub struct RolloutMetrics {
     pub episodes: usize,
     pub failed: usize,
+    /// Failed episodes by call and error kind (`step:trap`: 2).
+    pub failures: std::collections::BTreeMap<String, usize>,
     /// Episodes ended because the prompt outgrew the context window.
     pub truncated_context: usize,
     pub success: f64,
@@ -529,6 +564,7 @@ pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
     RolloutMetrics {
         episodes: trajs.len(),
         failed: trajs.len() - ok.len(),
+        failures: crate::failure::count_failures(trajs),
         truncated_context: trajs.iter().filter(|t| t.truncated == Some(Truncation::Context)).count(),
         success: ok.iter().filter(|t| t.success).count() as f64 / trajs.len().max(1) as f64,
         pass_at_group: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,

@@ -17,6 +17,9 @@ pub enum Format {
     WorldModeling,
     /// `<think><observation>…</observation><reasoning>…</reasoning><prediction>…</prediction></think><answer>…</answer>`
     GroundingWorldModeling,
+    /// No format: the response is the answer, sent to the env as written; no instructions,
+    /// no reminder, no format reward (`vagen-host run` without `--format`).
+    Raw,
 }
 
 /// Every tag a format may use; text inside one part must not hold any of them.
@@ -29,6 +32,7 @@ impl Format {
     /// The stable name (`free-think`, …).
     pub fn name(self) -> &'static str {
         match self {
+            Format::Raw => "raw",
             Format::NoThink => "no-think",
             Format::FreeThink => "free-think",
             Format::Grounding => "grounding",
@@ -45,7 +49,7 @@ impl Format {
     /// must appear inside `<think>`, in order.
     pub fn think_parts(self) -> Option<&'static [&'static str]> {
         match self {
-            Format::NoThink => None,
+            Format::NoThink | Format::Raw => None,
             Format::FreeThink => Some(&[]),
             Format::Grounding => Some(&["observation", "reasoning"]),
             Format::WorldModeling => Some(&["reasoning", "prediction"]),
@@ -55,6 +59,9 @@ impl Format {
 
     /// The pattern a response must follow, with `…` for free text.
     pub fn pattern(self) -> String {
+        if self == Format::Raw {
+            return "…".into();
+        }
         let answer = "<answer>…</answer>";
         match self.think_parts() {
             None => answer.into(),
@@ -75,6 +82,7 @@ impl Format {
             _ => "The state will change after these actions.",
         };
         match self.think_parts() {
+            None if self == Format::Raw => answer.to_string(),
             None => format!("<answer>{answer}</answer>"),
             Some([]) => format!("<think>I choose the next actions.</think><answer>{answer}</answer>"),
             Some(parts) => {
@@ -86,6 +94,9 @@ impl Format {
 
     /// Appended to the env's system prompt: the format, what each part is for, an example.
     pub fn instructions(self, example_answer: &str) -> String {
+        if self == Format::Raw {
+            return String::new();
+        }
         let mut s = format!("Respond in this format:\n{}\n", self.pattern());
         if let Some(parts) = self.think_parts() {
             for p in parts {
@@ -106,11 +117,17 @@ impl Format {
     /// Where generation stops: the end of the answer, after which the format allows
     /// nothing.
     pub fn stop_strings(self) -> Vec<String> {
-        vec!["</answer>".into()]
+        match self {
+            Format::Raw => vec![],
+            _ => vec!["</answer>".into()],
+        }
     }
 
-    /// The short line after each observation.
+    /// The short line after each observation (none without a format).
     pub fn reminder(self) -> String {
+        if self == Format::Raw {
+            return String::new();
+        }
         format!("Respond in the format {}", self.pattern())
     }
 }

@@ -5,11 +5,15 @@
 //! - [`Policy`]: random, oracle, noisy-oracle, scripted and exploring policies behind one
 //!   batch interface (the model's is `vagen_model::ModelPolicy`); each answer says who
 //!   wrote it ([`AnswerOrigin`]).
-//! - [`rollout`]: the driver (groups × members, parallel env steps, faults contained).
+//! - [`rollout`]: the driver (groups × members, parallel env steps, faults contained), and
+//!   [`Episodes`]: the one episode loop over it (chunks, logs as it goes, the
+//!   [`FailurePolicy`] with typed [`Failure`]s) that the CLI and the trainer share.
 //! - [`layout`]: one training sequence per trajectory from the sampled ids.
 
 mod driver;
+mod episodes;
 mod explore;
+mod failure;
 mod format;
 mod layout;
 mod message;
@@ -21,7 +25,9 @@ pub use driver::{
     FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics,
     rollout,
 };
+pub use episodes::{Episodes, Outcome};
 pub use explore::{ExploreAt, Exploring};
+pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures};
 pub use format::{Format, TAGS};
 pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
@@ -30,5 +36,6 @@ pub use message::Message;
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{
-    AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response, ScriptedPolicy,
+    AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
+    ScriptedPolicy,
 };

@@ -33,6 +33,11 @@ impl Parsed {
 }
 
 pub fn parse(response: &str, format: Format, separator: &str, max_actions: usize) -> Parsed {
+    if format == Format::Raw {
+        // The whole text is the answer; its actions are counted, not cut (the env decides).
+        let (actions, _) = split_actions(response, separator, 0);
+        return Parsed { answer: Some(response.to_string()), format_ok: true, actions, ..Parsed::default() };
+    }
     let answer = part(response, "answer").map(str::to_string);
     let (actions, extra_actions) =
         answer.as_deref().map(|a| split_actions(a, separator, max_actions)).unwrap_or_default();

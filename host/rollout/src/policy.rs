@@ -6,7 +6,7 @@ use crate::{Format, Message};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::sync::Arc;
-use vagen_runtime::{ActionSpace, Manifest, random_answer};
+use vagen_runtime::{ActionSpace, Image, Manifest, random_answer};
 
 /// One conversation waiting for its next assistant turn.
 #[derive(Clone)]
@@ -19,6 +19,8 @@ pub struct Request {
     /// The state this turn acts in: the key its `TurnRecord::state_key` will have.
     pub state: u64,
     pub messages: Vec<Message>,
+    /// The images of the current observation (the last message's), in `<image>` order.
+    pub images: Vec<Image>,
     /// The ids each assistant message of `messages` was sampled as (`None` when its policy
     /// had no tokens): a model policy prompts with them rather than re-tokenising the text.
     pub sampled: Vec<Option<Vec<u32>>>,
@@ -64,6 +66,8 @@ pub struct Response {
     /// window: the episode ends there, truncated for `context`, and is trained on as far
     /// as it went.
     pub out_of_context: Option<OutOfContext>,
+    /// No answer: the episode ends here, truncated for `stopped` (a person ended input).
+    pub stop: bool,
 }
 
 /// A prompt that outgrew the context window.

@@ -49,9 +49,9 @@ impl Trainer {
             at: cfg.rollout.explore_at,
         };
         let n = self.state.step + 1;
-        let trajs = self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
-        let explored_turns =
-            trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
+        let trajs =
+            self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
+        let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let rollout = vagen_rollout::metrics(&trajs);
         Ok(Collected { batch: lay_out(cfg, self.actor.as_ref(), &trajs)?, rollout, explored_turns })
     }

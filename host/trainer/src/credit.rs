@@ -181,7 +181,8 @@ mod tests {
 
     #[test]
     fn a_critic_estimator_without_scores_names_the_missing_phase() {
-        let cfg: TrainConfig = toml::from_str("[env]\nplugin = \"x.wasm\"\n[algorithm.advantage]\nestimator = \"gae\"\n").unwrap();
+        let cfg: TrainConfig =
+            toml::from_str("[env]\nplugin = \"x.wasm\"\n[algorithm.advantage]\nestimator = \"gae\"\n").unwrap();
         let t = turn("s", 1.0, AnswerOrigin::Model);
         let mut batch = StepBatch::new();
         batch.push(sequence(&[&t], 1, 1), Source { episode: 0, group: 0, seed: 0, turns: vec![(0, &t)] });

@@ -27,10 +27,10 @@ mod value_loss;
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
 pub use config::{ConfigError, CriticInit, TrainConfig};
-pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use metrics::{StepMetrics, read as read_metrics};
 pub use optimizer::AdamW;
 pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};
+pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use train::{Trainer, held_out_rollouts, load_model};
 pub use value_loss::{ValueLoss, ValueLossConfig, explained_variance, value_loss};
 

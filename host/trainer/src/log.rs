@@ -72,7 +72,8 @@ fn logprob_diff(batch: &StepBatch) -> Option<(f64, f64)> {
         .filter(|&i| batch.tokens.loss_mask[i])
         .map(|i| (scores.old_logprobs[i] - batch.tokens.sampled_logprobs[i]).abs() as f64)
         .collect();
-    (!diffs.is_empty()).then(|| (diffs.iter().sum::<f64>() / diffs.len() as f64, diffs.iter().copied().fold(0.0, f64::max)))
+    (!diffs.is_empty())
+        .then(|| (diffs.iter().sum::<f64>() / diffs.len() as f64, diffs.iter().copied().fold(0.0, f64::max)))
 }
 
 /// 1 − Var(R − v) / Var(R) of the critic's values before the update against the returns,
@@ -112,8 +113,13 @@ mod tests {
         batch.scores = Some(ScoreColumns { old_logprobs: old, ref_logprobs: None, values: Some(values) });
         let returns = vec![0.0, 0.0, 1.0, 2.0, 0.0, 0.0, 0.0, 1.0];
         let value_mask = vec![false, false, true, true, false, false, true, true];
-        batch.credit =
-            Some(CreditColumns { returns, value_mask, keep: vec![true, true], advantages: vec![0.0; 8], ..Default::default() });
+        batch.credit = Some(CreditColumns {
+            returns,
+            value_mask,
+            keep: vec![true, true],
+            advantages: vec![0.0; 8],
+            ..Default::default()
+        });
         let collected = Collected { batch, rollout: Default::default(), explored_turns: 1 };
         let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;

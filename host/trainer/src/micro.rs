@@ -31,13 +31,17 @@ impl Micro {
         let b = seqs.len() as i64;
         let ids: Vec<i64> = spans
             .iter()
-            .flat_map(|r| batch.tokens.ids[r.clone()].iter().map(|&i| i as i64).chain(std::iter::repeat(0)).take(longest))
+            .flat_map(|r| {
+                batch.tokens.ids[r.clone()].iter().map(|&i| i as i64).chain(std::iter::repeat(0)).take(longest)
+            })
             .collect();
         let ids = Tensor::from_slice(&ids).view([b, longest as i64]).to_device(device);
         // Token j + 1 of each sequence, as f32 columns of width longest - 1.
         let shifted = |f: &dyn Fn(usize) -> f32| {
-            let data: Vec<f32> =
-                spans.iter().flat_map(|r| (1..longest).map(move |j| if j < r.len() { f(r.start + j) } else { 0.0 })).collect();
+            let data: Vec<f32> = spans
+                .iter()
+                .flat_map(|r| (1..longest).map(move |j| if j < r.len() { f(r.start + j) } else { 0.0 }))
+                .collect();
             Tensor::from_slice(&data).view([b, longest as i64 - 1]).to_device(device)
         };
         let flag = |m: &[bool]| shifted(&|i| m[i] as u8 as f32);

@@ -111,7 +111,10 @@ pub struct Source<'a> {
 
 impl StepBatch {
     pub fn new() -> Self {
-        StepBatch { seqs: SeqColumns { token_start: vec![0], turn_start: vec![0], ..Default::default() }, ..Default::default() }
+        StepBatch {
+            seqs: SeqColumns { token_start: vec![0], turn_start: vec![0], ..Default::default() },
+            ..Default::default()
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -239,9 +242,8 @@ pub fn split(batch: &StepBatch, seqs: &[usize], rows: usize, tokens: usize) -> V
     let mut longest = 0;
     for &k in seqs {
         let n = batch.tokens_of(k).len();
-        let fits = |cur: &Vec<usize>| {
-            cur.len() < rows.max(1) && (tokens == 0 || (cur.len() + 1) * longest.max(n) <= tokens)
-        };
+        let fits =
+            |cur: &Vec<usize>| cur.len() < rows.max(1) && (tokens == 0 || (cur.len() + 1) * longest.max(n) <= tokens);
         match out.last_mut() {
             Some(cur) if fits(cur) => {
                 cur.push(k);
@@ -331,7 +333,10 @@ pub(crate) mod tests {
         let t = turn("s", 0.0, AnswerOrigin::Model);
         let mut batch = StepBatch::new();
         for len in [4, 4, 8, 2, 20, 2] {
-            batch.push(sequence(&[&t], len / 2, len / 2), Source { episode: 0, group: 0, seed: 0, turns: vec![(0, &t)] });
+            batch.push(
+                sequence(&[&t], len / 2, len / 2),
+                Source { episode: 0, group: 0, seed: 0, turns: vec![(0, &t)] },
+            );
         }
         let all: Vec<usize> = (0..6).collect();
         assert_eq!(split(&batch, &all, 4, 0), vec![vec![0, 1, 2, 3], vec![4, 5]], "rows only");

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
 use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ModelPolicy, ValueModel};
-use vagen_rollout::{History, Policy, RolloutConfig, Trajectory, rollout};
+use vagen_rollout::{Episodes, FailurePolicy, History, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
 use vagen_runtime::{Plugin, Runtime};
 
 pub struct Trainer {
@@ -304,9 +304,11 @@ impl Trainer {
         file: &str,
     ) -> Result<Vec<Trajectory>> {
         let env_config = self.cfg.train_env_config_json();
-        let trajs = rollout(self.plugin.as_ref(), &env_config, seeds, &rollout_config(&self.cfg, group_size), policy)?;
-        self.check_failures(&trajs, what, file, &env_config)?;
-        Ok(trajs)
+        let config = rollout_config(&self.cfg, group_size);
+        let outcome =
+            episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config).run(seeds, policy, &mut |_| Ok(()))?;
+        self.check_failures(outcome.verdict, what, file, &env_config)?;
+        Ok(outcome.trajectories)
     }
 
     /// Held-out success over `env.val_episodes` seeds at the evaluation temperature.
@@ -317,11 +319,11 @@ impl Trainer {
     /// The held-out episodes' figures; their sample transcripts go to the run folder. A
     /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
-        let trajs = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
-        crate::report::save_samples(&self.run_dir, self.state.step, &trajs)?;
+        let outcome = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
+        crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
         let (what, file) = (format!("the evaluation at step {}", self.state.step), format!("eval{}", self.state.step));
-        self.check_failures(&trajs, &what, &file, &self.cfg.env_config_json())?;
-        Ok(vagen_rollout::metrics(&trajs))
+        self.check_failures(outcome.verdict, &what, &file, &self.cfg.env_config_json())?;
+        Ok(vagen_rollout::metrics(&outcome.trajectories))
     }
 
     /// Counts a step whose actor updates were all skipped (non-finite gradient norm); stops
@@ -337,35 +339,30 @@ impl Trainer {
         Ok(())
     }
 
-    /// Stops the run when more than `env.max_failure_rate` of `trajs` failed, naming the
-    /// plugin and the first error, with a reproducer of it in the run folder
-    /// (`failure-{file}-seed{seed}.json`).
-    fn check_failures(&self, trajs: &[Trajectory], what: &str, file: &str, env_config: &str) -> Result<()> {
-        let failed = trajs.iter().filter(|t| t.failure.is_some()).count();
-        if failed as f64 <= self.cfg.env.max_failure_rate * trajs.len() as f64 {
+    /// Stops the run when more than `env.max_failure_rate` of `trajs` failed (the
+    /// failure policy `vagen-host run` applies too), naming the plugin and the first error,
+    /// with a reproducer of it in the run folder (`failure-{file}-seed{seed}.json`).
+    fn check_failures(
+        &self,
+        verdict: Result<(), TooManyFailures>,
+        what: &str,
+        file: &str,
+        env_config: &str,
+    ) -> Result<()> {
+        let Err(e) = verdict else {
             return Ok(());
-        }
-        let bad = trajs.iter().find(|t| t.failure.is_some()).expect("some trajectory failed");
-        let path = self.run_dir.join(format!("failure-{file}-seed{}.json", bad.seed));
-        let answers = bad.answers();
-        let error = bad.failure.as_deref().unwrap_or("");
-        let reproducer = vagen_runtime::fuzz::Reproducer::failure(
-            self.plugin.as_ref(),
-            env_config,
-            bad.seed,
-            answers.clone(),
-            error,
-            // A failed step's answer is the last one; a failed reset has none. Anything else
-            // (the oracle, the policy) is not a call a replay of the answers makes.
-            (bad.failed_answer.is_some() || bad.failure.as_deref().is_some_and(|f| f.starts_with("reset:")))
-                .then_some(answers.len()),
-        );
+        };
+        let path = self.run_dir.join(format!("failure-{file}-seed{}.json", e.seed));
+        let reproducer = e.reproducer(self.plugin.as_ref(), env_config);
         std::fs::write(&path, serde_json::to_string_pretty(&reproducer)?)?;
         bail!(
-            "{failed} of {} trajectories failed in {what} (more than env.max_failure_rate {}); the env plugin {} faulted: {error}; reproducer: {} (replay with `vagen-host run --replay {}`)",
-            trajs.len(),
-            self.cfg.env.max_failure_rate,
+            "{} of {} trajectories failed in {what} (more than env.max_failure_rate {}: {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+            e.failed,
+            e.total,
+            e.max_rate,
+            e.counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", "),
             self.cfg.env.plugin.display(),
+            e.failure,
             path.display(),
             path.display()
         )
@@ -444,7 +441,7 @@ fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
 /// One episode per held-out seed (`env.val_episodes` from `env.val_seed_start`) at
 /// `rollout.val_temperature`, with the rollout settings training uses: what
 /// `Trainer::evaluate` and `vagen-host eval --config` measure.
-pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Vec<Trajectory>> {
+pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
     let options = GenerateOptions {
         max_new_tokens: cfg.rollout.max_new_tokens,
@@ -458,7 +455,20 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
     let mut policy = ModelPolicy::new(model, options)
         .with_context_window(cfg.rollout.max_sequence_tokens)
         .with_overflow(cfg.rollout.context_overflow);
-    Ok(rollout(plugin, &cfg.env_config_json(), &seeds, &rollout_config(cfg, 1), &mut policy)?)
+    let (env_config, config) = (cfg.env_config_json(), rollout_config(cfg, 1));
+    Ok(episodes(cfg, plugin, &env_config, &config).run(&seeds, &mut policy, &mut |_| Ok(()))?)
+}
+
+/// The episode loop with the run's failure policy (`env.max_failure_rate`), all groups at
+/// once.
+fn episodes<'a>(
+    cfg: &TrainConfig,
+    plugin: &'a dyn Plugin,
+    env_config: &'a str,
+    config: &'a RolloutConfig,
+) -> Episodes<'a> {
+    let failures = FailurePolicy::new(cfg.env.max_failure_rate);
+    Episodes { plugin, env_config, config, failures, chunk_groups: 0 }
 }
 
 fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
