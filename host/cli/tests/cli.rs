@@ -295,14 +295,16 @@ fn a_short_run_whose_episodes_all_fail_exits_non_zero_and_its_reproducer_replays
     assert_eq!(run.status.code(), Some(1), "{}", stdout(&run));
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
-        err.contains("4 of 4 episodes") && err.contains("first error: environment failed in step: step always fails"),
+        err.contains("4 of 4 episodes")
+            && err.contains("first error: turn 0: environment failed in step: step always fails"),
         "{err}"
     );
     // No average over episodes that never completed.
     let text = stdout(&run);
     assert!(text.contains("mean turns      n/a (no episode completed)"), "{text}");
     assert!(text.contains("mean reward     n/a (no episode completed)"), "{text}");
-    assert!(text.contains("first error     environment failed in step: step always fails"), "{text}");
+    assert!(text.contains("first error     turn 0: environment failed in step: step always fails"), "{text}");
+    assert!(text.contains("failures        4 step:failed"), "counted by call and kind: {text}");
     let file = dir.path().join("hostile-failure-seed0.json");
     let replay = host(&["run", "--replay", file.to_str().unwrap()]);
     assert_eq!(replay.status.code(), Some(1));

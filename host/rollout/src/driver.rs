@@ -1,100 +1,13 @@
 //! The multi-turn driver: groups × members of one env, stepped in parallel, turn by turn,
 //! until every episode is done, out of turns or actions, or failed.
 
+use crate::config::{History, RolloutConfig};
 use crate::failure::{FailedCall, Failure};
 use crate::policy::{AnswerOrigin, Policy, PolicyError, Request};
 use crate::{Format, Message, Parsed, parse};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::sync::Arc;
 use vagen_runtime::{ActionSpace, EnvPool, Image, Plugin};
-
-/// How much earlier conversation each prompt carries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum History {
-    /// Every earlier turn (RAGEN).
-    All,
-    /// The last k turns (VAGEN keeps 5).
-    Last(usize),
-}
-
-/// The format reward added to a turn's env reward.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct FormatReward {
-    /// Added when the format is correct and every action was valid (VAGEN: 0.5).
-    pub bonus: f64,
-    /// Added (negative) when the format is wrong or an action was invalid (RAGEN: -0.1).
-    pub penalty: f64,
-    /// Count an answer carrying more actions than the turn takes as having an invalid one
-    /// (the penalty, no bonus). Off (RAGEN and VAGEN), the extra actions are dropped
-    /// unremarked; on, a model learns to answer with as many actions as a turn executes.
-    pub extra_actions_invalid: bool,
-}
-
-impl Default for FormatReward {
-    fn default() -> Self {
-        FormatReward { bonus: 0.5, penalty: 0.0, extra_actions_invalid: false }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RolloutConfig {
-    pub format: Format,
-    /// Episodes of one group share their seed (GRPO-style groups).
-    pub group_size: usize,
-    /// 0: the env's default.
-    pub max_turns: usize,
-    /// 0: the env's own limit per turn.
-    pub max_actions_per_turn: usize,
-    /// Actions an episode may send in all; 0 for no limit.
-    pub max_actions_per_episode: usize,
-    pub history: History,
-    pub format_reward: FormatReward,
-    /// Replaces the env's system prompt (the format instructions are still appended unless
-    /// `instructions` is off), e.g. a short one for a small model that cannot use the rules'
-    /// prose anyway.
-    pub system_prompt: Option<String>,
-    /// Append the format's instructions and an example answer to the system prompt. Off,
-    /// the system prompt is the env's (or `system_prompt`) alone: for a model trained from
-    /// scratch the lines teach nothing, and their example answer (the env's first action)
-    /// is a token the model can copy into every answer.
-    pub instructions: bool,
-    /// Add the env's `describe_state` text to every observation (a grounded observation:
-    /// easier for small models than reading a grid).
-    pub describe_state: bool,
-    /// Keep the env's own text observation in the prompt. Off (with `describe_state`), the
-    /// state description replaces it: a shorter prompt with nothing in it for a small model
-    /// to latch on to but the facts the description states.
-    pub observation_text: bool,
-    /// Open each user turn after the first with what the last answer did ("Your actions:
-    /// …, 1 changed the state"). Off, a user turn is the observation (and the reminder):
-    /// for a Markov observation such as a state description the line only costs tokens.
-    pub feedback: bool,
-    /// End each user turn with the one-line format reminder.
-    pub reminder: bool,
-}
-
-impl Default for RolloutConfig {
-    fn default() -> Self {
-        RolloutConfig {
-            format: Format::FreeThink,
-            group_size: 1,
-            max_turns: 0,
-            max_actions_per_turn: 0,
-            max_actions_per_episode: 0,
-            history: History::All,
-            format_reward: FormatReward::default(),
-            system_prompt: None,
-            instructions: true,
-            describe_state: false,
-            observation_text: true,
-            feedback: true,
-            reminder: true,
-        }
-    }
-}
 
 /// Why an episode ended early without failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -325,9 +238,12 @@ pub fn rollout(
                     group: i / g,
                     turn,
                     state: state_key(&shown.observation, &shown.images),
-                    messages: messages(&trajs[i], &shown.user, config.history),
+                    messages: messages(&trajs[i], &shown.user, config.prompt_history()),
                     images: shown.images.clone(),
-                    sampled: kept_turns(&trajs[i], config.history).iter().map(|t| t.token_ids.clone()).collect(),
+                    sampled: kept_turns(&trajs[i], config.prompt_history())
+                        .iter()
+                        .map(|t| t.token_ids.clone())
+                        .collect(),
                     manifest: manifest.clone(),
                     actions: spaces[i].clone(),
                     oracle: oracles[i].clone(),

@@ -10,6 +10,7 @@
 //!   [`FailurePolicy`] with typed [`Failure`]s) that the CLI and the trainer share.
 //! - [`layout`]: one training sequence per trajectory from the sampled ids.
 
+mod config;
 mod driver;
 mod episodes;
 mod explore;
@@ -21,10 +22,8 @@ mod noisy;
 mod parse;
 mod policy;
 
-pub use driver::{
-    FormatReward, History, RolloutConfig, RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics,
-    rollout,
-};
+pub use config::{FormatReward, History, RolloutConfig};
+pub use driver::{RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics, rollout};
 pub use episodes::{Episodes, Outcome};
 pub use explore::{ExploreAt, Exploring};
 pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures};

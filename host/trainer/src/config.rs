@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
-use vagen_rollout::{ContextOverflow, Format, FormatReward, RewardPlacement};
+use vagen_rollout::RolloutConfig;
 use vagen_runtime::{LimitError, Limits};
 
 use crate::{PolicyLossConfig, ValueLossConfig};
@@ -16,7 +16,7 @@ pub struct TrainConfig {
     #[serde(default)]
     pub model: ModelSection,
     #[serde(default)]
-    pub rollout: RolloutSection,
+    pub rollout: RolloutConfig,
     #[serde(default)]
     pub algorithm: AlgorithmSection,
     #[serde(default)]
@@ -114,99 +114,6 @@ pub struct ModelSection {
 impl Default for ModelSection {
     fn default() -> Self {
         ModelSection { path: "default".into(), dtype: "f32".into(), device: "auto".into() }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RolloutSection {
-    pub format: Format,
-    /// Sampling temperature for training rollouts (RAGEN 1.0, VAGEN 0.7).
-    pub temperature: f64,
-    pub top_p: f64,
-    /// 0: no top-k.
-    pub top_k: usize,
-    /// Temperature for evaluation (0: greedy; RAGEN 0.5).
-    pub val_temperature: f64,
-    /// Tokens per response at most (RAGEN 400).
-    pub max_new_tokens: usize,
-    /// Earlier turns in each prompt: 0 for all, else the last k (one-sequence mode).
-    pub history: usize,
-    /// Train on one sequence per turn (system prompt + that turn's observation + the
-    /// sampled response: exactly what the model saw, since prompts then carry no history)
-    /// instead of one per trajectory. Cheaper for small models; needs a critic-free
-    /// estimator; each turn's advantage comes from its whole episode (the estimator runs
-    /// over episodes, one position per turn).
-    pub per_turn: bool,
-    /// Longest training sequence; whole turns past it are dropped from the end. Also the
-    /// rollout's context window (with the model's own as the ceiling): a turn's answer is
-    /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
-    /// there (`train/out_of_context_trajectories`), trained on as far as it went.
-    pub max_sequence_tokens: usize,
-    /// A prompt that leaves too little of that window for an answer: `end` (default) its
-    /// episode, as above; `drop-oldest`: the prompt leaves out its oldest whole turns until
-    /// a full `max_new_tokens` answer fits, and the episode goes on (with one sequence per
-    /// trajectory, the update still lays out every turn, as with `history`).
-    pub context_overflow: ContextOverflow,
-    pub format_reward: FormatReward,
-    pub rewards: RewardPlacement,
-    /// Replaces the env's system prompt (the format instructions are still appended unless
-    /// `instructions` is off).
-    pub system_prompt: Option<String>,
-    /// Append the format's instructions and an example answer to the system prompt (true).
-    /// Off for a model trained from scratch: the lines teach it nothing, and the example
-    /// (the env's first action) is a token it can copy into every answer.
-    pub instructions: bool,
-    /// Append the env's `describe_state` text to every observation.
-    pub describe_state: bool,
-    /// Keep the env's own text observation (FrozenLake's grid) in the prompt; off, the
-    /// state description stands in for it (needs `describe_state`).
-    pub observation_text: bool,
-    /// Open each user turn after the first with what the last answer did (true).
-    pub feedback: bool,
-    /// End each user turn with the one-line format reminder (true).
-    pub reminder: bool,
-    /// Take the old log-probs from generation (the full tempered distribution, as the
-    /// training forward computes them) instead of a second no-grad forward over the batch:
-    /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
-    /// report how far generation and training disagree (≈1e-7 on CPU in f32).
-    pub reuse_logprobs: bool,
-    /// Probability that a training turn's answer is replaced by a random valid action
-    /// (written in the format), for exploration where the policy is confidently wrong:
-    /// a group whose episodes all answer alike has nothing to compare. The replaced turns
-    /// are trained on like sampled ones, their old log-probs from a forward pass. 0: off;
-    /// evaluation never explores.
-    pub explore: f64,
-    /// What `explore` applies to: `turn` (each training turn) or `shared-state` (once per
-    /// state several episodes of a group are in at the same turn, diverting one of them).
-    pub explore_at: vagen_rollout::ExploreAt,
-}
-
-impl Default for RolloutSection {
-    fn default() -> Self {
-        RolloutSection {
-            format: Format::FreeThink,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            val_temperature: 0.0,
-            max_new_tokens: 128,
-            history: 0,
-            per_turn: false,
-            max_sequence_tokens: 4096,
-            context_overflow: ContextOverflow::End,
-            format_reward: FormatReward::default(),
-            rewards: RewardPlacement::PerTurn,
-            system_prompt: None,
-            instructions: true,
-            describe_state: false,
-            observation_text: true,
-            feedback: true,
-            reminder: true,
-            reuse_logprobs: false,
-            explore: 0.0,
-            explore_at: Default::default(),
-        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
 use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ModelPolicy, ValueModel};
-use vagen_rollout::{Episodes, FailurePolicy, History, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
+use vagen_rollout::{Episodes, FailurePolicy, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
 use vagen_runtime::{Plugin, Runtime};
 
 pub struct Trainer {
@@ -471,26 +471,13 @@ fn episodes<'a>(
     Episodes { plugin, env_config, config, failures, chunk_groups: 0 }
 }
 
+/// `[rollout]` with the batch shape `[env]` gives it.
 fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
-    let r = &cfg.rollout;
     RolloutConfig {
-        format: r.format,
         group_size,
         max_turns: cfg.env.max_turns,
         max_actions_per_turn: cfg.env.max_actions_per_turn,
-        max_actions_per_episode: 0,
-        history: match (r.per_turn, r.history) {
-            (true, _) => History::Last(0),
-            (false, 0) => History::All,
-            (false, k) => History::Last(k),
-        },
-        format_reward: r.format_reward,
-        system_prompt: r.system_prompt.clone(),
-        instructions: r.instructions,
-        describe_state: r.describe_state,
-        observation_text: r.observation_text,
-        feedback: r.feedback,
-        reminder: r.reminder,
+        ..cfg.rollout.clone()
     }
 }
 
