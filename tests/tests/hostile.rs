@@ -189,3 +189,37 @@ fn an_episode_and_all_instances_together_are_held_to_their_memory_caps() {
     let mut third = plugin.create(leak).unwrap();
     (0..20).for_each(|seed| third.reset(seed).map(drop).unwrap());
 }
+
+#[test]
+fn the_episode_loop_hands_over_chunks_and_stops_once_the_failure_rate_is_past() {
+    use vagen_rollout::{Episodes, FailedCall, FailurePolicy};
+    let (plugin, _cache) = load("hostile", Limits::default());
+    let config = RolloutConfig { format: Format::NoThink, group_size: 2, ..Default::default() };
+    // Seeds 1, 4, 7, … cannot start: a third of the episodes fail, over a 20% limit.
+    let failures = FailurePolicy { max_rate: 0.2, min_episodes: 8 };
+    let env_config = r#"{"mode": "reset-fails"}"#;
+    let episodes = Episodes { plugin: plugin.as_ref(), env_config, config: &config, failures, chunk_groups: 3 };
+    let seeds: Vec<u64> = (0..30).collect();
+    let mut chunks = Vec::new();
+    let policy = &mut OraclePolicy { format: Format::NoThink };
+    let outcome = episodes
+        .run(&seeds, policy, &mut |chunk| {
+            chunks.push(chunk.iter().map(|t| (t.group, t.seed)).collect::<Vec<_>>());
+            Ok(())
+        })
+        .unwrap();
+    // Judged from 8 episodes on: after the second chunk (12 episodes, 4 failed).
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    assert_eq!(chunks[1], vec![(3, 3), (3, 3), (4, 4), (4, 4), (5, 5), (5, 5)], "groups numbered across chunks");
+    assert_eq!((outcome.trajectories.len(), outcome.requested), (12, 60));
+    let e = outcome.verdict.unwrap_err();
+    assert_eq!((e.failed, e.total, e.seed), (4, 12, 1));
+    assert_eq!((e.failure.call, e.failure.kind), (FailedCall::Reset, "failed"));
+    let r = e.reproducer(plugin.as_ref(), env_config);
+    assert_eq!((r.seed, r.failed_call), (1, Some(0)), "a failed reset replays as call 0");
+    // Within a lenient policy every chunk is played and nothing is judged too many.
+    let lenient = Episodes { failures: FailurePolicy::new(0.5), ..episodes };
+    let outcome = lenient.run(&seeds, policy, &mut |_| Ok(())).unwrap();
+    assert_eq!(outcome.trajectories.len(), 60);
+    assert!(outcome.verdict.is_ok());
+}

@@ -19,4 +19,4 @@ pub use error::AlgoError;
 pub use estimator::{AdvantageConfig, Advantages, Estimator, WhiteningPopulation, compute_advantages};
 pub use filter::{FilterConfig, FilterKeep, Filtered, GroupStats, filter_groups};
 pub use input::Trajectory;
-pub use normalize::{NormGrouping, NormMethod, normalize_scores};
+pub use normalize::{NormMethod, normalize_scores};

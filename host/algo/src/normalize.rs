@@ -5,18 +5,6 @@ use crate::stats::{mean, std};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// Which trajectories are normalised together.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum NormGrouping {
-    /// Trajectories from the same seed.
-    SeedGroup,
-    /// Trajectories of the same environment (tag).
-    EnvTag,
-    /// The whole batch.
-    Batch,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NormMethod {
@@ -29,8 +17,8 @@ pub enum NormMethod {
     AsymClip,
 }
 
-/// Normalises `scores` within the sets `keys` defines (pass seed-group ids, env-tag ids or
-/// all zeros for the grouping). Std is the sample std; a set of one has std 0.
+/// Normalises `scores` within the sets `keys` defines (RAGEN's groupings: pass seed-group
+/// ids, env-tag ids, or all zeros for the batch). Std is the sample std; a set of one has std 0.
 pub fn normalize_scores(scores: &[f64], keys: &[u64], method: NormMethod) -> Result<Vec<f64>, AlgoError> {
     if keys.len() != scores.len() {
         return Err(AlgoError::CountMismatch { what: "keys", got: keys.len(), expected: scores.len() });

@@ -4,7 +4,7 @@
 use crate::limits_arg::{limits_from, load};
 use crate::model_args::ModelArgs;
 use crate::policy::{ModelChoice, PolicyKind};
-use crate::run_output::{Log, print_summary};
+use crate::run_output::{Log, Shown, print_summary};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -178,7 +178,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         })
         .with_context(|| format!("running {}", path.display()))?;
     bar.finish_and_clear();
-    print_summary(&a, &outcome, format, policy.name(), plugin.manifest(), started.elapsed().as_secs_f64())?;
+    let shown = Shown {
+        out: a.out.as_deref(),
+        json: a.json,
+        group_size: g,
+        format,
+        policy: policy.name(),
+        wall_seconds: started.elapsed().as_secs_f64(),
+    };
+    print_summary(&outcome, plugin.manifest(), &shown)?;
     match outcome.verdict {
         Ok(()) => Ok(()),
         Err(e) => Err(failed_run(plugin.as_ref(), &a, &path, &e)),

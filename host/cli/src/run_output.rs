@@ -2,7 +2,6 @@
 //! reset or step without a format, a row per trajectory with one), images as PNG beside it.
 
 use crate::record::{ImageSink, episode_rows, write_row};
-use crate::run::RunArgs;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::io::Write;
@@ -61,15 +60,26 @@ impl Log {
     }
 }
 
+/// How a run is summed up: where its log went, whether the last line is JSON.
+pub struct Shown<'a> {
+    pub out: Option<&'a Path>,
+    pub json: bool,
+    pub group_size: usize,
+    pub format: Format,
+    pub policy: &'a str,
+    pub wall_seconds: f64,
+}
+
 /// The summary on stdout (the last line JSON with `--json`); failed episodes named first.
-pub fn print_summary(a: &RunArgs, o: &Outcome, format: Format, policy: &str, m: &Manifest, wall: f64) -> Result<()> {
+pub fn print_summary(o: &Outcome, m: &Manifest, a: &Shown) -> Result<()> {
+    let (format, policy, wall) = (a.format, a.policy, a.wall_seconds);
     for t in o.trajectories.iter().filter(|t| t.failure.is_some()).take(5) {
         let f = t.failure.as_ref().expect("failed");
         eprintln!("episode (group {}, member {}) failed: {f}", t.group, t.member);
     }
     if format == Format::Raw {
         let s = RawSummary::of(&o.trajectories, wall, o.requested);
-        s.print(&m.name, a.out.as_deref());
+        s.print(&m.name, a.out);
         if a.json {
             println!("{}", serde_json::to_string(&s)?);
         }
@@ -83,7 +93,7 @@ pub fn print_summary(a: &RunArgs, o: &Outcome, format: Format, policy: &str, m: 
     if r.truncated_context > 0 {
         println!("  out of context  {} episodes ended when the prompt outgrew the context window", r.truncated_context);
     }
-    println!("  success rate    {:.3}   pass@{} {:.3}", r.success, a.group_size.max(1), r.pass_at_group);
+    println!("  success rate    {:.3}   pass@{} {:.3}", r.success, a.group_size, r.pass_at_group);
     // Averages over completed episodes: with none, a figure would be a made-up 0.
     if r.failed < r.episodes {
         println!("  mean reward     {:.3}", r.mean_reward);

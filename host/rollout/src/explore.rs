@@ -138,21 +138,7 @@ mod tests {
             action_names: ["Left", "Down", "Right", "Up"].map(String::from).to_vec(),
             ..Manifest::default()
         });
-        (0..n)
-            .map(|i| Request {
-                trajectory: i,
-                group: i,
-                turn: 0,
-                state: 0,
-                messages: vec![],
-                images: vec![],
-                sampled: vec![],
-                actions: Arc::new(vagen_runtime::ActionSpace::of(&manifest)),
-                manifest: manifest.clone(),
-                oracle: None,
-                seed: 1000 + i as u64,
-            })
-            .collect()
+        (0..n).map(|i| Request { seed: 1000 + i as u64, ..crate::policy::test_request(i, &manifest) }).collect()
     }
 
     /// The indices of the answers with a forced origin.
@@ -203,17 +189,11 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(i, &state)| Request {
-                trajectory: i,
                 group: i / 4,
                 turn: 3,
                 state,
-                messages: vec![],
-                images: vec![],
-                sampled: vec![],
-                actions: Arc::new(vagen_runtime::ActionSpace::of(&manifest)),
-                manifest: manifest.clone(),
-                oracle: None,
                 seed: 77 + i as u64,
+                ..crate::policy::test_request(i, &manifest)
             })
             .collect();
         let mut p = Exploring { inner: Up(0), format: Format::NoThink, rate: 1.0, at: ExploreAt::SharedState };

@@ -41,3 +41,30 @@ impl Policy for NoisyOracle {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use vagen_runtime::Manifest;
+
+    #[test]
+    fn noisy_answers_say_so_and_the_rest_are_the_oracles() {
+        let manifest = Arc::new(Manifest { action_names: vec!["Left".into(), "Right".into()], ..Manifest::default() });
+        let requests: Vec<Request> = (0..400)
+            .map(|i| Request { oracle: Some("Up".into()), ..crate::policy::test_request(i, &manifest) })
+            .collect();
+        let out = NoisyOracle { format: Format::NoThink, noise: 0.25 }.respond(&requests).unwrap();
+        let noisy = out.iter().filter(|r| r.origin == AnswerOrigin::Noisy).count();
+        assert!((60..140).contains(&noisy), "{noisy} of 400 at 0.25");
+        for r in &out {
+            match r.origin {
+                AnswerOrigin::Oracle => assert_eq!(r.text, "<answer>Up</answer>"),
+                AnswerOrigin::Noisy => {
+                    assert!(["<answer>Left</answer>", "<answer>Right</answer>"].contains(&r.text.as_str()))
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+    }
+}

@@ -184,3 +184,22 @@ pub enum ContextOverflow {
     /// only when the current observation alone leaves no room.
     DropOldest,
 }
+
+/// Request `i` (its own trajectory and group, turn 0, seed `i`) in an env with `manifest`'s
+/// actions: what the policies' tests answer.
+#[cfg(test)]
+pub(crate) fn test_request(i: usize, manifest: &Arc<Manifest>) -> Request {
+    Request {
+        trajectory: i,
+        group: i,
+        turn: 0,
+        state: 0,
+        messages: vec![],
+        images: vec![],
+        sampled: vec![],
+        actions: Arc::new(ActionSpace::of(manifest)),
+        manifest: manifest.clone(),
+        oracle: None,
+        seed: i as u64,
+    }
+}

@@ -97,6 +97,19 @@ fn wrapped_answers_parse_back_in_every_format() {
     }
 }
 
+#[test]
+fn without_a_format_the_whole_response_is_the_answer() {
+    let text = "Left,Up, <answer>x</answer>";
+    let p = parse(text, Raw, ",", 1);
+    assert!(p.format_ok);
+    assert_eq!(p.answer.as_deref(), Some(text), "tags mean nothing");
+    assert_eq!(p.actions.len(), 3, "counted, not cut: the env decides");
+    assert_eq!(Raw.wrap("Left"), "Left");
+    assert!(Raw.instructions("Left").is_empty() && Raw.reminder().is_empty() && Raw.stop_strings().is_empty());
+    assert!(!Format::ALL.contains(&Raw), "not a format a model is asked for");
+    assert_eq!(NoThink.stop_strings(), ["</answer>"]);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
     #[test]
