@@ -110,19 +110,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     }
     let path = a.plugin.clone().expect("clap requires --plugin without --replay");
     let plugin = load(&path, limits_from(&a.limits)?)?;
-    let format = match (a.format.as_deref(), a.policy) {
-        (Some(name), _) => Format::from_name(name).with_context(|| {
-            let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
-            format!("--format {name:?}: expected one of {}", names.join(", "))
-        })?,
-        (None, PolicyKind::Model) => Format::FreeThink,
-        // Without a format, answers go to the env as the policy writes them.
-        (None, _) => Format::Raw,
-    };
-    let history = match a.history.as_str() {
-        "all" => History::All,
-        n => History::Last(n.parse().with_context(|| format!("--history {n:?}: expected `all` or a number"))?),
-    };
+    let config = rollout_config(&a)?;
+    let format = config.format;
     let model = ModelChoice {
         // Flattening ModelArgs into RunArgs would break clap's "no subcommand means run".
         args: ModelArgs { model: a.model.clone(), device: a.device.clone(), dtype: a.dtype.clone() },
@@ -133,15 +122,6 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let mut policy = crate::policy::make(a.policy, format, plugin.manifest(), model)?;
     let human = a.policy == PolicyKind::Human;
-    let config = RolloutConfig {
-        format,
-        group_size: a.group_size.max(1),
-        max_turns: a.max_turns.unwrap_or(0) as usize,
-        history,
-        // A person answers without a format: the line on what the last answer did is theirs.
-        feedback: format != Format::Raw || human,
-        ..Default::default()
-    };
     let g = config.group_size;
     // Instances live for one chunk of groups; the failure rate is judged between chunks. A
     // person plays one episode at a time.
@@ -167,13 +147,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             if let Some(log) = &mut log {
                 log.append(chunk).map_err(|e| vagen_rollout::RolloutError::Output(format!("{e:#}")))?;
             }
-            for t in chunk.iter_mut() {
-                t.end_observation = String::new();
-                t.end_images = Vec::new();
-                for turn in &mut t.turns {
-                    (turn.user, turn.observation, turn.images) = Default::default();
-                }
-            }
+            chunk.iter_mut().for_each(slim);
             Ok(())
         })
         .with_context(|| format!("running {}", path.display()))?;
@@ -190,6 +164,40 @@ pub fn run(a: RunArgs) -> Result<()> {
     match outcome.verdict {
         Ok(()) => Ok(()),
         Err(e) => Err(failed_run(plugin.as_ref(), &a, &path, &e)),
+    }
+}
+
+/// The format (raw without `--format`, free-think for a model), history and batch shape.
+fn rollout_config(a: &RunArgs) -> Result<RolloutConfig> {
+    let format = match (a.format.as_deref(), a.policy) {
+        (Some(name), _) => Format::from_name(name).with_context(|| {
+            let names: Vec<&str> = Format::ALL.iter().map(|f| f.name()).collect();
+            format!("--format {name:?}: expected one of {}", names.join(", "))
+        })?,
+        (None, PolicyKind::Model) => Format::FreeThink,
+        // Without a format, answers go to the env as the policy writes them.
+        (None, _) => Format::Raw,
+    };
+    let history = match a.history.as_str() {
+        "all" => History::All,
+        n => History::Last(n.parse().with_context(|| format!("--history {n:?}: expected `all` or a number"))?),
+    };
+    Ok(RolloutConfig {
+        format,
+        group_size: a.group_size.max(1),
+        max_turns: a.max_turns.unwrap_or(0) as usize,
+        history,
+        // A person answers without a format: the line on what the last answer did is theirs.
+        feedback: format != Format::Raw || a.policy == PolicyKind::Human,
+        ..Default::default()
+    })
+}
+
+/// A logged trajectory without its observations: what the summary needs stays.
+fn slim(t: &mut vagen_rollout::Trajectory) {
+    (t.end_observation, t.end_images) = Default::default();
+    for turn in &mut t.turns {
+        (turn.user, turn.observation, turn.images) = Default::default();
     }
 }
 

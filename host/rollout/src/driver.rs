@@ -3,11 +3,11 @@
 
 use crate::config::{History, RolloutConfig};
 use crate::failure::{FailedCall, Failure};
-use crate::policy::{AnswerOrigin, Policy, PolicyError, Request};
+use crate::policy::{AnswerOrigin, Policy, PolicyError, Request, Response};
 use crate::{Format, Message, Parsed, parse};
 use serde::Serialize;
 use std::sync::Arc;
-use vagen_runtime::{ActionSpace, EnvPool, Image, Plugin};
+use vagen_runtime::{ActionSpace, EnvPool, Image, Manifest, Observation, Plugin, StepResult};
 
 /// Why an episode ended early without failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -153,111 +153,164 @@ pub fn rollout(
     config: &RolloutConfig,
     policy: &mut dyn Policy,
 ) -> Result<Vec<Trajectory>, RolloutError> {
-    let manifest = Arc::new(plugin.manifest().clone());
-    let g = config.group_size.max(1);
-    let n = seeds.len() * g;
-    let episode_seed = |i: usize| seeds[i / g];
-    let mut trajs: Vec<Trajectory> =
-        (0..n).map(|i| Trajectory::empty(&manifest.name, i / g, i % g, episode_seed(i))).collect();
-    let envs = (0..n)
-        .map(|_| plugin.create(env_config))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
-    let mut pool = EnvPool::new(envs);
-    // Each instance's own: its config may set another separator or per-turn limit than the
-    // manifest's defaults.
-    let spaces: Vec<Arc<ActionSpace>> = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
-    let example = manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
-    let instructions = config.format.instructions(&example);
-    let starts = pool.for_each(|i, env| -> Result<(String, vagen_runtime::Observation), vagen_runtime::Error> {
-        let mut obs = env.reset(episode_seed(i))?;
-        let system = env.system_prompt()?;
-        if config.describe_state {
-            obs.text = with_description(config, &obs.text, env.describe_state()?);
+    let mut play = Play::start(plugin, env_config, seeds, config)?;
+    let asked = u32::try_from(config.max_turns).unwrap_or(u32::MAX);
+    for turn in 0..plugin.max_turns(Some(asked)) as usize {
+        if !play.turn(turn, policy)? {
+            break;
         }
-        Ok((system, obs))
-    });
-    let mut current: Vec<Option<Shown>> = Vec::with_capacity(n);
-    for (t, start) in trajs.iter_mut().zip(starts) {
-        match start {
-            Ok((system, obs)) => {
-                let system = config.system_prompt.as_deref().unwrap_or(&system);
-                t.system = if config.instructions && !instructions.is_empty() {
-                    format!("{system}\n\n{instructions}")
-                } else {
-                    system.to_string()
-                };
-                let user = user_message(config, None, &obs.text);
-                (t.end_observation, t.end_images) = (obs.text.clone(), obs.images.clone());
-                current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
+    }
+    Ok(play.trajs)
+}
+
+/// The episodes of one `rollout` call, turn by turn: each turn asks the oracle (when the
+/// policy wants it), asks the policy, parses, steps every active instance, records.
+struct Play<'a> {
+    config: &'a RolloutConfig,
+    manifest: Arc<Manifest>,
+    seeds: &'a [u64],
+    /// Members per group.
+    g: usize,
+    pool: EnvPool,
+    /// Each instance's own: its config may set another separator or per-turn limit than
+    /// the manifest's defaults.
+    spaces: Vec<Arc<ActionSpace>>,
+    trajs: Vec<Trajectory>,
+    /// What each episode still going shows the policy next; `None` once it has ended.
+    current: Vec<Option<Shown>>,
+    actions_sent: Vec<usize>,
+}
+
+/// A turn's answers: what goes to `step`, and the parse it came from.
+struct Answered {
+    step: Vec<Option<String>>,
+    parsed: Vec<Option<Parsed>>,
+}
+
+impl<'a> Play<'a> {
+    /// Instances created and reset; an episode that cannot start has failed.
+    fn start(
+        plugin: &dyn Plugin,
+        env_config: &str,
+        seeds: &'a [u64],
+        config: &'a RolloutConfig,
+    ) -> Result<Self, RolloutError> {
+        let manifest = Arc::new(plugin.manifest().clone());
+        let g = config.group_size.max(1);
+        let n = seeds.len() * g;
+        let trajs = (0..n).map(|i| Trajectory::empty(&manifest.name, i / g, i % g, seeds[i / g])).collect();
+        let envs = (0..n)
+            .map(|_| plugin.create(env_config))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
+        let mut pool = EnvPool::new(envs);
+        let spaces = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
+        let mut play =
+            Play { config, manifest, seeds, g, pool, spaces, trajs, current: vec![], actions_sent: vec![0; n] };
+        play.reset_all();
+        Ok(play)
+    }
+
+    fn seed(&self, i: usize) -> u64 {
+        self.seeds[i / self.g]
+    }
+
+    fn reset_all(&mut self) {
+        let config = self.config;
+        let seeds: Vec<u64> = (0..self.trajs.len()).map(|i| self.seed(i)).collect();
+        let starts = self.pool.for_each(|i, env| -> Result<(String, Observation), vagen_runtime::Error> {
+            let mut obs = env.reset(seeds[i])?;
+            let system = env.system_prompt()?;
+            if config.describe_state {
+                obs.text = with_description(config, &obs.text, env.describe_state()?);
             }
-            Err(e) => {
-                t.failure = Some(Failure::new(FailedCall::Reset, &e));
-                current.push(None);
+            Ok((system, obs))
+        });
+        let example = self.manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
+        let instructions = config.format.instructions(&example);
+        for (t, start) in self.trajs.iter_mut().zip(starts) {
+            match start {
+                Ok((system, obs)) => {
+                    let system = config.system_prompt.as_deref().unwrap_or(&system);
+                    t.system = if config.instructions && !instructions.is_empty() {
+                        format!("{system}\n\n{instructions}")
+                    } else {
+                        system.to_string()
+                    };
+                    let user = user_message(config, None, &obs.text);
+                    (t.end_observation, t.end_images) = (obs.text.clone(), obs.images.clone());
+                    self.current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
+                }
+                Err(e) => {
+                    t.failure = Some(Failure::new(FailedCall::Reset, &e));
+                    self.current.push(None);
+                }
             }
         }
     }
-    let asked = u32::try_from(config.max_turns).unwrap_or(u32::MAX);
-    let max_turns = plugin.max_turns(Some(asked)) as usize;
-    let per_turn = |space: &ActionSpace| match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
-        (0, m) => m,
-        (c, 0) => c,
-        (c, m) => c.min(m),
-    };
-    let mut actions_sent = vec![0usize; n];
-    for turn in 0..max_turns {
-        let active: Vec<usize> = (0..n).filter(|&i| current[i].is_some()).collect();
+
+    /// One turn of every episode still going; false when none was.
+    fn turn(&mut self, turn: usize, policy: &mut dyn Policy) -> Result<bool, RolloutError> {
+        if self.current.iter().all(Option::is_none) {
+            return Ok(false);
+        }
+        let oracles = if policy.needs_oracle() { self.oracles(turn) } else { vec![None; self.trajs.len()] };
+        let active: Vec<usize> = (0..self.trajs.len()).filter(|&i| self.current[i].is_some()).collect();
         if active.is_empty() {
-            break;
+            return Ok(false);
         }
-        let mut oracles = vec![None; n];
-        if policy.needs_oracle() {
-            let answers = pool.for_each(|i, env| current[i].as_ref().map(|_| env.oracle()));
-            // An oracle that faults fails its episode: its policy would act on nothing.
-            for (i, answer) in answers.into_iter().enumerate() {
-                match answer {
-                    Some(Ok(a)) => oracles[i] = a,
-                    Some(Err(e)) => {
-                        trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
-                        current[i] = None;
-                    }
-                    None => {}
-                }
-            }
-        }
-        let active: Vec<usize> = active.into_iter().filter(|&i| current[i].is_some()).collect();
-        if active.is_empty() {
-            break;
-        }
-        let requests: Vec<Request> = active
-            .iter()
-            .map(|&i| {
-                let shown = current[i].as_ref().expect("active");
-                Request {
-                    trajectory: i,
-                    group: i / g,
-                    turn,
-                    state: state_key(&shown.observation, &shown.images),
-                    messages: messages(&trajs[i], &shown.user, config.prompt_history()),
-                    images: shown.images.clone(),
-                    sampled: kept_turns(&trajs[i], config.prompt_history())
-                        .iter()
-                        .map(|t| t.token_ids.clone())
-                        .collect(),
-                    manifest: manifest.clone(),
-                    actions: spaces[i].clone(),
-                    oracle: oracles[i].clone(),
-                    seed: episode_seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
-                }
-            })
-            .collect();
+        let requests: Vec<Request> = active.iter().map(|&i| self.request(i, turn, &oracles)).collect();
         let responses = policy.respond(&requests)?;
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
-        // An episode whose prompt outgrew the context, or whose policy gave no answer, ends
-        // here, before its env is stepped.
-        let (active, responses): (Vec<usize>, Vec<_>) = active
+        let (active, responses) = self.end_unanswered(active, responses);
+        let mut answered = self.parse(&active, &responses);
+        let results = self.step(&answered.step);
+        self.record(turn, &active, responses, &mut answered, results);
+        Ok(true)
+    }
+
+    /// The oracle's answer for every active episode; an oracle that faults fails its
+    /// episode (its policy would act on nothing).
+    fn oracles(&mut self, turn: usize) -> Vec<Option<String>> {
+        let current = &self.current;
+        let answers = self.pool.for_each(|i, env| current[i].as_ref().map(|_| env.oracle()));
+        let mut oracles = vec![None; self.trajs.len()];
+        for (i, answer) in answers.into_iter().enumerate() {
+            match answer {
+                Some(Ok(a)) => oracles[i] = a,
+                Some(Err(e)) => {
+                    self.trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
+                    self.current[i] = None;
+                }
+                None => {}
+            }
+        }
+        oracles
+    }
+
+    fn request(&self, i: usize, turn: usize, oracles: &[Option<String>]) -> Request {
+        let (shown, history, g) = (self.current[i].as_ref().expect("active"), self.config.prompt_history(), self.g);
+        Request {
+            trajectory: i,
+            group: i / g,
+            turn,
+            state: state_key(&shown.observation, &shown.images),
+            messages: messages(&self.trajs[i], &shown.user, history),
+            images: shown.images.clone(),
+            sampled: kept_turns(&self.trajs[i], history).iter().map(|t| t.token_ids.clone()).collect(),
+            manifest: self.manifest.clone(),
+            actions: self.spaces[i].clone(),
+            oracle: oracles[i].clone(),
+            seed: self.seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
+        }
+    }
+
+    /// An episode whose prompt outgrew the context, or whose policy gave no answer, ends
+    /// here, before its env is stepped.
+    fn end_unanswered(&mut self, active: Vec<usize>, responses: Vec<Response>) -> (Vec<usize>, Vec<Response>) {
+        active
             .into_iter()
             .zip(responses)
             .filter(|(i, r)| {
@@ -266,100 +319,126 @@ pub fn rollout(
                     (None, true) => Truncation::Stopped,
                     (None, false) => return true,
                 };
-                trajs[*i].truncated = Some(end);
-                current[*i] = None;
+                self.trajs[*i].truncated = Some(end);
+                self.current[*i] = None;
                 false
             })
-            .unzip();
-        let mut answers: Vec<Option<String>> = vec![None; n];
-        let mut parsed: Vec<Option<Parsed>> = vec![None; n];
-        for (&i, response) in active.iter().zip(&responses) {
-            let space = &spaces[i];
-            let mut p = parse(&response.text, config.format, &space.action_separator, per_turn(space));
+            .unzip()
+    }
+
+    /// Each response read in the format, its actions capped per turn and per episode.
+    fn parse(&mut self, active: &[usize], responses: &[Response]) -> Answered {
+        let n = self.trajs.len();
+        let config = self.config;
+        let mut out = Answered { step: vec![None; n], parsed: vec![None; n] };
+        for (&i, response) in active.iter().zip(responses) {
+            let space = &self.spaces[i];
+            let per_turn = match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
+                (0, m) => m,
+                (c, 0) => c,
+                (c, m) => c.min(m),
+            };
+            let mut p = parse(&response.text, config.format, &space.action_separator, per_turn);
             if config.max_actions_per_episode > 0 {
-                let left = config.max_actions_per_episode.saturating_sub(actions_sent[i]);
+                let left = config.max_actions_per_episode.saturating_sub(self.actions_sent[i]);
                 p.actions.truncate(left);
             }
-            actions_sent[i] += p.actions.len();
+            self.actions_sent[i] += p.actions.len();
             // Without a format the env gets the text as written, its own separators included.
-            answers[i] = Some(match config.format {
+            out.step[i] = Some(match config.format {
                 Format::Raw => response.text.clone(),
                 _ => p.step_answer(&separator_with_space(space)),
             });
-            parsed[i] = Some(p);
+            out.parsed[i] = Some(p);
         }
-        let mut results = pool.step_all(&answers);
-        if config.describe_state {
-            let states = pool.for_each(|i, env| match &results[i] {
+        out
+    }
+
+    /// Every answered instance stepped in parallel (with its next state description).
+    fn step(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<StepResult, vagen_runtime::Error>>> {
+        let mut results = self.pool.step_all(answers);
+        if self.config.describe_state {
+            let states = self.pool.for_each(|i, env| match &results[i] {
                 Some(Ok(step)) if !step.done => Some(env.describe_state()),
                 _ => None,
             });
             for (r, state) in results.iter_mut().zip(states) {
                 match (r, state) {
                     (Some(Ok(step)), Some(Ok(text))) => {
-                        step.observation.text = with_description(config, &step.observation.text, text)
+                        step.observation.text = with_description(self.config, &step.observation.text, text)
                     }
                     (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
                     _ => {}
                 }
             }
         }
+        results
+    }
+
+    /// The turn's records: the format reward, the next observation for episodes going on,
+    /// a failure for those whose step faulted.
+    fn record(
+        &mut self,
+        turn: usize,
+        active: &[usize],
+        responses: Vec<Response>,
+        answered: &mut Answered,
+        results: Vec<Option<Result<StepResult, vagen_runtime::Error>>>,
+    ) {
+        let config = self.config;
         for (&i, response) in active.iter().zip(responses) {
-            let p = parsed[i].take().expect("parsed for every active env");
-            let Shown { user, observation, images } = current[i].take().expect("active");
-            let answer = answers[i].take().unwrap_or_default();
-            match results[i].as_ref().expect("stepped") {
+            let p = answered.parsed[i].take().expect("parsed for every active env");
+            let Shown { user, observation, images } = self.current[i].take().expect("active");
+            let answer = answered.step[i].take().unwrap_or_default();
+            let t = &mut self.trajs[i];
+            let step = match results[i].as_ref().expect("stepped") {
                 Err(e) => {
-                    trajs[i].failure = Some(Failure::new(FailedCall::Step { turn }, e));
-                    trajs[i].failed_answer = Some(answer);
+                    t.failure = Some(Failure::new(FailedCall::Step { turn }, e));
+                    t.failed_answer = Some(answer);
+                    continue;
                 }
-                Ok(step) => {
-                    let extra = config.format_reward.extra_actions_invalid && p.extra_actions > 0;
-                    let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len() && !extra;
-                    let format_reward = match config.format {
-                        Format::Raw => 0.0,
-                        _ if p.format_ok && all_valid => config.format_reward.bonus,
-                        _ => config.format_reward.penalty,
-                    };
-                    let t = &mut trajs[i];
-                    t.done = step.done;
-                    t.success = step.success;
-                    (t.end_observation, t.end_images) =
-                        (step.observation.text.clone(), step.observation.images.clone());
-                    let out_of_actions =
-                        config.max_actions_per_episode > 0 && actions_sent[i] >= config.max_actions_per_episode;
-                    if !step.done && !out_of_actions {
-                        let feedback = feedback(&p, step.valid_actions, step.effective_actions);
-                        current[i] = Some(Shown {
-                            user: user_message(config, Some(feedback), &step.observation.text),
-                            observation: step.observation.text.clone(),
-                            images: step.observation.images.clone(),
-                        });
-                    }
-                    t.turns.push(TurnRecord {
-                        user,
-                        observation,
-                        images,
-                        response: response.text,
-                        origin: response.origin,
-                        token_ids: response.token_ids,
-                        logprobs: response.logprobs,
-                        parsed: p,
-                        answer,
-                        env_reward: step.reward,
-                        format_reward,
-                        reward: step.reward + format_reward,
-                        done: step.done,
-                        success: step.success,
-                        valid_actions: step.valid_actions,
-                        effective_actions: step.effective_actions,
-                        metrics: step.metrics.iter().map(|m| (m.name.clone(), m.value)).collect(),
-                    });
-                }
+                Ok(step) => step,
+            };
+            let extra = config.format_reward.extra_actions_invalid && p.extra_actions > 0;
+            let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len() && !extra;
+            let format_reward = match config.format {
+                Format::Raw => 0.0,
+                _ if p.format_ok && all_valid => config.format_reward.bonus,
+                _ => config.format_reward.penalty,
+            };
+            (t.done, t.success) = (step.done, step.success);
+            (t.end_observation, t.end_images) = (step.observation.text.clone(), step.observation.images.clone());
+            let out_of_actions =
+                config.max_actions_per_episode > 0 && self.actions_sent[i] >= config.max_actions_per_episode;
+            if !step.done && !out_of_actions {
+                let feedback = feedback(&p, step.valid_actions, step.effective_actions);
+                self.current[i] = Some(Shown {
+                    user: user_message(config, Some(feedback), &step.observation.text),
+                    observation: step.observation.text.clone(),
+                    images: step.observation.images.clone(),
+                });
             }
+            t.turns.push(TurnRecord {
+                user,
+                observation,
+                images,
+                response: response.text,
+                origin: response.origin,
+                token_ids: response.token_ids,
+                logprobs: response.logprobs,
+                parsed: p,
+                answer,
+                env_reward: step.reward,
+                format_reward,
+                reward: step.reward + format_reward,
+                done: step.done,
+                success: step.success,
+                valid_actions: step.valid_actions,
+                effective_actions: step.effective_actions,
+                metrics: step.metrics.iter().map(|m| (m.name.clone(), m.value)).collect(),
+            });
         }
     }
-    Ok(trajs)
 }
 
 /// The observation and its images hashed: equal for turns in the same state, whatever the

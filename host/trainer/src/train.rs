@@ -400,9 +400,11 @@ impl Trainer {
         self.score(&mut collected)?;
         let t2 = Instant::now();
         assign_credit(&self.cfg, &mut collected.batch)?;
+        let t3 = Instant::now();
         let updated = self.update(&collected)?;
-        let (rollout, score) = ((t1 - t0).as_secs_f64(), (t2 - t1).as_secs_f64());
-        let timings = Timings { rollout, score, update: t2.elapsed().as_secs_f64(), step: t0.elapsed().as_secs_f64() };
+        let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
+        let (rollout, score) = (secs(t0, t1), secs(t1, t2));
+        let timings = Timings { rollout, score, update: t3.elapsed().as_secs_f64(), step: t0.elapsed().as_secs_f64() };
         Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.reuse_logprobs))
     }
 
