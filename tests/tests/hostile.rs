@@ -110,6 +110,15 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
         assert!(f.to_string().contains("oracle"), "{f}");
         assert!(t.turns.is_empty());
     }
+    // An oracle with no answer: in a format, an empty (invalid) answer the env is stepped
+    // with; without one, nothing to send, so the episode fails, saying why.
+    let silent = r#"{"mode": "oracle-none"}"#;
+    let trajs = rollout(plugin.as_ref(), silent, &[1], &config, policy).unwrap();
+    assert!(trajs[0].failure.is_none() && trajs[0].turns[0].answer.is_empty(), "{:?}", trajs[0].failure);
+    let raw = RolloutConfig { format: Format::Raw, ..Default::default() };
+    let trajs = rollout(plugin.as_ref(), silent, &[1], &raw, &mut OraclePolicy { format: Format::Raw }).unwrap();
+    let f = trajs[0].failure.as_ref().expect("failed");
+    assert_eq!((f.call, f.kind), (vagen_rollout::FailedCall::Oracle { turn: 0 }, "no-answer"));
 }
 
 #[test]

@@ -45,7 +45,8 @@ pub fn make(kind: PolicyKind, format: Format, m: &Manifest, model: ModelChoice) 
         PolicyKind::Oracle => Box::new(OraclePolicy { format }),
         PolicyKind::Human if format != Format::Raw => bail!("the human policy types raw answers: drop --format"),
         PolicyKind::Human => {
-            Box::new(Human { images: ImageSink::new(None, Some(std::env::temp_dir().join("vagen-human"))) })
+            let images = ImageSink::new(None, Some(std::env::temp_dir().join("vagen-human")));
+            Box::new(Human { images, episode: 0 })
         }
         PolicyKind::Model => {
             let options = GenerateOptions {
@@ -60,10 +61,13 @@ pub fn make(kind: PolicyKind, format: Format, m: &Manifest, model: ModelChoice) 
     })
 }
 
-/// A person at the terminal: shown the system prompt once, then each observation (images
-/// as PNG paths); an empty input stream ends the episode.
+/// A person at the terminal: shown the system prompt once, then each step's reward and the
+/// observation (images as PNG paths); an empty input stream ends the episode. `run` plays
+/// one episode at a time for it and shows how each ended ([`show_ending`]).
 struct Human {
     images: ImageSink,
+    /// Episodes started: the images' file names.
+    episode: usize,
 }
 
 impl Policy for Human {
@@ -71,16 +75,20 @@ impl Policy for Human {
         "human"
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let failed = |e: anyhow::Error| PolicyError::Prompt(format!("{e:#}"));
+        let failed = |e: anyhow::Error| PolicyError::Io { policy: "human", message: format!("{e:#}") };
         let mut out = Vec::with_capacity(requests.len());
         for r in requests {
-            if r.turn == 0
-                && let Some(system) = r.messages.first()
-            {
-                println!("{}\n", system.content);
+            if r.turn == 0 {
+                self.episode += 1;
+                if let Some(system) = r.messages.first() {
+                    println!("{}\n", system.content);
+                }
+            }
+            if let Some(reward) = r.last_reward {
+                println!("reward {reward:+}");
             }
             println!("{}", r.messages.last().map_or("", |m| m.content.as_str()));
-            for path in self.images.save(r.trajectory, r.turn as u32, &r.images).map_err(failed)? {
+            for path in self.images.save(self.episode, r.turn as u32, &r.images).map_err(failed)? {
                 println!("[image: {path}]");
             }
             print!("answer> ");
@@ -94,4 +102,19 @@ impl Policy for Human {
         }
         Ok(out)
     }
+}
+
+/// How a person's episode ended: the last reward and observation, and the outcome.
+pub fn show_ending(t: &vagen_rollout::Trajectory) {
+    if let Some(last) = t.turns.last() {
+        println!("reward {:+}", last.env_reward);
+    }
+    println!("{}", t.end_observation);
+    let outcome = match (&t.failure, t.done) {
+        (Some(f), _) => format!("failed: {f}"),
+        (None, true) if t.success => "done: success".to_string(),
+        (None, true) => "done: no success".to_string(),
+        (None, false) => "ended before the env said done".to_string(),
+    };
+    println!("episode {outcome}\n");
 }

@@ -122,11 +122,16 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let mut policy = crate::policy::make(a.policy, format, plugin.manifest(), model)?;
     let human = a.policy == PolicyKind::Human;
+    if human && a.group_size > 1 {
+        bail!("--policy human plays one episode at a time: drop --group-size");
+    }
     let g = config.group_size;
     // Instances live for one chunk of groups; the failure rate is judged between chunks. A
+    // raw run keeps as many instances as step at once (a model's batch gains from more); a
     // person plays one episode at a time.
     let workers = a.parallel.unwrap_or_else(rayon::current_num_threads).max(1);
-    let chunk_groups = if human { 1 } else { (workers * 4).div_ceil(g).max(1) };
+    let per_chunk = if format == Format::Raw { workers } else { workers * 4 };
+    let chunk_groups = if human { 1 } else { per_chunk.div_ceil(g).max(1) };
     let episodes = Episodes {
         plugin: plugin.as_ref(),
         env_config: &a.env_config,
@@ -142,6 +147,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let outcome = episodes
         .run(&seeds, policy.as_mut(), &mut |chunk| {
             bar.inc(chunk.len() as u64);
+            if human {
+                chunk.iter().for_each(crate::policy::show_ending);
+            }
             // Written as each chunk ends (a killed run keeps them); only the figures the
             // summary needs stay in memory, not the observations.
             if let Some(log) = &mut log {
@@ -179,6 +187,8 @@ fn rollout_config(a: &RunArgs) -> Result<RolloutConfig> {
         (None, _) => Format::Raw,
     };
     let history = match a.history.as_str() {
+        // Raw answers are written from the current observation alone: no prompt to build.
+        _ if format == Format::Raw => History::Last(0),
         "all" => History::All,
         n => History::Last(n.parse().with_context(|| format!("--history {n:?}: expected `all` or a number"))?),
     };

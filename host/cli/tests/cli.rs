@@ -531,3 +531,33 @@ fn a_killed_run_keeps_the_episodes_it_finished_in_its_log() {
         assert_eq!((r["episode"].as_u64(), r["turn"].as_u64()), (Some((k / 6) as u64), Some((k % 6) as u64)), "{r}");
     }
 }
+
+#[test]
+fn a_person_plays_one_episode_at_a_time_sees_each_reward_and_how_it_ended() {
+    use std::io::Write;
+    let fl = plugin("plugins", "frozenlake");
+    let cache = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+        .args(["run", "--plugin", fl.to_str().unwrap(), "--policy", "human", "--episodes", "2", "--seed", "3"])
+        .env("VAGEN_CACHE_DIR", cache.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Seed 3 starts beside a hole on the left: the first episode falls in; the second takes
+    // one move, then the input ends, and so does that episode.
+    child.stdin.take().unwrap().write_all(b"Left\nUp\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = stdout(&o);
+    assert_eq!(text.matches("answer> ").count(), 3, "two answers, then end of input: {text}");
+    // Each ending shows its last reward; the second episode's move also before its next prompt.
+    assert_eq!(text.matches("reward +0").count(), 3, "{text}");
+    assert_eq!(text.matches("episode done: no success").count(), 1, "{text}");
+    assert_eq!(text.matches("episode ended before the env said done").count(), 1, "{text}");
+    assert!(text.contains("2 episodes (0 failed)"), "{text}");
+    let refused = host(&["run", "--plugin", fl.to_str().unwrap(), "--policy", "human", "--group-size", "2"]);
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("one episode at a time"));
+}

@@ -279,6 +279,14 @@ impl<'a> Play<'a> {
         let mut oracles = vec![None; self.trajs.len()];
         for (i, answer) in answers.into_iter().enumerate() {
             match answer {
+                // Without a format there is no invalid answer to stand for "none": the
+                // episode cannot go on as asked.
+                Some(Ok(None)) if self.config.format == Format::Raw => {
+                    let message = "the oracle gave no answer for this state".to_string();
+                    self.trajs[i].failure =
+                        Some(Failure { call: FailedCall::Oracle { turn }, kind: "no-answer", message });
+                    self.current[i] = None;
+                }
                 Some(Ok(a)) => oracles[i] = a,
                 Some(Err(e)) => {
                     self.trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
@@ -303,6 +311,7 @@ impl<'a> Play<'a> {
             manifest: self.manifest.clone(),
             actions: self.spaces[i].clone(),
             oracle: oracles[i].clone(),
+            last_reward: self.trajs[i].turns.last().map(|t| t.env_reward),
             seed: self.seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
         }
     }

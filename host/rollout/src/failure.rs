@@ -25,7 +25,8 @@ pub enum FailedCall {
 pub struct Failure {
     #[serde(flatten)]
     pub call: FailedCall,
-    /// The runtime error's stable name: `timeout`, `trap`, `out-of-memory`, `malformed`, …
+    /// The runtime error's stable name (`timeout`, `trap`, `out-of-memory`, `malformed`, …),
+    /// or `no-answer` for an oracle without one in a run without a format.
     pub kind: &'static str,
     pub message: String,
 }

@@ -29,6 +29,8 @@ pub struct Request {
     pub actions: Arc<ActionSpace>,
     /// The env's expert answer, filled in when the policy asks for it.
     pub oracle: Option<String>,
+    /// What the last step paid (the env's reward), after the first turn.
+    pub last_reward: Option<f64>,
     /// Derived from the episode seed and the turn: a policy's draws for this request.
     pub seed: u64,
 }
@@ -98,6 +100,9 @@ pub enum PolicyError {
     Model(String),
     #[error("building the prompt: {0}")]
     Prompt(String),
+    /// The policy's own input or output failed (a terminal, a file).
+    #[error("the {policy} policy: {message}")]
+    Io { policy: &'static str, message: String },
 }
 
 pub trait Policy {
@@ -200,6 +205,7 @@ pub(crate) fn test_request(i: usize, manifest: &Arc<Manifest>) -> Request {
         actions: Arc::new(ActionSpace::of(manifest)),
         manifest: manifest.clone(),
         oracle: None,
+        last_reward: None,
         seed: i as u64,
     }
 }

@@ -359,6 +359,9 @@ impl TrainConfig {
         if !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
         }
+        if self.rollout.format == vagen_rollout::Format::Raw {
+            return bad("rollout.format", "`raw` is `vagen-host run`'s (answers sent as written, no format reward); a model trains in a format with an <answer>".into());
+        }
         let est = self.algorithm.advantage.estimator;
         if matches!(est, Estimator::Grpo | Estimator::Gigpo) && self.env.group_size < 2 {
             let name = if est == Estimator::Grpo { "grpo" } else { "gigpo" };

@@ -21,8 +21,9 @@ pub struct ScoreOptions {
     /// Keep generation's log-probs where the model sampled the answer.
     pub reuse_logprobs: bool,
     pub temperature: f64,
-    /// Sequences per forward.
+    /// Sequences per forward, and padded tokens (0: no limit), as the update's.
     pub micro_batch: usize,
+    pub micro_batch_tokens: usize,
 }
 
 pub fn score(models: &Models, o: &ScoreOptions, batch: &mut StepBatch) -> Result<()> {
@@ -39,7 +40,7 @@ pub fn score(models: &Models, o: &ScoreOptions, batch: &mut StepBatch) -> Result
     let all = !o.reuse_logprobs || models.reference.is_some() || models.critic.is_some();
     let need: Vec<usize> = (0..batch.len()).filter(|&k| all || forced[k]).collect();
     let _g = tch::no_grad_guard();
-    for chunk in split(batch, &need, o.micro_batch, 0) {
+    for chunk in split(batch, &need, o.micro_batch, o.micro_batch_tokens) {
         let micro = Micro::new(batch, &chunk, models.actor.device());
         let policy = (!o.reuse_logprobs || chunk.iter().any(|&k| forced[k]))
             .then(|| logprobs_and_entropy(&models.actor.lm, &micro, o.temperature).0);
@@ -98,7 +99,7 @@ mod tests {
         let models = Models { actor: &actor, reference: None, critic: None };
         let score_with = |reuse| {
             let mut b = batch();
-            let o = ScoreOptions { reuse_logprobs: reuse, temperature: 1.0, micro_batch: 8 };
+            let o = ScoreOptions { reuse_logprobs: reuse, temperature: 1.0, micro_batch: 8, micro_batch_tokens: 0 };
             score(&models, &o, &mut b).unwrap();
             b
         };

@@ -56,8 +56,10 @@ pub struct TurnColumns {
     pub end: Vec<usize>,
     /// Its number in its episode.
     pub index: Vec<usize>,
-    /// Env + format reward.
+    /// What the turn was paid in all (`env_reward + format_reward`), and its parts.
     pub reward: Vec<f64>,
+    pub env_reward: Vec<f64>,
+    pub format_reward: Vec<f64>,
     /// The key of the state it acted in (GiGPO's anchor states).
     pub state: Vec<u64>,
     pub origin: Vec<AnswerOrigin>,
@@ -146,6 +148,8 @@ impl StepBatch {
             u.end.push(end);
             u.index.push(*index);
             u.reward.push(turn.reward);
+            u.env_reward.push(turn.env_reward);
+            u.format_reward.push(turn.format_reward);
             u.state.push(turn.state_key());
             u.origin.push(turn.origin);
         }
@@ -314,6 +318,7 @@ pub(crate) mod tests {
         assert_eq!(batch.turns.index, vec![0, 1, 0]);
         assert_eq!(batch.tokens.rewards[4], 1.0);
         assert_eq!(batch.tokens.rewards[9], 2.0);
+        assert_eq!((batch.turns.env_reward[1], batch.turns.format_reward[1]), (2.0, 0.0), "the parts beside the sum");
         assert!(batch.has_origin(0, AnswerOrigin::Noisy) && !batch.has_origin(1, AnswerOrigin::Noisy));
         let zeros = vec![0.0; 16];
         let view = batch.algo_trajectory(0, &zeros);

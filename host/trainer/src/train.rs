@@ -417,6 +417,7 @@ impl Trainer {
             reuse_logprobs: self.cfg.rollout.reuse_logprobs,
             temperature: self.cfg.rollout.temperature.max(1e-6),
             micro_batch: self.cfg.optim.micro_batch,
+            micro_batch_tokens: self.cfg.optim.micro_batch_tokens,
         };
         score(&self.models(), &o, &mut collected.batch)
     }

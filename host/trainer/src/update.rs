@@ -163,7 +163,7 @@ mod tests {
         let mut batch = StepBatch::new();
         batch.push(sequence(&[&win], 3, 2), Source { episode: 0, group: 0, seed: 0, turns: vec![(0, &win)] });
         batch.push(sequence(&[&lose], 3, 2), Source { episode: 1, group: 0, seed: 0, turns: vec![(0, &lose)] });
-        let o = ScoreOptions { reuse_logprobs: false, temperature: 1.0, micro_batch: 8 };
+        let o = ScoreOptions { reuse_logprobs: false, temperature: 1.0, micro_batch: 8, micro_batch_tokens: 0 };
         score(&models, &o, &mut batch).unwrap();
         assign_credit(&cfg, &mut batch).unwrap();
         // Summed in name order: the same weights always give the same figure.

@@ -22,6 +22,7 @@ fn non_finite_and_out_of_range_numbers_are_refused_when_the_config_is_read() {
         ("rollout.format_reward.bonus=inf", "rollout.format_reward.bonus"),
         ("sandbox.max_abs_reward=0", "sandbox.max_abs_reward"),
         ("sandbox.max_turns=0", "sandbox.max_turns"),
+        ("rollout.format=\"raw\"", "rollout.format: `raw` is `vagen-host run`'s"),
     ] {
         let err = parse(&good, &[set]).expect_err(set);
         assert!(err.contains(field), "{set}: {err}");

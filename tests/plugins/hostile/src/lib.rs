@@ -11,7 +11,7 @@ mod probe;
 pub struct Config {
     /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
     /// rare-trap | flaky | leak | huge-image | step-fails | reset-fails | noisy-image | spin |
-    /// huge-error | huge-reward | max-valid | oracle-traps | exit |
+    /// huge-error | huge-reward | max-valid | oracle-traps | oracle-none | exit |
     /// read-file | read-env | connect | send-udp | lookup (probes in `reset`, see probe.rs)
     pub mode: String,
     /// What a probe aims at: a host path, an env var name, an address or a host name.
@@ -66,6 +66,7 @@ impl Env for Hostile {
             "huge-reward",
             "max-valid",
             "oracle-traps",
+            "oracle-none",
             "exit",
         ];
         if !known.contains(&config.mode.as_str()) {
@@ -202,10 +203,11 @@ impl Env for Hostile {
     }
 
     fn oracle(&self) -> Option<String> {
-        if self.mode == "oracle-traps" {
-            panic!("the oracle traps");
+        match self.mode.as_str() {
+            "oracle-traps" => panic!("the oracle traps"),
+            "oracle-none" => None,
+            _ => Some("go".into()),
         }
-        Some("go".into())
     }
 
     fn try_reset(&mut self, seed: u64) -> Result<Observation, EnvError> {
