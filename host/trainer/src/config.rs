@@ -354,13 +354,33 @@ impl TrainConfig {
         Ok(())
     }
 
+    /// `[rollout]`'s own rules.
+    fn check_rollout(&self) -> Result<(), ConfigError> {
+        let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
+        let r = &self.rollout;
+        if r.format == vagen_rollout::Format::Raw {
+            let why = "`raw` is `vagen-host run`'s (answers sent as written, no format reward); a model trains in a format with an <answer>";
+            return bad("rollout.format", why.into());
+        }
+        if !r.observation_text && !r.describe_state {
+            return bad(
+                "rollout.observation_text",
+                "false leaves the prompt without an observation: set rollout.describe_state = true".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&r.explore) {
+            return bad("rollout.explore", format!("{} is not a probability", r.explore));
+        }
+        if r.max_new_tokens == 0 {
+            return bad("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
-        }
-        if self.rollout.format == vagen_rollout::Format::Raw {
-            return bad("rollout.format", "`raw` is `vagen-host run`'s (answers sent as written, no format reward); a model trains in a format with an <answer>".into());
         }
         let est = self.algorithm.advantage.estimator;
         if matches!(est, Estimator::Grpo | Estimator::Gigpo) && self.env.group_size < 2 {
@@ -408,15 +428,6 @@ impl TrainConfig {
         if !(0.0..=1.0).contains(&self.env.max_failure_rate) {
             return bad("env.max_failure_rate", format!("{} is not a share in [0, 1]", self.env.max_failure_rate));
         }
-        if !self.rollout.observation_text && !self.rollout.describe_state {
-            return bad(
-                "rollout.observation_text",
-                "false leaves the prompt without an observation: set rollout.describe_state = true".into(),
-            );
-        }
-        if !(0.0..=1.0).contains(&self.rollout.explore) {
-            return bad("rollout.explore", format!("{} is not a probability", self.rollout.explore));
-        }
         if !(0.0..=1.0).contains(&self.sft.action_noise) {
             return bad("sft.action_noise", format!("{} is not a probability", self.sft.action_noise));
         }
@@ -424,9 +435,7 @@ impl TrainConfig {
         if !(f > 0.0 && f <= 1.0) {
             return bad("algorithm.filter.keep_fraction", format!("{f} is not in (0, 1]"));
         }
-        if self.rollout.max_new_tokens == 0 {
-            return bad("rollout.max_new_tokens", "must be at least 1".into());
-        }
+        self.check_rollout()?;
         self.check_numbers()?;
         self.model
             .dtype
