@@ -169,8 +169,7 @@ impl RawSummary {
         };
         println!("{name}: {} episodes ({} failed{stopped})", self.episodes, self.failed_episodes);
         if let Some(e) = &self.first_error {
-            let counts: Vec<String> = self.failures.iter().map(|(k, n)| format!("{n} {k}")).collect();
-            println!("  failures        {}", counts.join(", "));
+            println!("  failures        {}", vagen_rollout::counts_text(&self.failures));
             println!("  first error     {e}");
         }
         let or_none = |x: Option<f64>, digits: usize| {

@@ -160,7 +160,7 @@ pub fn rollout(
             break;
         }
     }
-    Ok(play.trajs)
+    Ok(play.finish())
 }
 
 /// The episodes of one `rollout` call, turn by turn: each turn asks the oracle (when the
@@ -211,6 +211,20 @@ impl<'a> Play<'a> {
         Ok(play)
     }
 
+    /// Episode `i` goes no further: what it showed last is where it ended.
+    fn stop(&mut self, i: usize) {
+        if let Some(shown) = self.current[i].take() {
+            let t = &mut self.trajs[i];
+            (t.end_observation, t.end_images) = (shown.observation, shown.images);
+        }
+    }
+
+    /// The trajectories; episodes still going (out of turns) end where they are.
+    fn finish(mut self) -> Vec<Trajectory> {
+        (0..self.current.len()).for_each(|i| self.stop(i));
+        self.trajs
+    }
+
     fn seed(&self, i: usize) -> u64 {
         self.seeds[i / self.g]
     }
@@ -238,7 +252,6 @@ impl<'a> Play<'a> {
                         system.to_string()
                     };
                     let user = user_message(config, None, &obs.text);
-                    (t.end_observation, t.end_images) = (obs.text.clone(), obs.images.clone());
                     self.current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
                 }
                 Err(e) => {
@@ -285,12 +298,12 @@ impl<'a> Play<'a> {
                     let message = "the oracle gave no answer for this state".to_string();
                     self.trajs[i].failure =
                         Some(Failure { call: FailedCall::Oracle { turn }, kind: "no-answer", message });
-                    self.current[i] = None;
+                    self.stop(i);
                 }
                 Some(Ok(a)) => oracles[i] = a,
                 Some(Err(e)) => {
                     self.trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
-                    self.current[i] = None;
+                    self.stop(i);
                 }
                 None => {}
             }
@@ -329,7 +342,7 @@ impl<'a> Play<'a> {
                     (None, false) => return true,
                 };
                 self.trajs[*i].truncated = Some(end);
-                self.current[*i] = None;
+                self.stop(*i);
                 false
             })
             .unzip()
@@ -392,7 +405,7 @@ impl<'a> Play<'a> {
         active: &[usize],
         responses: Vec<Response>,
         answered: &mut Answered,
-        results: Vec<Option<Result<StepResult, vagen_runtime::Error>>>,
+        mut results: Vec<Option<Result<StepResult, vagen_runtime::Error>>>,
     ) {
         let config = self.config;
         for (&i, response) in active.iter().zip(responses) {
@@ -400,10 +413,12 @@ impl<'a> Play<'a> {
             let Shown { user, observation, images } = self.current[i].take().expect("active");
             let answer = answered.step[i].take().unwrap_or_default();
             let t = &mut self.trajs[i];
-            let step = match results[i].as_ref().expect("stepped") {
+            let step = match results[i].take().expect("stepped") {
                 Err(e) => {
-                    t.failure = Some(Failure::new(FailedCall::Step { turn }, e));
+                    t.failure = Some(Failure::new(FailedCall::Step { turn }, &e));
                     t.failed_answer = Some(answer);
+                    // The last observation is the one the failed step acted on.
+                    (t.end_observation, t.end_images) = (observation, images);
                     continue;
                 }
                 Ok(step) => step,
@@ -416,16 +431,15 @@ impl<'a> Play<'a> {
                 _ => config.format_reward.penalty,
             };
             (t.done, t.success) = (step.done, step.success);
-            (t.end_observation, t.end_images) = (step.observation.text.clone(), step.observation.images.clone());
             let out_of_actions =
                 config.max_actions_per_episode > 0 && self.actions_sent[i] >= config.max_actions_per_episode;
+            let next = step.observation;
             if !step.done && !out_of_actions {
                 let feedback = feedback(&p, step.valid_actions, step.effective_actions);
-                self.current[i] = Some(Shown {
-                    user: user_message(config, Some(feedback), &step.observation.text),
-                    observation: step.observation.text.clone(),
-                    images: step.observation.images.clone(),
-                });
+                let user = user_message(config, Some(feedback), &next.text);
+                self.current[i] = Some(Shown { user, observation: next.text, images: next.images });
+            } else {
+                (t.end_observation, t.end_images) = (next.text, next.images);
             }
             t.turns.push(TurnRecord {
                 user,
@@ -444,7 +458,7 @@ impl<'a> Play<'a> {
                 success: step.success,
                 valid_actions: step.valid_actions,
                 effective_actions: step.effective_actions,
-                metrics: step.metrics.iter().map(|m| (m.name.clone(), m.value)).collect(),
+                metrics: step.metrics.into_iter().map(|m| (m.name, m.value)).collect(),
             });
         }
     }

@@ -37,15 +37,15 @@ impl Episodes<'_> {
         on_chunk: &mut dyn FnMut(&mut [Trajectory]) -> Result<(), RolloutError>,
     ) -> Result<Outcome, RolloutError> {
         let per_call = if self.chunk_groups == 0 { seeds.len().max(1) } else { self.chunk_groups };
-        let mut trajectories: Vec<Trajectory> = Vec::new();
+        let (mut trajectories, mut failed) = (Vec::<Trajectory>::new(), 0);
         for (k, chunk) in seeds.chunks(per_call).enumerate() {
             let mut trajs = rollout(self.plugin, self.env_config, chunk, self.config, policy)?;
             for t in &mut trajs {
                 t.group += k * per_call;
             }
             on_chunk(&mut trajs)?;
+            failed += trajs.iter().filter(|t| t.failure.is_some()).count();
             trajectories.extend(trajs);
-            let failed = trajectories.iter().filter(|t| t.failure.is_some()).count();
             let judged = trajectories.len() >= self.failures.min_episodes;
             if judged && self.failures.exceeded(failed, trajectories.len()) {
                 break;

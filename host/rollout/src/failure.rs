@@ -57,6 +57,11 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// Counts as a reader sees them: `1 reset:timeout, 2 step:trap`.
+pub fn counts_text(counts: &BTreeMap<String, usize>) -> String {
+    counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", ")
+}
+
 /// Failed episodes counted by [`Failure::label`].
 pub fn count_failures(trajs: &[Trajectory]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -133,13 +138,12 @@ impl TooManyFailures {
 
 impl std::fmt::Display for TooManyFailures {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let counts: Vec<String> = self.counts.iter().map(|(k, n)| format!("{n} {k}")).collect();
         write!(
             f,
             "{} of {} episodes failed ({}), more than the {} allowed; first error: {}",
             self.failed,
             self.total,
-            counts.join(", "),
+            counts_text(&self.counts),
             self.max_rate,
             self.failure
         )

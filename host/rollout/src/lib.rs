@@ -26,7 +26,7 @@ pub use config::{FormatReward, History, RolloutConfig};
 pub use driver::{RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics, rollout};
 pub use episodes::{Episodes, Outcome};
 pub use explore::{ExploreAt, Exploring};
-pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures};
+pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures, counts_text};
 pub use format::{Format, TAGS};
 pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,

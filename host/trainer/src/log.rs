@@ -29,7 +29,7 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
         m.values.insert("critic/explained_variance".into(), ev);
     }
     let credit = batch.credit.as_ref();
-    let (before, after) = credit.map(|c| (c.before.clone(), c.after.clone())).unwrap_or_default();
+    let (before, after) = credit.map(|c| (c.before, c.after)).unwrap_or_default();
     let response_tokens = batch.tokens.loss_mask.iter().filter(|&&x| x).count();
     for (k, v) in [
         ("train/success", rm.success),

@@ -360,7 +360,7 @@ impl Trainer {
             e.failed,
             e.total,
             e.max_rate,
-            e.counts.iter().map(|(k, n)| format!("{n} {k}")).collect::<Vec<_>>().join(", "),
+            vagen_rollout::counts_text(&e.counts),
             self.cfg.env.plugin.display(),
             e.failure,
             path.display(),
