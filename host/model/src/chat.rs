@@ -75,13 +75,48 @@ impl ChatTemplate {
     /// The prompt text for `messages`; with `add_generation_prompt` it ends with the opening
     /// of an assistant turn, as `apply_chat_template(..., add_generation_prompt=True)`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_value(Value::from_serialize(messages), add_generation_prompt)
+    }
+
+    /// [`Self::render`] with each `<image>` marker in a message as an image entry of list
+    /// content (`[{"type": "image"}, {"type": "text", "text": ...}]`), which is how
+    /// multimodal templates (Qwen2.5-VL's) place `<|vision_start|><|image_pad|><|vision_end|>`.
+    /// Messages without a marker stay plain strings.
+    pub fn render_with_images(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_value(Value::from_serialize(image_content(messages)), add_generation_prompt)
+    }
+
+    fn render_value(&self, messages: Value, add_generation_prompt: bool) -> Result<String> {
         let template = self.env.get_template("chat").map_err(|e| Error::Template(describe(&e)))?;
         let mut ctx: BTreeMap<String, Value> =
             self.special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-        ctx.insert("messages".into(), Value::from_serialize(messages));
+        ctx.insert("messages".into(), messages);
         ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         template.render(ctx).map_err(|e| Error::Template(describe(&e)))
     }
+}
+
+/// Messages as transformers' JSON, content with `<image>` markers split into list entries.
+fn image_content(messages: &[Message]) -> Vec<serde_json::Value> {
+    use serde_json::json;
+    messages
+        .iter()
+        .map(|m| {
+            if !m.content.contains(vagen_rollout::IMAGE_MARKER) {
+                return json!({ "role": m.role, "content": m.content });
+            }
+            let mut parts = vec![];
+            for (i, piece) in m.content.split(vagen_rollout::IMAGE_MARKER).enumerate() {
+                if i > 0 {
+                    parts.push(json!({ "type": "image" }));
+                }
+                if !piece.is_empty() {
+                    parts.push(json!({ "type": "text", "text": piece }));
+                }
+            }
+            json!({ "role": m.role, "content": parts })
+        })
+        .collect()
 }
 
 /// `bos_token`, `eos_token`, … as plain strings (the config may hold `{"content": ...}`).

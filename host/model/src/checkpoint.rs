@@ -1,6 +1,11 @@
 //! A model folder in the Hugging Face layout, loaded and saved.
 
+use crate::image_processor::{ImageProcessor, PixelValues};
+use crate::vision::VisionTower;
+use crate::vl::{Prompt, Vision};
+use crate::vl_config::{self, Qwen2VlConfig};
 use crate::{ChatTemplate, DType, Error, Qwen2Config, Qwen2ForCausalLM, Result, Tokenizer, weights};
+use vagen_rollout::Image;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
@@ -31,8 +36,20 @@ pub struct Model {
     /// tokenizer's `eos_token`.
     pub eos_token_ids: Vec<u32>,
     pub dtype: DType,
+    /// The vision tower, its config and image processor: `Some` for Qwen2.5-VL.
+    pub vision: Option<Vision>,
     tokenizer_config: Value,
     generation_config: Option<Value>,
+}
+
+/// Everything of a model folder but the weights.
+pub(crate) struct Parts {
+    pub config: Qwen2Config,
+    pub vl: Option<(Qwen2VlConfig, ImageProcessor)>,
+    pub tokenizer: Tokenizer,
+    pub tokenizer_config: Value,
+    pub generation_config: Option<Value>,
+    pub chat: Option<ChatTemplate>,
 }
 
 impl Model {
@@ -46,31 +63,42 @@ impl Model {
     }
 
     /// Loads `config.json`, `model.safetensors` (or its sharded index), `tokenizer.json`,
-    /// `tokenizer_config.json` and the chat template of a HF model folder.
+    /// `tokenizer_config.json` and the chat template of a HF model folder; for Qwen2.5-VL
+    /// also the vision tower and the image processor's settings.
     pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
         if !dir.is_dir() {
             return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model folder")));
         }
-        let config = Qwen2Config::from_file(&dir.join("config.json"))?;
-        let tokenizer = Tokenizer::from_file(&dir.join("tokenizer.json"))?;
-        let tokenizer_config = read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
-        let generation_config = read_json_opt(&dir.join("generation_config.json"))?;
-        let chat = ChatTemplate::from_dir(dir)?;
-        let tensors = weights::read_dir(dir)?;
-        Self::assemble(config, &tensors, dir, tokenizer, tokenizer_config, generation_config, chat, options)
+        let config_path = dir.join("config.json");
+        let raw = read_json_opt(&config_path)?
+            .ok_or_else(|| Error::io(&config_path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json")))?;
+        let (config, vl) = if vl_config::is_vl(&raw) {
+            let vl = Qwen2VlConfig::from_file(&config_path)?;
+            let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
+            (vl.text.clone(), Some((vl, processor)))
+        } else {
+            (Qwen2Config::from_file(&config_path)?, None)
+        };
+        let parts = Parts {
+            config,
+            vl,
+            tokenizer: Tokenizer::from_file(&dir.join("tokenizer.json"))?,
+            tokenizer_config: read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null),
+            generation_config: read_json_opt(&dir.join("generation_config.json"))?,
+            chat: ChatTemplate::from_dir(dir)?,
+        };
+        let mut tensors = weights::read_dir(dir)?;
+        weights::legacy_names(&mut tensors);
+        Self::assemble(parts, &tensors, dir, options)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn assemble(
-        config: Qwen2Config,
+        parts: Parts,
         tensors: &HashMap<String, Tensor>,
         source: &Path,
-        tokenizer: Tokenizer,
-        tokenizer_config: Value,
-        generation_config: Option<Value>,
-        chat: Option<ChatTemplate>,
         options: LoadOptions,
     ) -> Result<Self> {
+        let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
         if tokenizer.vocab_size() > config.vocab_size {
             return Err(Error::Invalid(format!(
                 "the tokenizer has {} ids but the model's vocab_size is {}",
@@ -80,10 +108,25 @@ impl Model {
         }
         let mut vs = VarStore::new(options.device);
         let lm = Qwen2ForCausalLM::new(&vs.root(), &config);
+        let vision = vl.map(|(config, processor)| Vision {
+            tower: VisionTower::new(vs.root() / "visual", &config.vision),
+            config,
+            processor,
+        });
         vs.set_kind(options.dtype.kind());
         weights::fill(&vs, tensors, source)?;
         let eos_token_ids = eos_ids(&config, generation_config.as_ref(), &tokenizer_config, &tokenizer);
-        Ok(Model { lm, vs, tokenizer, chat, eos_token_ids, dtype: options.dtype, tokenizer_config, generation_config })
+        Ok(Model {
+            lm,
+            vs,
+            tokenizer,
+            chat,
+            eos_token_ids,
+            dtype: options.dtype,
+            vision,
+            tokenizer_config,
+            generation_config,
+        })
     }
 
     pub fn config(&self) -> &Qwen2Config {
@@ -111,12 +154,78 @@ impl Model {
         crate::generate(&self.lm, &self.tokenizer, &self.eos_token_ids, prompts, options)
     }
 
+    /// The vision half, or an error saying this is a text-only model.
+    pub fn vision(&self) -> Result<&Vision> {
+        self.vision.as_ref().ok_or_else(|| {
+            Error::Invalid("this is a text-only model (no vision tower): it cannot take images".into())
+        })
+    }
+
+    /// `messages` (whose text holds one `<image>` marker per image) and `images` as a prompt
+    /// for this model. A text-only model takes no images.
+    pub fn encode_chat_images(
+        &self,
+        messages: &[crate::Message],
+        images: &[Image],
+        add_generation_prompt: bool,
+    ) -> Result<Prompt> {
+        let Some(vision) = &self.vision else {
+            if !images.is_empty() {
+                self.vision()?;
+            }
+            return Ok(Prompt::text(self.encode_chat(messages, add_generation_prompt)?));
+        };
+        let text = self.chat_template()?.render_with_images(messages, add_generation_prompt)?;
+        let ids = self.tokenizer.encode(&text)?;
+        let pixels: Vec<PixelValues> = images
+            .iter()
+            .enumerate()
+            .map(|(i, img)| vision.processor.process(img).map_err(|e| Error::Invalid(format!("image {i}: {e}"))))
+            .collect::<Result<_>>()?;
+        vision.expand(&ids, pixels)
+    }
+
+    /// Continues prompts that may hold images (a text-only model takes prompts without).
+    pub fn generate_vl(&self, prompts: &[Prompt], options: &crate::GenerateOptions) -> Result<Vec<crate::Generation>> {
+        match &self.vision {
+            Some(v) => crate::generate_vl(&self.lm, v, &self.tokenizer, &self.eos_token_ids, prompts, options),
+            None => {
+                if prompts.iter().any(|p| !p.images.is_empty()) {
+                    self.vision()?;
+                }
+                let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+                self.generate(&ids, options)
+            }
+        }
+    }
+
+    /// Whether training updates the vision tower (it does by default, as in VAGEN).
+    pub fn set_vision_trainable(&mut self, trainable: bool) {
+        for (name, t) in self.vs.variables() {
+            if name.starts_with("visual.") {
+                let _ = t.set_requires_grad(trainable);
+            }
+        }
+    }
+
     /// Writes the folder transformers' `from_pretrained` reads: `config.json`,
     /// `model.safetensors` (in the model's dtype), `generation_config.json`, `tokenizer.json`,
     /// `tokenizer_config.json` with the chat template.
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        write_json(&dir.join("config.json"), &self.config().to_json(self.dtype.hf_name()))?;
+        let config = match &self.vision {
+            Some(v) => v.config.to_json(self.dtype.hf_name()),
+            None => self.config().to_json(self.dtype.hf_name()),
+        };
+        write_json(&dir.join("config.json"), &config)?;
+        if let Some(v) = &self.vision {
+            write_json(&dir.join("preprocessor_config.json"), &v.processor.to_json())?;
+            // transformers 5 reads processor_config.json first: a stale one would win.
+            let stale = dir.join("processor_config.json");
+            if stale.exists() {
+                std::fs::remove_file(&stale).map_err(|e| Error::io(&stale, e))?;
+            }
+        }
         weights::write(&self.vs, &dir.join("model.safetensors"))?;
         // A shard index left from an earlier save would point transformers at stale shards.
         let index = dir.join("model.safetensors.index.json");
@@ -133,10 +242,14 @@ impl Model {
             m.insert("chat_template".into(), chat.source().into());
         }
         write_json(&dir.join("tokenizer_config.json"), &tokenizer_config)?;
+        // Also beside it as chat_template.jinja: transformers 5's processors (the VL one)
+        // read only that file, and a stale one from an earlier save would win over the
+        // tokenizer config's.
         let jinja = dir.join("chat_template.jinja");
-        if jinja.exists() {
-            // The template now lives in tokenizer_config.json; a stale file would win over it.
-            std::fs::remove_file(&jinja).map_err(|e| Error::io(&jinja, e))?;
+        match &self.chat {
+            Some(chat) => std::fs::write(&jinja, chat.source()).map_err(|e| Error::io(&jinja, e))?,
+            None if jinja.exists() => std::fs::remove_file(&jinja).map_err(|e| Error::io(&jinja, e))?,
+            None => {}
         }
         let generation = self.generation_config.clone().unwrap_or_else(|| {
             serde_json::json!({ "eos_token_id": self.eos_token_ids, "bos_token_id": self.config().raw.get("bos_token_id") })

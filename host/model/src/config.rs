@@ -20,6 +20,9 @@ pub struct Qwen2Config {
     pub tie_word_embeddings: bool,
     /// End-of-sequence ids from the config (`eos_token_id` may be one id or a list).
     pub eos_token_ids: Vec<i64>,
+    /// Qwen2.5-VL's M-RoPE: how many rotary frequency pairs take the temporal, height and
+    /// width position (summing to `head_dim / 2`). `None` for the text family.
+    pub mrope_section: Option<Vec<usize>>,
     pub raw: Value,
 }
 
@@ -124,6 +127,7 @@ impl Qwen2Config {
             rms_norm_eps: r.rms_norm_eps,
             tie_word_embeddings: r.tie_word_embeddings,
             eos_token_ids,
+            mrope_section: None,
             raw,
         })
     }

@@ -1,6 +1,7 @@
 //! The embedded default: a small Qwen2-shaped model and a tokenizer with the chat special
 //! tokens, built from a seed with no download, through the same loader as real checkpoints.
 
+use crate::checkpoint::Parts;
 use crate::{ChatTemplate, LoadOptions, Model, Qwen2Config, Result, Tokenizer};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -58,7 +59,8 @@ pub fn random_model(config: Qwen2Config, seed: u64, options: LoadOptions) -> Res
         serde_json::from_str(TOKENIZER_CONFIG).expect("the embedded tokenizer config is JSON");
     let chat = ChatTemplate::from_tokenizer_config(&tokenizer_config)?;
     let tensors = initial_weights(&config, seed);
-    Model::assemble(config, &tensors, Path::new("<default>"), tokenizer, tokenizer_config, None, chat, options)
+    let parts = Parts { config, vl: None, tokenizer, tokenizer_config, generation_config: None, chat };
+    Model::assemble(parts, &tensors, Path::new("<default>"), options)
 }
 
 pub(crate) fn initial_weights(c: &Qwen2Config, seed: u64) -> HashMap<String, Tensor> {

@@ -4,6 +4,8 @@
 
 use crate::qwen2::attention_mask;
 use crate::sampling::Sampler;
+use crate::image_processor::PixelValues;
+use crate::vl::{MropePositions, Prompt, Vision, batch_positions};
 use crate::{Error, KvCache, Qwen2ForCausalLM, Result, Tokenizer};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
@@ -82,6 +84,33 @@ pub fn generate(
     prompts: &[Vec<u32>],
     options: &GenerateOptions,
 ) -> Result<Vec<Generation>> {
+    let ids: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
+    run(lm, None, tokenizer, eos, &ids, &[], options)
+}
+
+/// [`generate`] for a VL model: prompts with their images (of any number and size per row).
+pub fn generate_vl(
+    lm: &Qwen2ForCausalLM,
+    vision: &Vision,
+    tokenizer: &Tokenizer,
+    eos: &[u32],
+    prompts: &[Prompt],
+    options: &GenerateOptions,
+) -> Result<Vec<Generation>> {
+    let ids: Vec<&[u32]> = prompts.iter().map(|p| p.ids.as_slice()).collect();
+    let images: Vec<&PixelValues> = prompts.iter().flat_map(|p| &p.images).collect();
+    run(lm, Some((vision, prompts)), tokenizer, eos, &ids, &images, options)
+}
+
+fn run(
+    lm: &Qwen2ForCausalLM,
+    vision: Option<(&Vision, &[Prompt])>,
+    tokenizer: &Tokenizer,
+    eos: &[u32],
+    prompts: &[&[u32]],
+    images: &[&PixelValues],
+    options: &GenerateOptions,
+) -> Result<Vec<Generation>> {
     validate(lm, prompts, options)?;
     if prompts.is_empty() {
         return Ok(vec![]);
@@ -89,16 +118,27 @@ pub fn generate(
     let _guard = tch::no_grad_guard();
     let device = lm.model.device();
     let batch = prompts.len();
-    let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+    let longest = prompts.iter().map(|p| p.len()).max().unwrap_or(0);
     let caps: Vec<usize> = (0..batch).map(|i| options.cap(i)).collect();
     let new = caps.iter().copied().max().unwrap_or(0);
     let (ids, key_mask) = left_pad(prompts, longest, new, device);
-    let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
+    let (embeds, positions, deltas) = match vision {
+        Some((v, rows)) => {
+            let rows: Vec<MropePositions> = rows.iter().map(|p| v.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
+            let offsets: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
+            let positions = batch_positions(&rows, &offsets, longest, device);
+            (v.embed(lm, &ids, images)?, positions, rows.iter().map(|r| r.delta).collect())
+        }
+        None => {
+            let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
+            (lm.model.embed(&ids), positions, vec![0; batch])
+        }
+    };
     let mut cache = KvCache::new(lm.config(), batch, longest + new, lm.model.kind(), device);
     let mask = attention_mask(&key_mask.narrow(1, 0, longest as i64), 0, longest);
     // Only the last position's logits are needed: the head over every prompt position would
     // cost batch × prompt × vocab × hidden for nothing.
-    let hidden = lm.model.forward(&ids, &positions, Some(&mask), Some(&mut cache))?;
+    let hidden = lm.model.forward_embeds(embeds, &positions, Some(&mask), Some(&mut cache))?;
     let mut logits = lm.logits(&hidden.select(1, -1));
 
     let mut sampler = Sampler::new(options.temperature, options.top_p, options.top_k, options.seed);
@@ -132,10 +172,15 @@ pub fn generate(
         let feed: Vec<i64> = tokens.iter().zip(&active).map(|(&t, &a)| if a { t } else { 0 }).collect();
         let column = (longest + step) as i64;
         key_mask.narrow(1, column, 1).copy_(&Tensor::from_slice(&active).view([-1, 1]).to_device(device));
-        let pos: Vec<i64> = prompts.iter().map(|p| (p.len() + step) as i64).collect();
+        // A generated token's position continues the prompt's last one: its length plus
+        // the M-RoPE delta, on all three axes.
+        let pos: Vec<i64> = prompts.iter().zip(&deltas).map(|(p, d)| (p.len() + step) as i64 + d).collect();
         let mask = attention_mask(&key_mask.narrow(1, 0, column + 1), longest + step, 1);
         let input = Tensor::from_slice(&feed).view([-1, 1]).to_device(device);
-        let pos = Tensor::from_slice(&pos).view([-1, 1]).to_device(device);
+        let mut pos = Tensor::from_slice(&pos).view([-1, 1]).to_device(device);
+        if vision.is_some() {
+            pos = pos.unsqueeze(0).expand([3, batch as i64, 1], false);
+        }
         logits = lm.forward(&input, &pos, Some(&mask), Some(&mut cache))?.select(1, 0);
     }
     rows.into_iter().map(|row| row.finish(tokenizer, &options.stop)).collect()
@@ -162,7 +207,7 @@ impl Row {
     }
 }
 
-fn validate(lm: &Qwen2ForCausalLM, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<()> {
+fn validate(lm: &Qwen2ForCausalLM, prompts: &[&[u32]], options: &GenerateOptions) -> Result<()> {
     let c = lm.config();
     if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
         return Err(Error::Invalid(format!("temperature {} must be finite and >= 0", options.temperature)));
@@ -205,7 +250,7 @@ fn validate(lm: &Qwen2ForCausalLM, prompts: &[Vec<u32>], options: &GenerateOptio
 
 /// Ids `[batch, longest]` padded on the left, and the key mask `[batch, longest + new]`
 /// (true = real token) whose generated columns are filled in step by step.
-fn left_pad(prompts: &[Vec<u32>], longest: usize, new: usize, device: tch::Device) -> (Tensor, Tensor) {
+fn left_pad(prompts: &[&[u32]], longest: usize, new: usize, device: tch::Device) -> (Tensor, Tensor) {
     let mut ids = Vec::with_capacity(prompts.len() * longest);
     let mut mask = Vec::with_capacity(prompts.len() * (longest + new));
     for p in prompts {
@@ -225,25 +270,56 @@ fn left_pad(prompts: &[Vec<u32>], longest: usize, new: usize, device: tch::Devic
 /// at `temperature` (1 for raw logits): one forward over the right-padded batch, the way a
 /// training step scores sampled tokens. Row i has `sequences[i].len() - 1` entries.
 pub fn sequence_logprobs(lm: &Qwen2ForCausalLM, sequences: &[Vec<u32>], temperature: f64) -> Result<Vec<Vec<f32>>> {
-    if sequences.iter().any(|s| s.len() < 2) {
-        return Err(Error::Invalid("each sequence needs at least two tokens to score".into()));
-    }
+    let rows: Vec<&[u32]> = sequences.iter().map(Vec::as_slice).collect();
+    check_scorable(&rows)?;
     let _guard = tch::no_grad_guard();
     let device = lm.model.device();
-    let longest = sequences.iter().map(Vec::len).max().unwrap_or(0);
-    let mut ids = Vec::with_capacity(sequences.len() * longest);
-    for s in sequences {
+    let ids = right_pad(&rows, device);
+    let longest = ids.size()[1];
+    let positions = Tensor::arange(longest, (Kind::Int64, device)).unsqueeze(0).expand_as(&ids);
+    let logits = lm.forward(&ids, &positions, None, None)?;
+    chosen_logprobs(&logits, &ids, &rows, temperature)
+}
+
+/// [`sequence_logprobs`] for a VL model: each sequence with the images its prompt shows.
+pub fn sequence_logprobs_vl(
+    lm: &Qwen2ForCausalLM,
+    vision: &Vision,
+    sequences: &[Prompt],
+    temperature: f64,
+) -> Result<Vec<Vec<f32>>> {
+    let rows: Vec<&[u32]> = sequences.iter().map(|p| p.ids.as_slice()).collect();
+    check_scorable(&rows)?;
+    let _guard = tch::no_grad_guard();
+    let refs: Vec<&Prompt> = sequences.iter().collect();
+    let (logits, ids) = vision.logits(lm, &refs)?;
+    chosen_logprobs(&logits, &ids, &rows, temperature)
+}
+
+fn check_scorable(rows: &[&[u32]]) -> Result<()> {
+    if rows.iter().any(|s| s.len() < 2) {
+        return Err(Error::Invalid("each sequence needs at least two tokens to score".into()));
+    }
+    Ok(())
+}
+
+/// Ids `[batch, longest]`, padded with 0 on the right.
+pub(crate) fn right_pad(rows: &[&[u32]], device: tch::Device) -> Tensor {
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(rows.len() * longest);
+    for s in rows {
         ids.extend(s.iter().map(|&t| t as i64).chain(std::iter::repeat_n(0, longest - s.len())));
     }
-    let ids = Tensor::from_slice(&ids).view([sequences.len() as i64, longest as i64]).to_device(device);
-    let positions = Tensor::arange(longest as i64, (Kind::Int64, device)).unsqueeze(0).expand_as(&ids);
-    let logits = lm.forward(&ids, &positions, None, None)?;
+    Tensor::from_slice(&ids).view([rows.len() as i64, longest as i64]).to_device(device)
+}
+
+fn chosen_logprobs(logits: &Tensor, ids: &Tensor, rows: &[&[u32]], temperature: f64) -> Result<Vec<Vec<f32>>> {
+    let longest = ids.size()[1];
     let t = if temperature > 0.0 { temperature } else { 1.0 };
-    let logp = (logits.narrow(1, 0, longest as i64 - 1) / t).log_softmax(-1, Kind::Float);
-    let targets = ids.narrow(1, 1, longest as i64 - 1).unsqueeze(-1);
+    let logp = (logits.narrow(1, 0, longest - 1) / t).log_softmax(-1, Kind::Float);
+    let targets = ids.narrow(1, 1, longest - 1).unsqueeze(-1);
     let chosen = logp.gather(-1, &targets, false).squeeze_dim(-1).to_device(tch::Device::Cpu);
-    sequences
-        .iter()
+    rows.iter()
         .enumerate()
         .map(|(i, s)| Ok(Vec::<f32>::try_from(chosen.get(i as i64).narrow(0, 0, s.len() as i64 - 1))?))
         .collect()

@@ -1,12 +1,17 @@
 //! Qwen2-family causal language models on libtorch (tch), for rollouts and training.
 //!
-//! - [`Qwen2Config`] is deserialised straight from a Hugging Face `config.json`.
+//! - [`Qwen2Config`] is deserialised straight from a Hugging Face `config.json`;
+//!   [`Qwen2VlConfig`] from a Qwen2.5-VL one (transformers 4 and 5 spellings).
 //! - [`Qwen2ForCausalLM`] mirrors the HF weight names; its forward pass takes the
 //!   [`KvCache`] as an explicit value, so the same weights serve batched generation (with a
 //!   cache) and training forwards (without one).
 //! - [`Tokenizer`] wraps `tokenizer.json`; [`ChatTemplate`] renders the model's Jinja chat
 //!   template the way transformers' `apply_chat_template` does.
-//! - [`generate`] runs batched, seeded generation and returns sampled ids with log-probs.
+//! - [`generate`] runs batched, seeded generation and returns sampled ids with log-probs;
+//!   [`generate_vl`] the same with images in the prompts.
+//! - Qwen2.5-VL: [`VisionTower`] (window attention, 2-D rotary, patch merger),
+//!   [`ImageProcessor`] (transformers' `Qwen2VLImageProcessor`), M-RoPE positions and image
+//!   features placed in the prompt ([`Vision`], [`Prompt`]).
 //! - [`ModelPolicy`] answers rollout requests (the rollout crate's `Policy`).
 //! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
 //!   [`default_model`] builds the embedded small model from a seed.
@@ -18,6 +23,7 @@ pub(crate) mod default_model;
 mod device;
 mod error;
 mod generate;
+mod image_processor;
 mod kv_cache;
 mod policy;
 mod qwen2;
@@ -25,6 +31,9 @@ mod rope;
 mod sampling;
 mod tokenizer;
 mod value_head;
+mod vision;
+mod vl;
+mod vl_config;
 mod weights;
 
 pub use chat::ChatTemplate;
@@ -33,10 +42,17 @@ pub use config::Qwen2Config;
 pub use default_model::{DEFAULT_SEED, default_config, default_model, random_model};
 pub use device::{DType, parse_device};
 pub use error::{Error, Result};
-pub use generate::{FinishReason, GenerateOptions, Generation, generate, sequence_logprobs};
+pub use generate::{
+    FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
+};
+pub use image_processor::{ImageProcessor, PixelValues};
 pub use kv_cache::KvCache;
 pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use tokenizer::Tokenizer;
 pub use vagen_rollout::Message;
 pub use value_head::ValueModel;
+pub use vagen_rollout::Image;
+pub use vision::VisionTower;
+pub use vl::{MropePositions, Prompt, Vision};
+pub use vl_config::{Qwen2VlConfig, VisionConfig};

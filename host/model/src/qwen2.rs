@@ -24,17 +24,17 @@ impl Linear {
 }
 
 /// Computed in f32 whatever the parameter dtype, as HF's `Qwen2RMSNorm`.
-struct RmsNorm {
+pub(crate) struct RmsNorm {
     weight: Tensor,
     eps: f64,
 }
 
 impl RmsNorm {
-    fn new(p: Path, size: usize, eps: f64) -> Self {
+    pub fn new(p: Path, size: usize, eps: f64) -> Self {
         RmsNorm { weight: p.var("weight", &[size as i64], Init::Const(1.)), eps }
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
+    pub fn forward(&self, x: &Tensor) -> Tensor {
         let kind = x.kind();
         let x32 = x.to_kind(Kind::Float);
         let variance = x32.pow_tensor_scalar(2).mean_dim(-1, true, Kind::Float);
@@ -104,7 +104,8 @@ impl Attention {
     }
 }
 
-struct Mlp {
+/// SwiGLU: `down(silu(gate(x)) · up(x))`; the vision tower's has biases, the LM's not.
+pub(crate) struct Mlp {
     gate_proj: Linear,
     up_proj: Linear,
     down_proj: Linear,
@@ -112,15 +113,18 @@ struct Mlp {
 
 impl Mlp {
     fn new(p: Path, c: &Qwen2Config) -> Self {
-        let (h, i) = (c.hidden_size, c.intermediate_size);
+        Self::sized(p, c.hidden_size, c.intermediate_size, false)
+    }
+
+    pub fn sized(p: Path, h: usize, i: usize, bias: bool) -> Self {
         Mlp {
-            gate_proj: Linear::new(&p / "gate_proj", h, i, false),
-            up_proj: Linear::new(&p / "up_proj", h, i, false),
-            down_proj: Linear::new(&p / "down_proj", i, h, false),
+            gate_proj: Linear::new(&p / "gate_proj", h, i, bias),
+            up_proj: Linear::new(&p / "up_proj", h, i, bias),
+            down_proj: Linear::new(&p / "down_proj", i, h, bias),
         }
     }
 
-    fn forward(&self, x: &Tensor) -> Tensor {
+    pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
     }
 }
@@ -162,7 +166,7 @@ impl Qwen2Model {
             embed_tokens,
             layers,
             norm,
-            rope: Rope::new(c.head_dim, c.rope_theta, p.device()),
+            rope: Rope::new(c.head_dim, c.rope_theta, c.mrope_section.as_deref(), p.device()),
             config: c.clone(),
         }
     }
@@ -184,19 +188,38 @@ impl Qwen2Model {
         self.embed_tokens.kind()
     }
 
+    /// Token embeddings `[batch, seq, hidden]` of `input_ids` `[batch, seq]`.
+    pub fn embed(&self, input_ids: &Tensor) -> Tensor {
+        Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false)
+    }
+
     /// Last hidden states `[batch, seq, hidden]` for `input_ids` `[batch, seq]` at explicit
-    /// `positions` `[batch, seq]`. `mask` is a boolean `[batch, 1, seq, past + seq]` (true =
-    /// may attend), see [`attention_mask`]. With a cache, the new keys and values are written
-    /// after the cached ones and the cache grows by `seq`. Without a mask, attention is causal
-    /// over everything (right-padded training batches: padding only follows real tokens).
+    /// `positions` `[batch, seq]` (or `[3, batch, seq]` for M-RoPE). `mask` is a boolean
+    /// `[batch, 1, seq, past + seq]` (true = may attend), see [`attention_mask`]. With a
+    /// cache, the new keys and values are written after the cached ones and the cache grows
+    /// by `seq`. Without a mask, attention is causal over everything (right-padded training
+    /// batches: padding only follows real tokens).
     pub fn forward(
         &self,
         input_ids: &Tensor,
         positions: &Tensor,
         mask: Option<&Tensor>,
+        cache: Option<&mut KvCache>,
+    ) -> Result<Tensor> {
+        self.forward_embeds(self.embed(input_ids), positions, mask, cache)
+    }
+
+    /// [`Self::forward`] from input embeddings (e.g. with image features in place of the
+    /// image-pad tokens' embeddings).
+    pub fn forward_embeds(
+        &self,
+        embeds: Tensor,
+        positions: &Tensor,
+        mask: Option<&Tensor>,
         mut cache: Option<&mut KvCache>,
     ) -> Result<Tensor> {
-        let (b, t) = (input_ids.size()[0], input_ids.size()[1] as usize);
+        let (b, t) = (embeds.size()[0], embeds.size()[1] as usize);
+        let device = embeds.device();
         let past = cache.as_deref().map_or(0, KvCache::len);
         if let Some(c) = cache.as_deref() {
             c.check_room(t)?;
@@ -204,13 +227,12 @@ impl Qwen2Model {
         let all_keys;
         let mask = match mask {
             None if past > 0 => {
-                all_keys =
-                    attention_mask(&Tensor::ones([b, (past + t) as i64], (Kind::Bool, input_ids.device())), past, t);
+                all_keys = attention_mask(&Tensor::ones([b, (past + t) as i64], (Kind::Bool, device)), past, t);
                 Some(&all_keys)
             }
             m => m,
         };
-        let mut x = Tensor::embedding(&self.embed_tokens, input_ids, -1, false, false);
+        let mut x = embeds;
         let (cos, sin) = self.rope.tables(positions, x.kind());
         for (i, layer) in self.layers.iter().enumerate() {
             let h = layer.input_layernorm.forward(&x);

@@ -5,29 +5,51 @@ use tch::{Kind, Tensor};
 pub(crate) struct Rope {
     /// `[head_dim / 2]`, f32, on the model's device.
     inv_freq: Tensor,
+    /// M-RoPE sections (Qwen2.5-VL): frequency pairs driven by the t, h and w positions.
+    sections: Option<Vec<i64>>,
 }
 
 impl Rope {
-    pub fn new(head_dim: usize, theta: f64, device: tch::Device) -> Self {
-        let exponents = Tensor::arange_start_step(0, head_dim as i64, 2, (Kind::Int64, device)).to_kind(Kind::Float)
-            / head_dim as f64;
-        let inv_freq = Tensor::from(theta).to_device(device).to_kind(Kind::Float).pow(&exponents).reciprocal();
-        Rope { inv_freq }
+    pub fn new(head_dim: usize, theta: f64, sections: Option<&[usize]>, device: tch::Device) -> Self {
+        Rope {
+            inv_freq: inverse_frequencies(head_dim, theta, device),
+            sections: sections.map(|s| s.iter().map(|&n| n as i64).collect()),
+        }
     }
 
-    /// `(cos, sin)`, each `[batch, 1, seq, head_dim]`, for `positions` `[batch, seq]`.
+    /// `(cos, sin)`, each `[batch, 1, seq, head_dim]`, for `positions` `[batch, seq]`, or
+    /// for M-RoPE positions `[3, batch, seq]` (t, h, w): frequency pair j turns with the
+    /// position of the section it falls in, as HF's `mrope_section` split does.
     pub fn tables(&self, positions: &Tensor, kind: Kind) -> (Tensor, Tensor) {
-        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, -1]);
+        let freqs = positions.to_kind(Kind::Float).unsqueeze(-1) * &self.inv_freq;
+        let freqs = match (&self.sections, positions.dim()) {
+            (Some(sections), 3) => {
+                let parts = freqs.split_with_sizes(sections, -1);
+                let picked: Vec<Tensor> = parts.iter().enumerate().map(|(i, p)| p.select(0, (i % 3) as i64)).collect();
+                Tensor::cat(&picked, -1)
+            }
+            (None, 3) => freqs.select(0, 0),
+            _ => freqs,
+        };
         let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
         (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
     }
 }
 
+/// `1 / theta^(2i / dim)` for i < dim / 2, in f32 as HF computes it.
+pub(crate) fn inverse_frequencies(dim: usize, theta: f64, device: tch::Device) -> Tensor {
+    let exponents =
+        Tensor::arange_start_step(0, dim as i64, 2, (Kind::Int64, device)).to_kind(Kind::Float) / dim as f64;
+    Tensor::from(theta).to_device(device).to_kind(Kind::Float).pow(&exponents).reciprocal()
+}
+
 /// `x * cos + rotate_half(x) * sin` on `[batch, heads, seq, head_dim]`.
 pub(crate) fn apply(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
-    let half = x.size()[3] / 2;
-    let x1 = x.narrow(3, 0, half);
-    let x2 = x.narrow(3, half, half);
-    let rotated = Tensor::cat(&[&x2.neg(), &x1], 3);
-    x * cos + rotated * sin
+    x * cos + rotate_half(x) * sin
+}
+
+/// `[-x2, x1]` for the halves x1, x2 of the last dimension.
+pub(crate) fn rotate_half(x: &Tensor) -> Tensor {
+    let half = x.size()[x.dim() - 1] / 2;
+    Tensor::cat(&[&x.narrow(-1, half, half).neg(), &x.narrow(-1, 0, half)], -1)
 }

@@ -40,6 +40,25 @@ pub(crate) fn read_dir(dir: &Path) -> Result<HashMap<String, Tensor>> {
     Ok(out)
 }
 
+/// transformers 5's in-memory names for Qwen2.5-VL (`model.language_model.*`,
+/// `model.visual.*`), which some checkpoints carry, as the layout files use (`model.*`,
+/// `visual.*`).
+pub(crate) fn legacy_names(tensors: &mut HashMap<String, Tensor>) {
+    let renamed: Vec<String> = tensors
+        .keys()
+        .filter(|k| k.starts_with("model.language_model.") || k.starts_with("model.visual."))
+        .cloned()
+        .collect();
+    for old in renamed {
+        let new = match old.strip_prefix("model.language_model.") {
+            Some(rest) => format!("model.{rest}"),
+            None => old.trim_start_matches("model.").to_string(),
+        };
+        let t = tensors.remove(&old).expect("listed above");
+        tensors.insert(new, t);
+    }
+}
+
 /// Copies `tensors` into the variables of `vs` (converting dtype and device). Every variable
 /// must be present with its exact shape; extra tensors (e.g. a tied `lm_head.weight`) are
 /// ignored.

@@ -32,6 +32,8 @@ pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
 };
 pub use message::Message;
+/// The env's RGB8 image, as policies receive it.
+pub use vagen_runtime::{IMAGE_MARKER, Image};
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{

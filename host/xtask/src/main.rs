@@ -61,7 +61,7 @@ fn run(mut cmd: Command) -> Result<()> {
 enum Needs {
     /// libtorch only (the demo).
     Torch,
-    /// Also numpy and transformers, which the tests' Python references use.
+    /// Also numpy, transformers, pillow and torchvision, which the tests' Python references use.
     Tests,
 }
 
@@ -77,6 +77,10 @@ const TORCH: &str = "torch==2.11.0";
 const NUMPY: &str = "numpy==2.2.6";
 /// Writes the model fixtures and reloads our checkpoints in the model tests.
 const TRANSFORMERS: &str = "transformers==5.23.0";
+/// What transformers' Qwen2.5-VL image processor needs: PIL for the resize, and the
+/// torchvision built for torch 2.11.
+const PILLOW: &str = "pillow==12.0.0";
+const TORCHVISION: &str = "torchvision==0.26.0";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -95,9 +99,10 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let (probe, want) = match needs {
         Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
         Needs::Tests => (
-            "import torch, numpy, transformers; \
-             print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__)",
-            "2.11.0 2.2.6 5.23.0",
+            "import torch, numpy, transformers, PIL, torchvision; \
+             print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__, \
+             PIL.__version__, torchvision.__version__.split('+')[0])",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0",
         ),
     };
     let ok = Command::new(venv_python())
@@ -115,7 +120,7 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let mut pip = Command::new(venv_python());
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", TORCH]);
     if needs == Needs::Tests {
-        pip.args([NUMPY, TRANSFORMERS]);
+        pip.args([NUMPY, TRANSFORMERS, PILLOW, TORCHVISION]);
     }
     run(pip)
 }
