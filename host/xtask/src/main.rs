@@ -166,7 +166,11 @@ fn print_env() {
 }
 
 fn fixtures() -> Result<()> {
-    for script in ["host/algo/reference/advantages.py", "host/model/reference/make_fixtures.py"] {
+    for script in [
+        "host/algo/reference/advantages.py",
+        "host/model/reference/make_fixtures.py",
+        "host/model/reference/make_vl_fixtures.py",
+    ] {
         let mut cmd = Command::new(venv_python());
         cmd.current_dir(root()).arg(script);
         run(cmd)?;
