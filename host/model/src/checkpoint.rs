@@ -53,12 +53,13 @@ pub(crate) struct Parts {
 }
 
 impl Model {
-    /// `default` for the embedded model (see [`crate::default_model`]), else a folder.
+    /// `default` for the embedded model (see [`crate::default_model`]), `default-vl` for its
+    /// VL sibling ([`crate::default_vl_model`]), else a folder.
     pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        if spec == "default" {
-            crate::default_model(crate::DEFAULT_SEED, options)
-        } else {
-            Self::load(Path::new(spec), options)
+        match spec {
+            "default" => crate::default_model(crate::DEFAULT_SEED, options),
+            "default-vl" => crate::default_vl_model(crate::DEFAULT_SEED, options),
+            _ => Self::load(Path::new(spec), options),
         }
     }
 

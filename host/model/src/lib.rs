@@ -39,7 +39,9 @@ mod weights;
 pub use chat::ChatTemplate;
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
-pub use default_model::{DEFAULT_SEED, default_config, default_model, random_model};
+pub use default_model::{
+    DEFAULT_SEED, default_config, default_model, default_vl_config, default_vl_model, random_model, random_vl_model,
+};
 pub use device::{DType, parse_device};
 pub use error::{Error, Result};
 pub use generate::{

@@ -31,6 +31,13 @@ impl Tokenizer {
         self.inner.decode(ids, false).map_err(|e| Error::Tokenizer(e.to_string()))
     }
 
+    /// Adds special tokens (kept whole, never split) after the existing ids.
+    pub fn add_special_tokens(&mut self, tokens: &[&str]) {
+        let added: Vec<tokenizers::AddedToken> =
+            tokens.iter().map(|t| tokenizers::AddedToken::from(t.to_string(), true)).collect();
+        self.inner.add_special_tokens(&added);
+    }
+
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }

@@ -281,3 +281,33 @@ fn transformers_vl_logits(dir: &std::path::Path, prompt: &serde_json::Value) -> 
     let n = rows.len() as i64;
     Tensor::from_slice(&rows.concat()).view([n, -1])
 }
+
+#[test]
+fn the_default_vl_model_is_seeded_and_saves_as_a_folder_transformers_loads() {
+    let model = Model::from_spec("default-vl", LoadOptions::default()).unwrap();
+    let text = Model::from_spec("default", LoadOptions::default()).unwrap();
+    let (vl_vars, text_vars) = (model.vs.variables(), text.vs.variables());
+    let name = "model.layers.0.self_attn.q_proj.weight";
+    assert!(vl_vars[name].equal(&text_vars[name]), "the language model is the text default's");
+    let e = vl_expected();
+    let prompt = &e["prompts"][1];
+    let (messages, images) = prompt_inputs(prompt);
+    let encoded = model.encode_chat_images(&messages, &images, true).unwrap();
+    assert_eq!(encoded.images.len(), 1);
+    let options = GenerateOptions { max_new_tokens: 6, temperature: 1.0, seed: 9, ..Default::default() };
+    let first = model.generate_vl(&[encoded], &options).unwrap();
+    let again = Model::from_spec("default-vl", LoadOptions::default()).unwrap();
+    let encoded = again.encode_chat_images(&messages, &images, true).unwrap();
+    assert_eq!(again.generate_vl(&[encoded], &options).unwrap(), first, "same seed, same model, same tokens");
+
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    let ours = model.encode_chat_images(&messages, &images, true).unwrap();
+    let logits = {
+        let _g = tch::no_grad_guard();
+        model.vision().unwrap().logits(&model.lm, &[&ours]).unwrap().0
+    };
+    let theirs = transformers_vl_logits(dir.path(), prompt);
+    let err = relative_error(&logits.squeeze_dim(0), &theirs);
+    assert!(err <= 1e-4, "default-vl reloaded by transformers: relative error {err:e}");
+}
