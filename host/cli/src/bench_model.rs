@@ -1,5 +1,6 @@
 //! `vagen-host bench-model`: prefill and decode throughput of the generation engine, next to
-//! transformers' `generate` on the same shape, batch and lengths (prints figures).
+//! transformers' `generate` on the same shape, batch and lengths (prints figures). For a VL
+//! model each prompt also shows images, and the vision encoder is timed on its own.
 
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result, bail};
@@ -8,16 +9,24 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::time::Instant;
-use vagen_model::{GenerateOptions, Model, Qwen2Config};
+use tch::Tensor;
+use vagen_model::{GenerateOptions, ImageProcessor, Model, PixelValues, Prompt, Qwen2Config, Qwen2VlConfig};
 
 #[derive(Args)]
 pub struct BenchModelArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Benchmark random weights of this shape instead of `--model`: a config.json path, or
-    /// `qwen2.5-0.5b` (Qwen2.5-0.5B-Instruct's shape).
+    /// Benchmark random weights of this shape instead of `--model`: a config.json path (Qwen2
+    /// or Qwen2.5-VL), `qwen2.5-0.5b` (Qwen2.5-0.5B-Instruct's shape) or `qwen2.5-vl-3b`
+    /// (Qwen2.5-VL-3B-Instruct's).
     #[arg(long)]
     config: Option<String>,
+    /// Images per prompt for a VL model (random pixels, ahead of the prompt's text).
+    #[arg(long, default_value_t = 1)]
+    images: usize,
+    /// Side of each (square) image in pixels, a multiple of 28.
+    #[arg(long, default_value_t = 448)]
+    image_size: usize,
     /// Batch sizes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,8,64")]
     batch: Vec<usize>,
@@ -36,28 +45,61 @@ pub struct BenchModelArgs {
 }
 
 struct Figures {
+    /// Images per second through the vision tower alone (VL models).
+    vision: Option<f64>,
     prefill: f64,
     decode: f64,
 }
 
+enum Shape {
+    Text(Qwen2Config),
+    Vl(Qwen2VlConfig),
+}
+
+/// Where transformers finds the same model: a config for random weights, or a folder.
+enum HfSource {
+    Config(tempfile::NamedTempFile),
+    Folder(PathBuf),
+    Saved(tempfile::TempDir),
+}
+
 pub fn bench_model(a: BenchModelArgs) -> Result<()> {
-    let (mut model, config_file) = match &a.config {
+    if !a.image_size.is_multiple_of(28) || a.image_size == 0 {
+        bail!("--image-size {}: use a positive multiple of 28 (patch 14 x merge 2)", a.image_size);
+    }
+    let (mut model, source) = match &a.config {
         Some(shape) => {
-            let config = shape_config(shape)?;
-            let file = tempfile_with(&config.raw.to_string())?;
             let started = Instant::now();
-            let model = vagen_model::random_model(config, 0, a.model.options()?)?;
+            let (model, raw) = match shape_config(shape)? {
+                Shape::Text(c) => (vagen_model::random_model(c.clone(), 0, a.model.options()?)?, c.raw),
+                Shape::Vl(c) => {
+                    let processor = ImageProcessor::default();
+                    (vagen_model::random_vl_model(c.clone(), processor, 0, a.model.options()?)?, c.raw)
+                }
+            };
             eprintln!("random weights ready in {:.1} s", started.elapsed().as_secs_f64());
-            (model, Some(file))
+            (model, HfSource::Config(tempfile_with(&raw.to_string())?))
         }
-        None => (a.model.load()?, None),
+        None => {
+            let model = a.model.load()?;
+            let source = if a.transformers && a.model.model.starts_with("default") {
+                // The embedded models have no folder: transformers reads the one saved here.
+                let dir = tempfile::tempdir()?;
+                model.save(dir.path())?;
+                HfSource::Saved(dir)
+            } else {
+                HfSource::Folder(a.model.model.clone().into())
+            };
+            (model, source)
+        }
     };
+    let images = if model.vision.is_some() { a.images } else { 0 };
     // Every row generates exactly new_tokens, as on the transformers side.
     model.eos_token_ids.clear();
     let c = model.config();
     let params: i64 = model.vs.variables().values().map(|t| t.numel() as i64).sum();
     println!(
-        "model: hidden {} x {} layers, vocab {}, {:.1} M parameters, {:?} on {:?}; prompt {} + {} new tokens",
+        "model: hidden {} x {} layers, vocab {}, {:.1} M parameters, {:?} on {:?}; prompt {} + {} new tokens{}",
         c.hidden_size,
         c.num_hidden_layers,
         c.vocab_size,
@@ -65,63 +107,139 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         model.dtype,
         model.device(),
         a.prompt_len,
-        a.new_tokens
+        a.new_tokens,
+        if images > 0 { format!(" after {images} image(s) of {0}x{0} each", a.image_size) } else { String::new() }
     );
-    measure(&model, 1, a.prompt_len.min(8), 2)?; // warm-up: allocator, kernels
+    let bench = Bench { images, image_size: a.image_size, prompt_len: a.prompt_len, new_tokens: a.new_tokens };
+    Bench { prompt_len: a.prompt_len.min(8), new_tokens: 2, ..bench }.measure(&model, 1)?; // warm-up
     let mut ours = Vec::new();
     for &b in &a.batch {
-        ours.push(measure(&model, b, a.prompt_len, a.new_tokens)?);
+        ours.push(bench.measure(&model, b)?);
     }
-    let theirs = if a.transformers { Some(run_transformers(&a, config_file.as_ref())?) } else { None };
-    println!(
-        "{:>6} | {:>16} {:>16} | {:>16} {:>16}",
-        "batch", "prefill tok/s", "decode tok/s", "hf prefill tok/s", "hf decode tok/s"
-    );
-    for (i, &b) in a.batch.iter().enumerate() {
-        let hf =
-            theirs.as_ref().map(|t: &Vec<Figures>| (format!("{:.0}", t[i].prefill), format!("{:.0}", t[i].decode)));
-        let (hp, hd) = hf.unwrap_or(("-".into(), "-".into()));
-        println!("{b:>6} | {:>16.0} {:>16.0} | {hp:>16} {hd:>16}", ours[i].prefill, ours[i].decode);
-    }
+    // Free our weights before transformers loads its copy (a 3B model twice may not fit).
+    drop(model);
+    let theirs = if a.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
+    print_table(&a.batch, &ours, theirs.as_deref(), images > 0);
     Ok(())
 }
 
-/// Prefill alone is timed as a one-token generation; decode is the rest of a full one.
-fn measure(model: &Model, batch: usize, prompt_len: usize, new_tokens: usize) -> Result<Figures> {
-    let mut rng = ChaCha8Rng::seed_from_u64(batch as u64);
-    let vocab = model.tokenizer.vocab_size().min(model.config().vocab_size) as u64;
-    let prompts: Vec<Vec<u32>> =
-        (0..batch).map(|_| (0..prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect()).collect();
-    let options = |n| GenerateOptions { max_new_tokens: n, temperature: 1.0, ..Default::default() };
-    let t = Instant::now();
-    model.generate(&prompts, &options(1))?;
-    let prefill_s = t.elapsed().as_secs_f64();
-    let t = Instant::now();
-    let out = model.generate(&prompts, &options(new_tokens))?;
-    let total_s = t.elapsed().as_secs_f64();
-    if out.iter().any(|g| g.token_ids.len() != new_tokens) {
-        bail!("a row stopped before {new_tokens} tokens");
+fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vision: bool) {
+    let fmt = |x: Option<f64>, digits: usize| x.map_or("-".to_string(), |v| format!("{v:.digits$}"));
+    let mut head = format!("{:>6} |", "batch");
+    if vision {
+        head += &format!(" {:>12}", "vision img/s");
     }
-    let decode_s = (total_s - prefill_s).max(1e-9);
-    Ok(Figures {
-        prefill: (batch * prompt_len) as f64 / prefill_s,
-        decode: (batch * (new_tokens - 1)) as f64 / decode_s,
-    })
+    head += &format!(" {:>14} {:>14} |", "prefill tok/s", "decode tok/s");
+    if vision {
+        head += &format!(" {:>15}", "hf vision img/s");
+    }
+    head += &format!(" {:>16} {:>16}", "hf prefill tok/s", "hf decode tok/s");
+    println!("{head}");
+    for (i, &b) in batch.iter().enumerate() {
+        let t = theirs.map(|t| &t[i]);
+        let mut row = format!("{b:>6} |");
+        if vision {
+            row += &format!(" {:>12}", fmt(ours[i].vision, 2));
+        }
+        row += &format!(" {:>14.0} {:>14.0} |", ours[i].prefill, ours[i].decode);
+        if vision {
+            row += &format!(" {:>15}", fmt(t.and_then(|t| t.vision), 2));
+        }
+        row += &format!(" {:>16} {:>16}", fmt(t.map(|t| t.prefill), 0), fmt(t.map(|t| t.decode), 0));
+        println!("{row}");
+    }
 }
 
-fn run_transformers(a: &BenchModelArgs, config_file: Option<&tempfile::NamedTempFile>) -> Result<Vec<Figures>> {
+#[derive(Clone, Copy)]
+struct Bench {
+    images: usize,
+    image_size: usize,
+    prompt_len: usize,
+    new_tokens: usize,
+}
+
+impl Bench {
+    /// Prefill alone is timed as a one-token generation; decode is the rest of a full one.
+    /// Prefill counts every prompt token, image tokens included.
+    fn measure(&self, model: &Model, batch: usize) -> Result<Figures> {
+        let mut rng = ChaCha8Rng::seed_from_u64(batch as u64);
+        let vocab = model.tokenizer.vocab_size().min(model.config().vocab_size) as u64;
+        let prompts: Vec<Prompt> = (0..batch)
+            .map(|_| {
+                let text = (0..self.prompt_len).map(|_| (rng.next_u64() % vocab) as u32).collect();
+                self.with_images(model, text)
+            })
+            .collect();
+        let vision = self.time_vision(model, &prompts)?;
+        let width = prompts[0].ids.len();
+        let options = |n| GenerateOptions { max_new_tokens: n, temperature: 1.0, ..Default::default() };
+        // Untimed first: the allocator grows to this batch's size once.
+        model.generate_vl(&prompts, &options(1))?;
+        let t = Instant::now();
+        model.generate_vl(&prompts, &options(1))?;
+        let prefill_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let out = model.generate_vl(&prompts, &options(self.new_tokens))?;
+        let total_s = t.elapsed().as_secs_f64();
+        if out.iter().any(|g| g.token_ids.len() != self.new_tokens) {
+            bail!("a row stopped before {} tokens", self.new_tokens);
+        }
+        let decode_s = (total_s - prefill_s).max(1e-9);
+        Ok(Figures {
+            vision,
+            prefill: (batch * width) as f64 / prefill_s,
+            decode: (batch * (self.new_tokens - 1)) as f64 / decode_s,
+        })
+    }
+
+    /// `text` after `images` random images (`<|vision_start|>`, pads, `<|vision_end|>` each).
+    fn with_images(&self, model: &Model, text: Vec<u32>) -> Prompt {
+        let Some(v) = &model.vision else { return Prompt::text(text) };
+        let c = &v.config;
+        let side = self.image_size / c.vision.patch_size;
+        let pixels = || PixelValues {
+            values: Tensor::randn([(side * side) as i64, c.vision.patch_dim() as i64], tch::kind::FLOAT_CPU),
+            grid: [1, side, side],
+        };
+        let images: Vec<PixelValues> = (0..self.images).map(|_| pixels()).collect();
+        let tokens = images[0].tokens(c.vision.spatial_merge_size);
+        let mut ids = vec![];
+        for _ in 0..self.images {
+            ids.push(c.vision_start_token_id);
+            ids.extend(std::iter::repeat_n(c.image_token_id, tokens));
+            ids.push(c.vision_end_token_id);
+        }
+        ids.extend(text);
+        Prompt { ids, images }
+    }
+
+    /// Images per second through the vision tower alone, for all of the batch's images.
+    fn time_vision(&self, model: &Model, prompts: &[Prompt]) -> Result<Option<f64>> {
+        let Some(v) = &model.vision else { return Ok(None) };
+        let _g = tch::no_grad_guard();
+        let all: Vec<&PixelValues> = prompts.iter().flat_map(|p| &p.images).collect();
+        let pixels = Tensor::cat(&all.iter().map(|p| &p.values).collect::<Vec<_>>(), 0);
+        let grids: Vec<[usize; 3]> = all.iter().map(|p| p.grid).collect();
+        let t = Instant::now();
+        let out = v.tower.forward(&pixels, &grids);
+        // Reading one value waits for the device to finish.
+        let _ = out.sum(tch::Kind::Float).double_value(&[]);
+        Ok(Some(all.len() as f64 / t.elapsed().as_secs_f64()))
+    }
+}
+
+fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Result<Vec<Figures>> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference/bench_transformers.py");
     let python = a.python.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
     let python = python.unwrap_or_else(|| "python3".into());
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(&script);
-    match config_file {
-        Some(f) => cmd.arg("--config").arg(f.path()),
-        None if a.model.model == "default" => {
-            bail!("--transformers needs a folder or --config (the default model has no folder)")
-        }
-        None => cmd.arg("--model").arg(&a.model.model),
+    match source {
+        HfSource::Config(f) => cmd.arg("--config").arg(f.path()),
+        HfSource::Folder(dir) => cmd.arg("--model").arg(dir),
+        HfSource::Saved(dir) => cmd.arg("--model").arg(dir.path()),
     };
+    cmd.args(["--images", &images.to_string(), "--image-size", &a.image_size.to_string()]);
     let batches = a.batch.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     cmd.args([
         "--batch",
@@ -145,18 +263,28 @@ fn run_transformers(a: &BenchModelArgs, config_file: Option<&tempfile::NamedTemp
     Ok(rows
         .iter()
         .map(|r| Figures {
+            vision: r["vision_images_per_s"].as_f64(),
             prefill: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
         })
         .collect())
 }
 
-fn shape_config(shape: &str) -> Result<Qwen2Config> {
+fn shape_config(shape: &str) -> Result<Shape> {
     let text = match shape {
         "qwen2.5-0.5b" => QWEN2_5_0_5B.to_string(),
+        "qwen2.5-vl-3b" => QWEN2_5_VL_3B.to_string(),
         path => std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
     };
-    Qwen2Config::from_json(&text).map_err(|e| anyhow::anyhow!("{shape}: {e}"))
+    let is_vl = serde_json::from_str::<serde_json::Value>(&text)
+        .map(|v| v.get("model_type").and_then(|t| t.as_str()) == Some("qwen2_5_vl"))
+        .unwrap_or(false);
+    let shape_err = |e: String| anyhow::anyhow!("{shape}: {e}");
+    Ok(if is_vl {
+        Shape::Vl(Qwen2VlConfig::from_json(&text).map_err(shape_err)?)
+    } else {
+        Shape::Text(Qwen2Config::from_json(&text).map_err(shape_err)?)
+    })
 }
 
 fn tempfile_with(text: &str) -> Result<tempfile::NamedTempFile> {
@@ -174,4 +302,22 @@ const QWEN2_5_0_5B: &str = r#"{
   "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
   "tie_word_embeddings": true, "initializer_range": 0.02, "use_sliding_window": false,
   "bos_token_id": 151643, "eos_token_id": 151645
+}"#;
+
+/// The shape of Qwen/Qwen2.5-VL-3B-Instruct's config.json (transformers 4 layout).
+const QWEN2_5_VL_3B: &str = r#"{
+  "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+  "hidden_act": "silu", "vocab_size": 151936, "hidden_size": 2048, "intermediate_size": 11008,
+  "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2,
+  "max_position_embeddings": 128000, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+  "tie_word_embeddings": true, "initializer_range": 0.02, "use_sliding_window": false,
+  "bos_token_id": 151643, "eos_token_id": 151645, "image_token_id": 151655,
+  "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+  "vision_config": {
+    "depth": 32, "hidden_act": "silu", "hidden_size": 1280, "intermediate_size": 3420,
+    "num_heads": 16, "in_chans": 3, "out_hidden_size": 2048, "patch_size": 14,
+    "spatial_merge_size": 2, "spatial_patch_size": 14, "window_size": 112,
+    "fullatt_block_indexes": [7, 15, 23, 31], "tokens_per_second": 2, "temporal_patch_size": 2
+  }
 }"#;

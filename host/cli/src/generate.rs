@@ -1,9 +1,10 @@
 //! `vagen-host generate`: continue one prompt, for a quick look at a model.
 
 use crate::model_args::ModelArgs;
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::Args;
-use vagen_model::{GenerateOptions, Message};
+use std::path::{Path, PathBuf};
+use vagen_model::{GenerateOptions, Image, Message, Prompt};
 
 #[derive(Args)]
 pub struct GenerateArgs {
@@ -12,6 +13,10 @@ pub struct GenerateArgs {
     /// The prompt text.
     #[arg(long)]
     prompt: String,
+    /// A PNG image shown before the prompt text in the user message
+    /// (repeatable; needs --chat and a VL model, e.g. `--model default-vl`).
+    #[arg(long)]
+    image: Vec<PathBuf>,
     /// Wrap the prompt as one user message through the model's chat template, with the
     /// assistant's generation prompt.
     #[arg(long)]
@@ -37,11 +42,16 @@ pub struct GenerateArgs {
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
+    if !a.image.is_empty() && !a.chat {
+        bail!("--image needs --chat: images enter the prompt through the chat template");
+    }
+    let images: Vec<Image> = a.image.iter().map(|p| read_image(p)).collect::<Result<_>>()?;
     let model = a.model.load()?;
     let prompt = if a.chat {
-        model.encode_chat(&[Message::user(a.prompt.as_str())], true)?
+        let text = format!("{}{}", vagen_model::IMAGE_MARKER.repeat(images.len()), a.prompt);
+        model.encode_chat_images(&[Message::user(text)], &images, true)?
     } else {
-        model.tokenizer.encode(&a.prompt)?
+        Prompt::text(model.tokenizer.encode(&a.prompt)?)
     };
     let options = GenerateOptions {
         max_new_tokens: a.max_new_tokens,
@@ -52,7 +62,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         seed: a.seed,
         ..Default::default()
     };
-    let out = model.generate(&[prompt], &options)?.remove(0);
+    let out = model.generate_vl(&[prompt], &options)?.remove(0);
     if a.json {
         let line = serde_json::json!({
             "text": out.text,
@@ -65,4 +75,10 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
         println!("{}", out.text);
     }
     Ok(())
+}
+
+/// An image file as RGB8 (alpha dropped, grey expanded), as an env would send it.
+fn read_image(path: &Path) -> Result<Image> {
+    let img = image::open(path).with_context(|| format!("reading image {}", path.display()))?.to_rgb8();
+    Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
 }

@@ -5,12 +5,12 @@ use crate::vision::VisionTower;
 use crate::vl::{Prompt, Vision};
 use crate::vl_config::{self, Qwen2VlConfig};
 use crate::{ChatTemplate, DType, Error, Qwen2Config, Qwen2ForCausalLM, Result, Tokenizer, weights};
-use vagen_rollout::Image;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::Path;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
+use vagen_rollout::Image;
 
 /// Where the weights go and in which precision.
 #[derive(Debug, Clone, Copy)]
@@ -71,8 +71,9 @@ impl Model {
             return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model folder")));
         }
         let config_path = dir.join("config.json");
-        let raw = read_json_opt(&config_path)?
-            .ok_or_else(|| Error::io(&config_path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json")))?;
+        let raw = read_json_opt(&config_path)?.ok_or_else(|| {
+            Error::io(&config_path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json"))
+        })?;
         let (config, vl) = if vl_config::is_vl(&raw) {
             let vl = Qwen2VlConfig::from_file(&config_path)?;
             let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
@@ -99,6 +100,16 @@ impl Model {
         source: &Path,
         options: LoadOptions,
     ) -> Result<Self> {
+        Self::assemble_with(parts, options, |vs| weights::fill(vs, tensors, source))
+    }
+
+    /// [`Self::assemble`] with the parameters written by `fill` (e.g. drawn in place, so a
+    /// multi-billion-parameter benchmark model is never held twice).
+    pub(crate) fn assemble_with(
+        parts: Parts,
+        options: LoadOptions,
+        fill: impl FnOnce(&VarStore) -> Result<()>,
+    ) -> Result<Self> {
         let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
         if tokenizer.vocab_size() > config.vocab_size {
             return Err(Error::Invalid(format!(
@@ -115,7 +126,7 @@ impl Model {
             processor,
         });
         vs.set_kind(options.dtype.kind());
-        weights::fill(&vs, tensors, source)?;
+        fill(&vs)?;
         let eos_token_ids = eos_ids(&config, generation_config.as_ref(), &tokenizer_config, &tokenizer);
         Ok(Model {
             lm,
@@ -157,9 +168,9 @@ impl Model {
 
     /// The vision half, or an error saying this is a text-only model.
     pub fn vision(&self) -> Result<&Vision> {
-        self.vision.as_ref().ok_or_else(|| {
-            Error::Invalid("this is a text-only model (no vision tower): it cannot take images".into())
-        })
+        self.vision
+            .as_ref()
+            .ok_or_else(|| Error::Invalid("this is a text-only model (no vision tower): it cannot take images".into()))
     }
 
     /// `messages` (whose text holds one `<image>` marker per image) and `images` as a prompt

@@ -115,22 +115,54 @@ pub fn default_vl_config() -> Qwen2VlConfig {
 /// [`default_model`]'s for the same seed).
 pub fn default_vl_model(seed: u64, options: LoadOptions) -> Result<Model> {
     let processor = ImageProcessor { min_pixels: 28 * 28, max_pixels: 224 * 224, ..Default::default() };
-    random_vl_model(default_vl_config(), processor, seed, options)
+    let config = default_vl_config();
+    let mut tensors = initial_weights(&config.text, seed);
+    tensors.extend(initial_vision_weights(&config, seed));
+    Model::assemble(vl_parts(config, processor)?, &tensors, Path::new("<default-vl>"), options)
 }
 
-/// A Qwen2.5-VL model of any shape with weights drawn from `seed` and the embedded
-/// tokenizer with the vision tokens (for benchmarks of big shapes without downloading them).
-pub fn random_vl_model(config: Qwen2VlConfig, processor: ImageProcessor, seed: u64, options: LoadOptions) -> Result<Model> {
+/// A Qwen2.5-VL model of any shape with the embedded tokenizer (and its vision tokens) and
+/// weights drawn from `seed` straight into the parameters: N(0, 0.02) matrices, zero
+/// biases, unit norms. For benchmarks of big shapes without downloading them.
+pub fn random_vl_model(
+    config: Qwen2VlConfig,
+    processor: ImageProcessor,
+    seed: u64,
+    options: LoadOptions,
+) -> Result<Model> {
+    Model::assemble_with(vl_parts(config, processor)?, options, |vs| {
+        let _guard = tch::no_grad_guard();
+        let mut normal = normal_sampler(seed, 0.02);
+        let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        vars.sort_by(|a, b| a.0.cmp(&b.0));
+        for (name, mut var) in vars {
+            if name.ends_with(".bias") {
+                let _ = var.zero_();
+            } else if name.contains("norm") || name.contains("ln_q") {
+                let _ = var.fill_(1.0);
+            } else {
+                let shape: Vec<usize> = var.size().iter().map(|&d| d as usize).collect();
+                var.f_copy_(&normal(&shape))?;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn vl_parts(config: Qwen2VlConfig, processor: ImageProcessor) -> Result<Parts> {
     let tokenizer = vl_tokenizer()?;
     let mut tokenizer_config: serde_json::Value =
         serde_json::from_str(TOKENIZER_CONFIG).expect("the embedded tokenizer config is JSON");
     tokenizer_config["chat_template"] = VL_CHAT_TEMPLATE.into();
     let chat = ChatTemplate::from_tokenizer_config(&tokenizer_config)?;
-    let mut tensors = initial_weights(&config.text, seed);
-    tensors.extend(initial_vision_weights(&config, seed));
-    let parts =
-        Parts { config: config.text.clone(), vl: Some((config, processor)), tokenizer, tokenizer_config, generation_config: None, chat };
-    Model::assemble(parts, &tensors, Path::new("<default-vl>"), options)
+    Ok(Parts {
+        config: config.text.clone(),
+        vl: Some((config, processor)),
+        tokenizer,
+        tokenizer_config,
+        generation_config: None,
+        chat,
+    })
 }
 
 fn vl_tokenizer() -> Result<Tokenizer> {
@@ -143,7 +175,10 @@ fn vl_tokenizer() -> Result<Tokenizer> {
 /// text default's.
 fn initial_vision_weights(c: &Qwen2VlConfig, seed: u64) -> HashMap<String, Tensor> {
     let v = &c.vision;
-    let mut normal = normal_sampler(seed.wrapping_add(1), c.raw.pointer("/vision_config/initializer_range").and_then(|x| x.as_f64()).unwrap_or(0.02));
+    let mut normal = normal_sampler(
+        seed.wrapping_add(1),
+        c.raw.pointer("/vision_config/initializer_range").and_then(|x| x.as_f64()).unwrap_or(0.02),
+    );
     let zeros = |n: usize| Tensor::zeros([n as i64], tch::kind::FLOAT_CPU);
     let ones = |n: usize| Tensor::ones([n as i64], tch::kind::FLOAT_CPU);
     let (h, i) = (v.hidden_size, v.intermediate_size);

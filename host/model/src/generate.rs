@@ -2,9 +2,9 @@
 //! gets its own positions, finished rows stop counting, and every sampled token comes back
 //! with its log-prob.
 
+use crate::image_processor::PixelValues;
 use crate::qwen2::attention_mask;
 use crate::sampling::Sampler;
-use crate::image_processor::PixelValues;
 use crate::vl::{MropePositions, Prompt, Vision, batch_positions};
 use crate::{Error, KvCache, Qwen2ForCausalLM, Result, Tokenizer};
 use serde::{Deserialize, Serialize};
@@ -124,7 +124,8 @@ fn run(
     let (ids, key_mask) = left_pad(prompts, longest, new, device);
     let (embeds, positions, deltas) = match vision {
         Some((v, rows)) => {
-            let rows: Vec<MropePositions> = rows.iter().map(|p| v.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
+            let rows: Vec<MropePositions> =
+                rows.iter().map(|p| v.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
             let offsets: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
             let positions = batch_positions(&rows, &offsets, longest, device);
             (v.embed(lm, &ids, images)?, positions, rows.iter().map(|r| r.delta).collect())

@@ -144,7 +144,10 @@ impl Groups {
     fn new(segments: &[(usize, usize)], device: Device) -> Self {
         let total: usize = segments.iter().map(|s| s.1).sum();
         if segments.len() == 1 {
-            return Groups { by_length: vec![(total as i64, Tensor::arange(total as i64, (Kind::Int64, device)))], restore: None };
+            return Groups {
+                by_length: vec![(total as i64, Tensor::arange(total as i64, (Kind::Int64, device)))],
+                restore: None,
+            };
         }
         let mut lengths: Vec<usize> = segments.iter().map(|s| s.1).collect();
         lengths.sort_unstable();

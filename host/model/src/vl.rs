@@ -83,9 +83,8 @@ impl Vision {
                 i += 1;
                 continue;
             }
-            let &[t, h, w] = grids
-                .next()
-                .ok_or_else(|| Error::Invalid("more image-pad tokens than images in the prompt".into()))?;
+            let &[t, h, w] =
+                grids.next().ok_or_else(|| Error::Invalid("more image-pad tokens than images in the prompt".into()))?;
             let (mh, mw) = (h / merge, w / merge);
             let n = t * mh * mw;
             if ids[i..].len() < n || ids[i..i + n].iter().any(|&x| x != pad) {

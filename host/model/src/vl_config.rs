@@ -182,13 +182,16 @@ impl Qwen2VlConfig {
         match top.get("model_type").and_then(Value::as_str) {
             Some("qwen2_5_vl") => {}
             Some("qwen2_vl") => {
-                return Err("model_type \"qwen2_vl\": Qwen2-VL differs from Qwen2.5-VL; only \"qwen2_5_vl\" is supported".into());
+                return Err(
+                    "model_type \"qwen2_vl\": Qwen2-VL differs from Qwen2.5-VL; only \"qwen2_5_vl\" is supported"
+                        .into(),
+                );
             }
             other => return Err(format!("model_type {other:?}: expected \"qwen2_5_vl\"")),
         }
         let (text_config, mrope_section) = text_fields(top)?;
-        let mut text_cfg = Qwen2Config::from_json(&Value::Object(text_config).to_string())
-            .map_err(|e| format!("text_config: {e}"))?;
+        let mut text_cfg =
+            Qwen2Config::from_json(&Value::Object(text_config).to_string()).map_err(|e| format!("text_config: {e}"))?;
         let half = text_cfg.head_dim / 2;
         if mrope_section.iter().sum::<usize>() != half {
             return Err(format!(

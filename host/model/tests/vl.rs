@@ -52,7 +52,8 @@ fn pixel_values_match_transformers() {
     let processor = &model.vision().unwrap().processor;
     for (name, info) in e["images"].as_object().unwrap() {
         let got = processor.process(&image(name)).unwrap();
-        let grid: Vec<usize> = info["grid_thw"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let grid: Vec<usize> =
+            info["grid_thw"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         assert_eq!(got.grid.to_vec(), grid, "image {name}: image_grid_thw");
         let want = tensor(&all, &format!("pixels.{name}"));
         let pil = tensor(&all, &format!("pixels_pil.{name}"));
@@ -199,7 +200,8 @@ fn bad_input_gets_an_error_naming_it() {
     assert!(err.to_string().contains("text-only"), "{err}");
 
     let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join(MODELS[0]).join("config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join(MODELS[0]).join("config.json")).unwrap())
+            .unwrap();
     for (path, value, needle) in [
         ("/vision_config/hidden_act", serde_json::json!("gelu"), "hidden_act"),
         ("/vision_config/window_size", serde_json::json!(50), "window_size"),
@@ -218,7 +220,8 @@ fn bad_input_gets_an_error_naming_it() {
 fn transformers_4_configs_load_too() {
     // transformers 4 wrote the text fields at the top level and `rope_scaling.type = mrope`.
     let v5: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixtures().join(MODELS[0]).join("config.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join(MODELS[0]).join("config.json")).unwrap())
+            .unwrap();
     let mut v4 = v5.clone();
     let text = v4.as_object_mut().unwrap().remove("text_config").unwrap();
     for (k, v) in text.as_object().unwrap() {

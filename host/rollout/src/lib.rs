@@ -32,11 +32,11 @@ pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
 };
 pub use message::Message;
-/// The env's RGB8 image, as policies receive it.
-pub use vagen_runtime::{IMAGE_MARKER, Image};
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{
     AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
     ScriptedPolicy,
 };
+/// The env's RGB8 image, as policies receive it.
+pub use vagen_runtime::{IMAGE_MARKER, Image};

@@ -31,7 +31,9 @@ pub use native::{NativeEnv, NativePlugin};
 pub use pool::EnvPool;
 pub use random_answer::random_answer;
 pub use runtime::{MAX_PLUGIN_BYTES, Runtime, is_native_name};
-pub use types::{ActionSpace, IMAGE_MARKER, Image, Import, Manifest, Metric, Modality, Observation, PluginInfo, StepResult};
+pub use types::{
+    ActionSpace, IMAGE_MARKER, Image, Import, Manifest, Metric, Modality, Observation, PluginInfo, StepResult,
+};
 pub use wasm::{WasmEnv, WasmPlugin};
 
 /// The WIT package version this host implements; it also loads every older one
