@@ -93,6 +93,66 @@ fn bench_model_prints_a_row_per_batch_size() {
     }
 }
 
+#[test]
+fn generate_with_images_uses_the_vl_fixture_like_transformers() {
+    // Prompt 1 of the VL fixtures: one image, then the text, in one user message; but with
+    // the template's default system prompt instead of the fixture's own, so the expected
+    // greedy tokens are not the fixture's: check the run is deterministic and well formed.
+    let image = root().join("host/model/tests/fixtures/vl-images/a.png").display().to_string();
+    let args = [
+        "generate",
+        "--model",
+        &fixture("tiny-qwen2-vl-a"),
+        "--image",
+        &image,
+        "--image",
+        &image,
+        "--prompt",
+        "Where is the goal?",
+        "--chat",
+        "--max-new-tokens",
+        "5",
+        "--json",
+    ];
+    let (a, b) = (host(&args), host(&args));
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(last_json(&a), last_json(&b));
+    assert_eq!(last_json(&a)["token_ids"].as_array().unwrap().len(), 5);
+    let o = host(&["generate", "--model", "default-vl", "--image", &image, "--prompt", "x", "--max-new-tokens", "2"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--image needs --chat"));
+    let o = host(&["generate", "--image", &image, "--prompt", "x", "--chat"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("text-only"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = host(&["generate", "--model", "default-vl", "--image", "/no/such.png", "--prompt", "x", "--chat"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("/no/such.png"));
+}
+
+#[test]
+fn bench_model_times_the_vision_encoder_of_a_vl_model() {
+    let o = host(&[
+        "bench-model",
+        "--model",
+        "default-vl",
+        "--device",
+        "cpu",
+        "--batch",
+        "2",
+        "--prompt-len",
+        "8",
+        "--new-tokens",
+        "3",
+        "--images",
+        "2",
+        "--image-size",
+        "56",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("vision img/s") && text.contains("2 image(s) of 56x56"), "{text}");
+    let row = text.lines().find(|l| l.trim_start().starts_with("2 |")).expect("a row");
+    let figures: Vec<f64> = row.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    assert!(figures.len() >= 4 && figures[1..4].iter().all(|f| *f > 0.0), "{row}");
+}
+
 /// The linker must not drop libtorch_cuda (`--as-needed`), or CUDA silently disappears.
 #[test]
 fn the_binary_links_libtorch_cuda_when_libtorch_has_it() {
