@@ -94,10 +94,9 @@ fn bench_model_prints_a_row_per_batch_size() {
 }
 
 #[test]
-fn generate_with_images_uses_the_vl_fixture_like_transformers() {
-    // Prompt 1 of the VL fixtures: one image, then the text, in one user message; but with
-    // the template's default system prompt instead of the fixture's own, so the expected
-    // greedy tokens are not the fixture's: check the run is deterministic and well formed.
+fn generate_with_images_is_seeded_and_checks_its_input() {
+    // Two images, then the text, in one user message (the model-side parity with
+    // transformers is host/model/tests/vl.rs): same arguments, same tokens.
     let image = root().join("host/model/tests/fixtures/vl-images/a.png").display().to_string();
     let args = [
         "generate",

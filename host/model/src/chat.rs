@@ -34,8 +34,10 @@ impl ChatTemplate {
     }
 
     /// The template of a model folder: `chat_template.jinja` if present (newer transformers
-    /// save it there), else `chat_template` in `tokenizer_config.json` (a string, or a list
-    /// of named templates of which `default` is used). `None` when the folder has neither.
+    /// save it there), else `chat_template.json`'s `chat_template` (how transformers 4 saved
+    /// a processor's, e.g. Qwen2.5-VL's), else `chat_template` in `tokenizer_config.json` (a
+    /// string, or a list of named templates of which `default` is used). `None` when the
+    /// folder has none of them.
     pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
         let config_path = dir.join("tokenizer_config.json");
         let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
@@ -49,6 +51,17 @@ impl ChatTemplate {
         if jinja.is_file() {
             let text = std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?;
             return Self::new(&text, special_tokens(&config)).map(Some);
+        }
+        let json = dir.join("chat_template.json");
+        if json.is_file() {
+            let text = std::fs::read_to_string(&json).map_err(|e| Error::io(&json, e))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| Error::Template(format!("{}: {e}", json.display())))?;
+            let source = v
+                .get("chat_template")
+                .and_then(|t| t.as_str())
+                .ok_or_else(|| Error::Template(format!("{}: no \"chat_template\" string", json.display())))?;
+            return Self::new(source, special_tokens(&config)).map(Some);
         }
         Self::from_tokenizer_config(&config).map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))
     }

@@ -314,3 +314,46 @@ fn the_default_vl_model_is_seeded_and_saves_as_a_folder_transformers_loads() {
     let err = relative_error(&logits.squeeze_dim(0), &theirs);
     assert!(err <= 1e-4, "default-vl reloaded by transformers: relative error {err:e}");
 }
+
+#[test]
+fn a_transformers_4_folder_with_chat_template_json_loads() {
+    // transformers 4 saved the VL template as chat_template.json and the pixel bounds in
+    // preprocessor_config.json.
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixtures().join(MODELS[0]);
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "generation_config.json"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let template = std::fs::read_to_string(src.join("chat_template.jinja")).unwrap();
+    std::fs::write(dir.path().join("chat_template.json"), serde_json::json!({ "chat_template": template }).to_string())
+        .unwrap();
+    let processor: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("processor_config.json")).unwrap()).unwrap();
+    let mut pre = processor["image_processor"].clone();
+    pre["min_pixels"] = pre["size"]["shortest_edge"].clone();
+    pre["max_pixels"] = pre["size"]["longest_edge"].clone();
+    pre.as_object_mut().unwrap().remove("size");
+    std::fs::write(dir.path().join("preprocessor_config.json"), pre.to_string()).unwrap();
+    let model = Model::load(dir.path(), LoadOptions::default()).unwrap();
+    let reference = load(MODELS[0]);
+    assert_eq!(model.vision().unwrap().processor, reference.vision().unwrap().processor);
+    assert_eq!(prompts(&model)[2].ids, prompts(&reference)[2].ids);
+}
+
+#[test]
+fn bf16_and_f16_stay_close_to_f32_with_images() {
+    let f32_model = load(MODELS[0]);
+    let prompt = prompts(&f32_model).remove(2);
+    let _g = tch::no_grad_guard();
+    let reference = f32_model.vision().unwrap().logits(&f32_model.lm, &[&prompt]).unwrap().0;
+    // The fixture's weights are N(0, 0.5): rounding grows layer by layer. transformers' own
+    // bf16 / f16 logits for this prompt are 0.170 / 0.032 from its f32 ones.
+    for (dtype, tolerance) in [(vagen_model::DType::Bf16, 0.2), (vagen_model::DType::F16, 0.05)] {
+        let options = LoadOptions { dtype, ..Default::default() };
+        let model = Model::load(&fixtures().join(MODELS[0]), options).unwrap();
+        let logits = model.vision().unwrap().logits(&model.lm, &[&prompt]).unwrap().0;
+        let err = relative_error(&logits, &reference);
+        eprintln!("{dtype:?} with images: relative error {err:e}");
+        assert!(err <= tolerance, "{dtype:?}: relative error {err:e}");
+    }
+}
