@@ -135,13 +135,21 @@ impl Qwen2Config {
     /// The JSON to save next to weights stored in `dtype`: the original fields, with the
     /// dtype under both the 4.x and the 5.x key.
     pub fn to_json(&self, dtype: &str) -> Value {
-        let mut v = self.raw.clone();
+        let mut v = stamped(&self.raw, dtype, "Qwen2ForCausalLM");
         if let Value::Object(m) = &mut v {
-            m.insert("torch_dtype".into(), dtype.into());
-            m.insert("dtype".into(), dtype.into());
-            m.entry("architectures").or_insert_with(|| serde_json::json!(["Qwen2ForCausalLM"]));
             m.entry("model_type").or_insert_with(|| "qwen2".into());
         }
         v
     }
+}
+
+/// `raw` with `dtype` under both transformers' keys and an `architectures` entry if missing.
+pub(crate) fn stamped(raw: &Value, dtype: &str, architecture: &str) -> Value {
+    let mut v = raw.clone();
+    if let Value::Object(m) = &mut v {
+        m.insert("torch_dtype".into(), dtype.into());
+        m.insert("dtype".into(), dtype.into());
+        m.entry("architectures").or_insert_with(|| serde_json::json!([architecture]));
+    }
+    v
 }

@@ -229,14 +229,9 @@ impl Qwen2VlConfig {
 
     /// The JSON to save next to weights stored in `dtype`.
     pub fn to_json(&self, dtype: &str) -> Value {
-        let mut v = self.raw.clone();
-        if let Value::Object(m) = &mut v {
-            m.insert("torch_dtype".into(), dtype.into());
-            m.insert("dtype".into(), dtype.into());
-            m.entry("architectures").or_insert_with(|| serde_json::json!(["Qwen2_5_VLForConditionalGeneration"]));
-            if let Some(Value::Object(t)) = m.get_mut("text_config") {
-                t.insert("dtype".into(), dtype.into());
-            }
+        let mut v = crate::config::stamped(&self.raw, dtype, "Qwen2_5_VLForConditionalGeneration");
+        if let Some(Value::Object(t)) = v.get_mut("text_config") {
+            t.insert("dtype".into(), dtype.into());
         }
         v
     }
