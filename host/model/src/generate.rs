@@ -85,7 +85,7 @@ pub fn generate(
     options: &GenerateOptions,
 ) -> Result<Vec<Generation>> {
     let ids: Vec<&[u32]> = prompts.iter().map(Vec::as_slice).collect();
-    run(lm, None, tokenizer, eos, &ids, &[], options)
+    run(lm, None, tokenizer, eos, &ids, options)
 }
 
 /// [`generate`] for a VL model: prompts with their images (of any number and size per row).
@@ -98,8 +98,7 @@ pub fn generate_vl(
     options: &GenerateOptions,
 ) -> Result<Vec<Generation>> {
     let ids: Vec<&[u32]> = prompts.iter().map(|p| p.ids.as_slice()).collect();
-    let images: Vec<&PixelValues> = prompts.iter().flat_map(|p| &p.images).collect();
-    run(lm, Some((vision, prompts)), tokenizer, eos, &ids, &images, options)
+    run(lm, Some((vision, prompts)), tokenizer, eos, &ids, options)
 }
 
 fn run(
@@ -108,7 +107,6 @@ fn run(
     tokenizer: &Tokenizer,
     eos: &[u32],
     prompts: &[&[u32]],
-    images: &[&PixelValues],
     options: &GenerateOptions,
 ) -> Result<Vec<Generation>> {
     validate(lm, prompts, options)?;
@@ -123,12 +121,13 @@ fn run(
     let new = caps.iter().copied().max().unwrap_or(0);
     let (ids, key_mask) = left_pad(prompts, longest, new, device);
     let (embeds, positions, deltas) = match vision {
-        Some((v, rows)) => {
+        Some((v, vl_prompts)) => {
             let rows: Vec<MropePositions> =
-                rows.iter().map(|p| v.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
+                vl_prompts.iter().map(|p| v.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
             let offsets: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
             let positions = batch_positions(&rows, &offsets, longest, device);
-            (v.embed(lm, &ids, images)?, positions, rows.iter().map(|r| r.delta).collect())
+            let images: Vec<&PixelValues> = vl_prompts.iter().flat_map(|p| &p.images).collect();
+            (v.embed(lm, &ids, &images)?, positions, rows.iter().map(|r| r.delta).collect())
         }
         None => {
             let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);
