@@ -211,7 +211,7 @@ fn first_prompts(
     let first = rollout(plugin, "", &SEEDS, &once, &mut ModelPolicy::new(model.clone(), options.clone())).unwrap();
     let prompts = first
         .iter()
-        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user).unwrap().len())
+        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user, &[]).unwrap().ids.len())
         .collect();
     (model, options, prompts)
 }
@@ -267,8 +267,8 @@ fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
     let history_dropped = going.iter().any(|t| {
         let turns = t.assistant_turns();
         (1..turns.len()).any(|k| {
-            let full = vagen_rollout::prompt_ids(model.as_ref(), &t.system, &turns[..k], &turns[k].user).unwrap();
-            full.len() + 24 > window
+            let full = vagen_rollout::prompt_ids(model.as_ref(), &t.system, &turns[..k], &turns[k].user, &[]).unwrap();
+            full.ids.len() + 24 > window
         })
     });
     assert!(history_dropped);

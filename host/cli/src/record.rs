@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use vagen_rollout::{FailedCall, Trajectory};
 use vagen_runtime::{Image, Metric};
 
@@ -42,7 +43,7 @@ impl ImageSink {
         Self { dir, base }
     }
 
-    pub fn save(&self, episode: usize, turn: u32, images: &[Image]) -> Result<Vec<String>> {
+    pub fn save(&self, episode: usize, turn: u32, images: &[Arc<Image>]) -> Result<Vec<String>> {
         let Some(dir) = &self.dir else {
             return Ok(Vec::new());
         };

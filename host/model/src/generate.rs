@@ -127,7 +127,7 @@ fn run(
             let offsets: Vec<usize> = prompts.iter().map(|p| longest - p.len()).collect();
             let positions = batch_positions(&rows, &offsets, longest, device);
             let images: Vec<&PixelValues> = vl_prompts.iter().flat_map(|p| &p.images).collect();
-            (v.embed(lm, &ids, &images)?, positions, rows.iter().map(|r| r.delta).collect())
+            (v.embed(&lm.model, &ids, &images)?, positions, rows.iter().map(|r| r.delta).collect())
         }
         None => {
             let positions = (key_mask.narrow(1, 0, longest as i64).cumsum(1, Kind::Int64) - 1).clamp_min(0);

@@ -201,6 +201,24 @@ impl ImageProcessor {
     }
 
     /// `pixel_values` and `image_grid_thw` of one image.
+    /// Images are resized to at most `pixels` (below the processor's own `max_pixels`
+    /// only); refused below `min_pixels` or one merged patch.
+    pub fn limit_pixels(&mut self, pixels: usize) -> Result<()> {
+        let floor = self.min_pixels.max(self.factor() * self.factor());
+        if pixels < floor {
+            return Err(Error::Invalid(format!("{pixels} pixels per image is below the processor's minimum {floor}")));
+        }
+        self.max_pixels = self.max_pixels.min(pixels);
+        Ok(())
+    }
+
+    /// The tokens `image` takes in a prompt once its patches are merged, without
+    /// processing it.
+    pub fn tokens(&self, image: &Image) -> Result<usize> {
+        let (h, w) = self.target_size(image.height as usize, image.width as usize)?;
+        Ok((h / self.patch_size) * (w / self.patch_size) / (self.merge_size * self.merge_size))
+    }
+
     pub fn process(&self, image: &Image) -> Result<PixelValues> {
         let (h, w) = (image.height as usize, image.width as usize);
         if image.rgb.len() != h * w * 3 {

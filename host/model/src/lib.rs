@@ -56,5 +56,5 @@ pub use vagen_rollout::Message;
 pub use vagen_rollout::{IMAGE_MARKER, Image};
 pub use value_head::ValueModel;
 pub use vision::VisionTower;
-pub use vl::{MropePositions, Prompt, Vision};
+pub use vl::{MropePositions, Prompt, Vision, hidden_states};
 pub use vl_config::{Qwen2VlConfig, VisionConfig};

@@ -1,17 +1,29 @@
 //! The model as a rollout policy: requests rendered through its chat template (as the
 //! training layout lays turns out), answered by batched generation with log-probs.
 
-use crate::{GenerateOptions, Model};
+use crate::{GenerateOptions, Model, Prompt};
 use std::rc::Rc;
 use vagen_rollout::{
-    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Message, OutOfContext, Policy, PolicyError, Request,
-    Response, prompt_ids,
+    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError,
+    PromptIds, Request, Response, prompt_ids,
 };
 
-/// The layout's view of a model: its chat template and tokenizer.
+/// The layout's view of a model: its chat template and tokenizer, and for a VL model the
+/// tokens each image takes.
 impl ChatTokenizer for Model {
     fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
-        self.chat_template().and_then(|t| t.render(messages, add_generation_prompt)).map_err(|e| e.to_string())
+        let template = self.chat_template().map_err(|e| e.to_string())?;
+        match self.vision {
+            Some(_) => template.render_with_images(messages, add_generation_prompt),
+            None => template.render(messages, add_generation_prompt),
+        }
+        .map_err(|e| e.to_string())
+    }
+    fn image_pad(&self) -> Option<u32> {
+        self.vision.as_ref().map(|v| v.config.image_token_id)
+    }
+    fn image_tokens(&self, image: &Image) -> Result<usize, String> {
+        self.vision().and_then(|v| v.processor.tokens(image)).map_err(|e| e.to_string())
     }
     fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
         self.tokenizer.encode(text).map_err(|e| e.to_string())
@@ -33,13 +45,17 @@ pub struct ModelPolicy {
     /// episode (`Response::out_of_context`) instead of failing the batch.
     pub context_window: usize,
     pub overflow: ContextOverflow,
+    /// Image tokens a prompt may hold (0: no limit): a first turn past it is an error, a
+    /// later one ends its episode as a prompt past the window does (or, with
+    /// [`ContextOverflow::DropOldest`], drops the oldest turns with their images).
+    pub max_image_tokens: usize,
 }
 
 impl ModelPolicy {
     /// The whole of the model's window (`max_position_embeddings`).
     pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
         let context_window = model.lm.config().max_position_embeddings;
-        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End }
+        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End, max_image_tokens: 0 }
     }
 
     /// A smaller window (e.g. the longest sequence training lays out); never past the
@@ -54,20 +70,51 @@ impl ModelPolicy {
         self
     }
 
+    pub fn with_max_image_tokens(mut self, tokens: usize) -> Self {
+        self.max_image_tokens = tokens;
+        self
+    }
+
+    fn over_images(&self, p: &PromptIds) -> bool {
+        self.max_image_tokens > 0 && p.image_tokens > self.max_image_tokens
+    }
+
     /// `r`'s prompt; with [`ContextOverflow::DropOldest`], without as many of its oldest
-    /// turns as it takes to leave room for a full answer.
-    fn prompt(&self, r: &Request) -> Result<Vec<u32>, PolicyError> {
+    /// turns as it takes to leave room for a full answer within the image budget.
+    fn prompt(&self, r: &Request) -> Result<PromptIds, PolicyError> {
         let mut prompt = prompt_of(self.model.as_ref(), r, 0)?;
         if self.overflow == ContextOverflow::DropOldest {
             let mut dropped = 0;
-            while self.context_window.saturating_sub(prompt.len()) < self.options.max_new_tokens
+            while (self.context_window.saturating_sub(prompt.ids.len()) < self.options.max_new_tokens
+                || self.over_images(&prompt))
                 && dropped < r.sampled.len()
             {
                 dropped += 1;
                 prompt = prompt_of(self.model.as_ref(), r, dropped)?;
             }
         }
+        if r.sampled.is_empty() && self.over_images(&prompt) {
+            return Err(PolicyError::Prompt(format!(
+                "trajectory {} turn {}: the observation's images take {} tokens, more than max_image_tokens {}",
+                r.trajectory, r.turn, prompt.image_tokens, self.max_image_tokens
+            )));
+        }
         Ok(prompt)
+    }
+
+    /// The prompt as the model takes it: a VL model's images turned into pixel values.
+    fn model_prompt(&self, p: &PromptIds) -> Result<Prompt, PolicyError> {
+        let pixels = match (&self.model.vision, p.images.is_empty()) {
+            (_, true) => vec![],
+            (Some(v), false) => p
+                .images
+                .iter()
+                .map(|img| v.processor.process(img))
+                .collect::<crate::Result<_>>()
+                .map_err(|e| PolicyError::Prompt(e.to_string()))?,
+            (None, false) => unreachable!("a text-only model's layout holds no images"),
+        };
+        Ok(Prompt { ids: p.ids.clone(), images: pixels })
     }
 }
 
@@ -78,7 +125,10 @@ impl Policy for ModelPolicy {
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
         let window = self.context_window;
-        let room: Vec<usize> = prompts.iter().map(|p| window.saturating_sub(p.len())).collect();
+        let room: Vec<usize> = prompts
+            .iter()
+            .map(|p| if self.over_images(p) { 0 } else { window.saturating_sub(p.ids.len()) })
+            .collect();
         let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
         // One seed per batch, from the requests' own: the same rollout draws the same tokens.
         let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
@@ -87,13 +137,13 @@ impl Policy for ModelPolicy {
             max_new_tokens_per_prompt: fits.iter().map(|&i| room[i].min(self.options.max_new_tokens)).collect(),
             ..self.options.clone()
         };
-        let batch: Vec<Vec<u32>> = fits.iter().map(|&i| prompts[i].clone()).collect();
+        let batch: Vec<Prompt> = fits.iter().map(|&i| self.model_prompt(&prompts[i])).collect::<Result<_, _>>()?;
         let mut generations =
-            self.model.generate(&batch, &options).map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
+            self.model.generate_vl(&batch, &options).map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
         Ok((0..prompts.len())
             .map(|i| {
                 if room[i] == 0 {
-                    let out = OutOfContext { prompt_tokens: prompts[i].len(), window };
+                    let out = OutOfContext { prompt_tokens: prompts[i].ids.len(), window };
                     return Response { out_of_context: Some(out), ..Response::default() };
                 }
                 let g = generations.next().expect("one generation per prompt that fits");
@@ -110,8 +160,8 @@ impl Policy for ModelPolicy {
 }
 
 /// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out,
-/// leaving out the first `skip` (user, assistant) pairs.
-fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<Vec<u32>, PolicyError> {
+/// leaving out the first `skip` (user, assistant) pairs with their images.
+fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<PromptIds, PolicyError> {
     let bad = |what: &str| PolicyError::Prompt(format!("trajectory {} turn {}: {what}", r.trajectory, r.turn));
     let [system, rest @ .., user] = r.messages.as_slice() else {
         return Err(bad("needs at least a system and a user message"));
@@ -119,17 +169,24 @@ fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<Vec<u32>, Policy
     if rest.len() % 2 != 0 || rest.len() / 2 != r.sampled.len() {
         return Err(bad("earlier turns must be (user, assistant) pairs, one sampled entry each"));
     }
+    let no_images = vec![vec![]; r.sampled.len()];
+    let turn_images = if r.turn_images.is_empty() { &no_images } else { &r.turn_images };
+    if turn_images.len() != r.sampled.len() {
+        return Err(bad("earlier turns' images must be one entry per turn"));
+    }
     let history: Vec<AssistantTurn> = rest
         .chunks(2)
         .zip(&r.sampled)
+        .zip(turn_images)
         .skip(skip)
-        .map(|(pair, ids)| AssistantTurn {
+        .map(|((pair, ids), images)| AssistantTurn {
             user: pair[0].content.clone(),
             response: pair[1].content.clone(),
             token_ids: ids.clone(),
             logprobs: None,
             reward: 0.0,
+            images: images.clone(),
         })
         .collect();
-    prompt_ids(model, &system.content, &history, &user.content).map_err(|e| bad(&e.to_string()))
+    prompt_ids(model, &system.content, &history, &user.content, &r.images).map_err(|e| bad(&e.to_string()))
 }

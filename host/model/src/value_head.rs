@@ -1,7 +1,13 @@
 //! The critic: the same decoder with a scalar head per token, laid out as transformers'
 //! `Qwen2ForTokenClassification` with one label (`model.*` + `score.*`), as verl's critic.
+//! A VL actor's critic keeps its vision tower (`visual.*`): the values are read over the
+//! same image tokens the policy sees.
 
+use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::qwen2::Linear;
+use crate::vision::VisionTower;
+use crate::vl::{Vision, hidden_states};
+use crate::vl_config::{self, Qwen2VlConfig};
 use crate::{DType, Error, LoadOptions, Model, Qwen2Config, Qwen2Model, Result, weights};
 use std::collections::HashMap;
 use std::path::Path;
@@ -14,6 +20,8 @@ pub struct ValueModel {
     /// Owns the parameters, named as in the checkpoint.
     pub vs: VarStore,
     pub dtype: DType,
+    /// The vision half, for a VL actor's critic.
+    pub vision: Option<Vision>,
 }
 
 impl ValueModel {
@@ -24,29 +32,44 @@ impl ValueModel {
         if spec == "default" {
             let config = crate::default_config();
             let tensors = crate::default_model::initial_weights(&config, crate::DEFAULT_SEED);
-            return Self::assemble(config, tensors, Path::new("<default>"), options);
+            return Self::assemble(config, None, tensors, Path::new("<default>"), options);
         }
         let dir = Path::new(spec);
-        let config = Qwen2Config::from_file(&dir.join("config.json"))?;
-        Self::assemble(config, weights::read_dir(dir)?, dir, options)
+        let path = dir.join("config.json");
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        let raw: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::Config { path: path.clone(), message: e.to_string() })?;
+        let (config, vl) = if vl_config::is_vl(&raw) {
+            let vl = Qwen2VlConfig::from_file(&path)?;
+            let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
+            (vl.text.clone(), Some((vl, processor)))
+        } else {
+            (Qwen2Config::from_file(&path)?, None)
+        };
+        let mut tensors = weights::read_dir(dir)?;
+        weights::legacy_names(&mut tensors);
+        Self::assemble(config, vl, tensors, dir, options)
     }
 
     /// verl's critic: a copy of `actor`'s decoder, name for name (its own tensors, on the
     /// actor's device and in its dtype), with the head at zero.
     pub fn from_policy(actor: &Model) -> Result<Self> {
         let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
-        Self::assemble(actor.config().clone(), actor.vs.variables(), Path::new("<actor>"), options)
+        let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
+        let tensors = actor.vs.variables().into_iter().filter(|(n, _)| !n.starts_with("lm_head.")).collect();
+        Self::assemble(actor.config().clone(), vl, tensors, Path::new("<actor>"), options)
     }
 
     /// A decoder of `config`'s shape drawn from `seed` as the embedded model's is, with the
     /// head at zero: a critic that shares no weights with any policy.
     pub fn random(config: Qwen2Config, seed: u64, options: LoadOptions) -> Result<Self> {
         let tensors = crate::default_model::initial_weights(&config, seed);
-        Self::assemble(config, tensors, Path::new("<random>"), options)
+        Self::assemble(config, None, tensors, Path::new("<random>"), options)
     }
 
     fn assemble(
         config: Qwen2Config,
+        vl: Option<(Qwen2VlConfig, ImageProcessor)>,
         mut tensors: HashMap<String, Tensor>,
         source: &Path,
         options: LoadOptions,
@@ -55,6 +78,11 @@ impl ValueModel {
         let root = vs.root();
         let model = Qwen2Model::new(&root / "model", &config);
         let score = Linear::new(&root / "score", config.hidden_size, 1, true);
+        let vision = vl.map(|(config, processor)| Vision {
+            tower: VisionTower::new(&root / "visual", &config.vision),
+            config,
+            processor,
+        });
         vs.set_kind(options.dtype.kind());
         if !tensors.contains_key("score.weight") {
             tensors.insert("score.weight".into(), Tensor::zeros([1, config.hidden_size as i64], tch::kind::FLOAT_CPU));
@@ -64,7 +92,7 @@ impl ValueModel {
             return Err(Error::Weights { path: source.into(), message: "score.weight is not a one-label head".into() });
         }
         weights::fill(&vs, &tensors, source)?;
-        Ok(ValueModel { model, score, vs, dtype: options.dtype })
+        Ok(ValueModel { model, score, vs, dtype: options.dtype, vision })
     }
 
     /// Values `[batch, seq]` (f32), one per position, from the last hidden state. Arguments
@@ -74,12 +102,29 @@ impl ValueModel {
         Ok(self.score.forward(&hidden).squeeze_dim(-1).to_kind(Kind::Float))
     }
 
+    /// [`Self::forward`] over right-padded sequences holding images (every row's, in
+    /// order), at the M-RoPE `positions` a VL model takes.
+    pub fn forward_images(&self, input_ids: &Tensor, positions: &Tensor, images: &[&PixelValues]) -> Result<Tensor> {
+        let hidden = hidden_states(&self.model, self.vision.as_ref(), input_ids, positions, images)?;
+        Ok(self.score.forward(&hidden).squeeze_dim(-1).to_kind(Kind::Float))
+    }
+
     /// `config.json` (as `Qwen2ForTokenClassification`, one label) and `model.safetensors`.
     pub fn save(&self, dir: &Path) -> Result<()> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let mut config = self.model.config().to_json(self.dtype.hf_name());
+        // transformers has no VL token classifier: a VL critic's config is the VL model's,
+        // named for what it holds (the decoder, the vision tower, the one-label head).
+        let (mut config, architecture) = match &self.vision {
+            Some(v) => (v.config.to_json(self.dtype.hf_name()), "Qwen2_5_VLForTokenClassification"),
+            None => (self.model.config().to_json(self.dtype.hf_name()), "Qwen2ForTokenClassification"),
+        };
+        if let Some(v) = &self.vision {
+            let path = dir.join("preprocessor_config.json");
+            let text = serde_json::to_string_pretty(&v.processor.to_json()).expect("a JSON value serialises");
+            std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+        }
         if let serde_json::Value::Object(m) = &mut config {
-            m.insert("architectures".into(), serde_json::json!(["Qwen2ForTokenClassification"]));
+            m.insert("architectures".into(), serde_json::json!([architecture]));
             m.insert("num_labels".into(), 1.into());
             m.insert("id2label".into(), serde_json::json!({"0": "LABEL_0"}));
             m.insert("label2id".into(), serde_json::json!({"LABEL_0": 0}));

@@ -4,7 +4,7 @@
 
 use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::vision::VisionTower;
-use crate::{Error, Qwen2ForCausalLM, Qwen2VlConfig, Result};
+use crate::{Error, Qwen2ForCausalLM, Qwen2Model, Qwen2VlConfig, Result};
 use tch::{Device, Kind, Tensor};
 
 /// The vision half of a VL model.
@@ -111,8 +111,8 @@ impl Vision {
 
     /// Token embeddings of `ids` `[batch, seq]` with the image-pad rows replaced by the
     /// features of `images` (all rows' images, row by row, in pad order).
-    pub fn embed(&self, lm: &Qwen2ForCausalLM, ids: &Tensor, images: &[&PixelValues]) -> Result<Tensor> {
-        let embeds = lm.model.embed(ids);
+    pub fn embed(&self, model: &Qwen2Model, ids: &Tensor, images: &[&PixelValues]) -> Result<Tensor> {
+        let embeds = model.embed(ids);
         if images.is_empty() {
             return Ok(embeds);
         }
@@ -138,14 +138,42 @@ impl Vision {
         let device = lm.model.device();
         let rows: Vec<&[u32]> = sequences.iter().map(|p| p.ids.as_slice()).collect();
         let ids = crate::generate::right_pad(&rows, device);
-        let width = ids.size()[1] as usize;
-        let positions: Vec<MropePositions> =
-            sequences.iter().map(|p| self.positions(&p.ids, &p.grids())).collect::<Result<_>>()?;
-        let positions = batch_positions(&positions, &vec![0; sequences.len()], width, device);
+        let grids: Vec<Vec<[usize; 3]>> = sequences.iter().map(|p| p.grids()).collect();
+        let positions = self.right_padded_positions(&rows, &grids, ids.size()[1] as usize, device)?;
         let images: Vec<&PixelValues> = sequences.iter().flat_map(|p| &p.images).collect();
-        let embeds = self.embed(lm, &ids, &images)?;
-        let hidden = lm.model.forward_embeds(embeds, &positions, None, None)?;
+        let hidden = hidden_states(&lm.model, Some(self), &ids, &positions, &images)?;
         Ok((lm.logits(&hidden), ids))
+    }
+
+    /// `[3, rows, width]` M-RoPE positions of right-padded rows, each with its images'
+    /// grids.
+    pub fn right_padded_positions(
+        &self,
+        rows: &[&[u32]],
+        grids: &[Vec<[usize; 3]>],
+        width: usize,
+        device: Device,
+    ) -> Result<Tensor> {
+        let positions: Vec<MropePositions> =
+            rows.iter().zip(grids).map(|(ids, g)| self.positions(ids, g)).collect::<Result<_>>()?;
+        Ok(batch_positions(&positions, &vec![0; rows.len()], width, device))
+    }
+}
+
+/// The decoder's last hidden states `[batch, seq, hidden]` over `ids` at `positions` without
+/// a cache; with `vision`, the image-pad rows take the features of `images` (every row's,
+/// row by row, in pad order). The training forward of the policy and of the critic.
+pub fn hidden_states(
+    model: &Qwen2Model,
+    vision: Option<&Vision>,
+    ids: &Tensor,
+    positions: &Tensor,
+    images: &[&PixelValues],
+) -> Result<Tensor> {
+    match vision {
+        Some(v) => model.forward_embeds(v.embed(model, ids, images)?, positions, None, None),
+        None if images.is_empty() => model.forward(ids, positions, None, None),
+        None => Err(Error::Invalid("this is a text-only model (no vision tower): it cannot take images".into())),
     }
 }
 

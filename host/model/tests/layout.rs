@@ -9,7 +9,7 @@ fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> 
     let mut ids = tok.encode(response).unwrap();
     ids.push(tok.end_of_turn().unwrap());
     let logprobs = Some((0..ids.len()).map(|i| -0.1 * (i + 1) as f32).collect());
-    AssistantTurn { user: user.into(), response: response.into(), token_ids: Some(ids), logprobs, reward }
+    AssistantTurn { user: user.into(), response: response.into(), token_ids: Some(ids), logprobs, reward, images: vec![] }
 }
 
 /// With the embedded model's tokenizer and Qwen2.5 template, the sequence equals the

@@ -121,6 +121,14 @@ pub struct RolloutConfig {
     /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
     /// there (`train/out_of_context_trajectories`), trained on as far as it went.
     pub max_sequence_tokens: usize,
+    /// Image tokens one sequence (a prompt, a training sequence) may hold; 0: no limit but
+    /// `max_sequence_tokens`, which counts them too. A first turn past it is an error; a
+    /// later prompt past it ends its episode as one past the window does, and a training
+    /// sequence drops the turns past it from its end.
+    pub max_image_tokens: usize,
+    /// Pixels an image is resized to at most before a VL model sees it (transformers'
+    /// `max_pixels`; VAGEN's processors cap it); 0: the model's processor's own.
+    pub max_image_pixels: usize,
     /// Where rewards go in a sequence: each turn's on its last token, or the total on the
     /// last.
     pub rewards: RewardPlacement,
@@ -173,6 +181,8 @@ impl Default for RolloutConfig {
             explore_at: ExploreAt::default(),
             per_turn: false,
             max_sequence_tokens: 4096,
+            max_image_tokens: 0,
+            max_image_pixels: 0,
             rewards: RewardPlacement::PerTurn,
             reuse_logprobs: false,
             group_size: 1,

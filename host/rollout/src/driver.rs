@@ -28,9 +28,10 @@ pub struct TurnRecord {
     /// `user`, so not written again.
     #[serde(skip)]
     pub observation: String,
-    /// Images of the observation shown in `user`, in `<image>` order.
+    /// Images of the observation shown in `user`, in `<image>` order: held once here and
+    /// shared (not copied) by later prompts and the training sequence.
     #[serde(skip)]
-    pub images: Vec<Image>,
+    pub images: Vec<Arc<Image>>,
     pub response: String,
     /// Who wrote the response.
     pub origin: AnswerOrigin,
@@ -84,7 +85,7 @@ pub struct Trajectory {
     #[serde(skip)]
     pub end_observation: String,
     #[serde(skip)]
-    pub end_images: Vec<Image>,
+    pub end_images: Vec<Arc<Image>>,
 }
 
 impl Trajectory {
@@ -127,6 +128,7 @@ impl Trajectory {
                 token_ids: t.token_ids.clone(),
                 logprobs: t.logprobs.clone(),
                 reward: t.reward as f32,
+                images: t.images.clone(),
             })
             .collect()
     }
@@ -252,7 +254,7 @@ impl<'a> Play<'a> {
                         system.to_string()
                     };
                     let user = user_message(config, None, &obs.text);
-                    self.current.push(Some(Shown { user, observation: obs.text, images: obs.images }));
+                    self.current.push(Some(Shown { user, observation: obs.text, images: shared(obs.images) }));
                 }
                 Err(e) => {
                     t.failure = Some(Failure::new(FailedCall::Reset, &e));
@@ -321,6 +323,7 @@ impl<'a> Play<'a> {
             messages: messages(&self.trajs[i], &shown.user, history),
             images: shown.images.clone(),
             sampled: kept_turns(&self.trajs[i], history).iter().map(|t| t.token_ids.clone()).collect(),
+            turn_images: kept_turns(&self.trajs[i], history).iter().map(|t| t.images.clone()).collect(),
             manifest: self.manifest.clone(),
             actions: self.spaces[i].clone(),
             oracle: oracles[i].clone(),
@@ -437,9 +440,9 @@ impl<'a> Play<'a> {
             if !step.done && !out_of_actions {
                 let feedback = feedback(&p, step.valid_actions, step.effective_actions);
                 let user = user_message(config, Some(feedback), &next.text);
-                self.current[i] = Some(Shown { user, observation: next.text, images: next.images });
+                self.current[i] = Some(Shown { user, observation: next.text, images: shared(next.images) });
             } else {
-                (t.end_observation, t.end_images) = (next.text, next.images);
+                (t.end_observation, t.end_images) = (next.text, shared(next.images));
             }
             t.turns.push(TurnRecord {
                 user,
@@ -466,7 +469,7 @@ impl<'a> Play<'a> {
 
 /// The observation and its images hashed: equal for turns in the same state, whatever the
 /// path to it (`TurnRecord::state_key`, `Request::state`). Stable within a process.
-fn state_key(observation: &str, images: &[Image]) -> u64 {
+fn state_key(observation: &str, images: &[Arc<Image>]) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     observation.hash(&mut h);
@@ -480,7 +483,11 @@ fn state_key(observation: &str, images: &[Image]) -> u64 {
 struct Shown {
     user: String,
     observation: String,
-    images: Vec<Image>,
+    images: Vec<Arc<Image>>,
+}
+
+fn shared(images: Vec<Image>) -> Vec<Arc<Image>> {
+    images.into_iter().map(Arc::new).collect()
 }
 
 /// The instance's separator as the random policy writes it (", " for ","), so answers

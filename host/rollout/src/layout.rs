@@ -1,9 +1,13 @@
 //! One training sequence per trajectory: the chat template's text between assistant turns,
 //! and each assistant turn as the token ids the policy *sampled* (not a re-tokenisation of
-//! its decoded text), with the masks, turn ends and rewards the update needs.
+//! its decoded text), with the masks, turn ends and rewards the update needs. A vision
+//! model's image placeholders are expanded here, to the tokens each image takes, so the
+//! sequence's positions are the model's and its masks cover them token by token.
 
 use crate::Message;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use vagen_runtime::Image;
 
 /// What the layout needs from a tokenizer with a chat template.
 pub trait ChatTokenizer {
@@ -12,6 +16,16 @@ pub trait ChatTokenizer {
     fn decode(&self, ids: &[u32]) -> Result<String, String>;
     /// The token closing an assistant turn (`<|im_end|>`), when the template has one.
     fn end_of_turn(&self) -> Option<u32>;
+    /// The token the template writes once per image (`<|image_pad|>`), repeated in the
+    /// sequence [`Self::image_tokens`] times. `None` for a model without vision: its prompts
+    /// show the `<image>` markers as text and the images are not laid out.
+    fn image_pad(&self) -> Option<u32> {
+        None
+    }
+    /// How many tokens `image` takes in the sequence.
+    fn image_tokens(&self, _image: &Image) -> Result<usize, String> {
+        Err("this model takes no images".into())
+    }
 }
 
 /// Where rewards go in the sequence.
@@ -32,11 +46,14 @@ pub struct LayoutOptions {
     /// the sequence is marked `truncated`; a first turn that does not fit is an error.
     pub max_tokens: usize,
     pub rewards: RewardPlacement,
+    /// Image tokens a sequence may hold (0: no limit beyond `max_tokens`). Turns past it
+    /// are dropped as for length; a first turn past it is an error.
+    pub max_image_tokens: usize,
 }
 
 impl Default for LayoutOptions {
     fn default() -> Self {
-        LayoutOptions { max_tokens: 4096, rewards: RewardPlacement::PerTurn }
+        LayoutOptions { max_tokens: 4096, rewards: RewardPlacement::PerTurn, max_image_tokens: 0 }
     }
 }
 
@@ -52,6 +69,9 @@ pub struct AssistantTurn {
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
     pub reward: f32,
+    /// The images of `user`, in `<image>` order.
+    #[serde(skip)]
+    pub images: Vec<Arc<Image>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -72,6 +92,12 @@ pub struct TrainingSequence {
     /// that rewrites history, e.g. strips old `<think>` parts): their ids are still the
     /// sampled ones, and the text after them starts at the template's end of turn.
     pub rewritten_turns: usize,
+    /// The kept turns' images in the order of their tokens (shared, not copied); empty for
+    /// a model without vision.
+    #[serde(skip)]
+    pub images: Vec<Arc<Image>>,
+    /// Tokens the images take.
+    pub image_tokens: usize,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -88,6 +114,12 @@ pub enum LayoutError {
     LogprobCount(usize, usize, usize),
     #[error("a turn-less trajectory has nothing to train on")]
     Empty,
+    #[error("turn {turn}: the chat template wrote {pads} image placeholder(s) for {images} image(s)")]
+    ImageCount { turn: usize, pads: usize, images: usize },
+    #[error("turn {turn}, image {image}: {message}")]
+    Image { turn: usize, image: usize, message: String },
+    #[error("the first turn's images take {needed} tokens, more than max_image_tokens {max}")]
+    TooManyImageTokens { needed: usize, max: usize },
 }
 
 pub fn layout(
@@ -109,24 +141,38 @@ pub fn layout(
     Ok(seq)
 }
 
+/// A prompt for a model's next turn: ids with every image's tokens in place, and the images.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptIds {
+    pub ids: Vec<u32>,
+    pub images: Vec<Arc<Image>>,
+    pub image_tokens: usize,
+}
+
 /// The ids to prompt a model with for its next turn: the earlier turns exactly as `layout`
 /// lays them out (sampled ids kept, not re-tokenised from their text, and each message's
-/// text tokenised on its own), then `user` and the generation prompt. So a model is sampled
-/// on the very tokens training will score it on.
+/// text tokenised on its own), then `user` with its `images` and the generation prompt. So
+/// a model is sampled on the very tokens training will score it on.
 pub fn prompt_ids(
     tok: &dyn ChatTokenizer,
     system: &str,
     history: &[AssistantTurn],
     user: &str,
-) -> Result<Vec<u32>, LayoutError> {
-    let unlimited = LayoutOptions { max_tokens: usize::MAX, rewards: RewardPlacement::PerTurn };
+    images: &[Arc<Image>],
+) -> Result<PromptIds, LayoutError> {
+    let unlimited = LayoutOptions { max_tokens: usize::MAX, ..LayoutOptions::default() };
     let (seq, (mut conversation, covered)) = walk(tok, system, history, &unlimited)?;
     conversation.push(Message::user(user));
     let prompt = tok.render(&conversation, true).map_err(LayoutError::Template)?;
     let delta = prompt.strip_prefix(covered.as_str()).ok_or(LayoutError::NotPrefixStable(history.len()))?;
-    let mut ids = seq.ids;
-    ids.extend(tok.encode(delta).map_err(LayoutError::Tokenizer)?);
-    Ok(ids)
+    let mut delta_ids = tok.encode(delta).map_err(LayoutError::Tokenizer)?;
+    let added = expand_images(tok, &mut delta_ids, images, history.len())?;
+    let (mut ids, mut all_images) = (seq.ids, seq.images);
+    ids.extend(delta_ids);
+    if added.is_some() {
+        all_images.extend(images.iter().cloned());
+    }
+    Ok(PromptIds { ids, images: all_images, image_tokens: seq.image_tokens + added.unwrap_or(0) })
 }
 
 /// The turns laid out one after another, with the conversation and the text they cover.
@@ -145,7 +191,8 @@ fn walk(
         conversation.push(Message::user(turn.user.as_str()));
         let prompt = tok.render(&conversation, true).map_err(template)?;
         let delta = prompt.strip_prefix(covered.as_str()).ok_or(LayoutError::NotPrefixStable(i))?;
-        let delta_ids = tok.encode(delta).map_err(LayoutError::Tokenizer)?;
+        let mut delta_ids = tok.encode(delta).map_err(LayoutError::Tokenizer)?;
+        let image_tokens = expand_images(tok, &mut delta_ids, &turn.images, i)?;
         conversation.push(Message::assistant(turn.response.as_str()));
         let rendered = tok.render(&conversation, false).map_err(template)?;
         let segment = rendered.strip_prefix(prompt.as_str()).ok_or(LayoutError::NotPrefixStable(i))?;
@@ -171,12 +218,21 @@ fn walk(
             end_of_turn_offset(tok, segment)?
         };
 
-        if kept + delta_ids.len() + sampled.len() > options.max_tokens {
-            if i == 0 {
-                return Err(LayoutError::TooLong { needed: delta_ids.len() + sampled.len(), max: options.max_tokens });
+        let images_after = seq.image_tokens + image_tokens.unwrap_or(0);
+        let over_images = options.max_image_tokens > 0 && images_after > options.max_image_tokens;
+        if kept + delta_ids.len() + sampled.len() > options.max_tokens || over_images {
+            if i > 0 {
+                seq.truncated = true;
+                break;
             }
-            seq.truncated = true;
-            break;
+            if over_images {
+                return Err(LayoutError::TooManyImageTokens { needed: images_after, max: options.max_image_tokens });
+            }
+            return Err(LayoutError::TooLong { needed: delta_ids.len() + sampled.len(), max: options.max_tokens });
+        }
+        if image_tokens.is_some() {
+            seq.images.extend(turn.images.iter().cloned());
+            seq.image_tokens = images_after;
         }
         let prompt_len = delta_ids.len();
         seq.ids.extend(delta_ids);
@@ -192,6 +248,42 @@ fn walk(
         covered = format!("{prompt}{}", &segment[..consumed]);
     }
     Ok((seq, (conversation, covered)))
+}
+
+/// Each image placeholder of `ids` (one per image, as the template writes it) repeated to
+/// the tokens its image takes; the tokens added in all, or `None` for a model without
+/// vision (nothing to expand).
+fn expand_images(
+    tok: &dyn ChatTokenizer,
+    ids: &mut Vec<u32>,
+    images: &[Arc<Image>],
+    turn: usize,
+) -> Result<Option<usize>, LayoutError> {
+    let Some(pad) = tok.image_pad() else {
+        return Ok(None);
+    };
+    let pads = ids.iter().filter(|&&t| t == pad).count();
+    if pads != images.len() {
+        return Err(LayoutError::ImageCount { turn, pads, images: images.len() });
+    }
+    if pads == 0 {
+        return Ok(Some(0));
+    }
+    let counts = images
+        .iter()
+        .enumerate()
+        .map(|(image, img)| tok.image_tokens(img).map_err(|message| LayoutError::Image { turn, image, message }))
+        .collect::<Result<Vec<usize>, _>>()?;
+    let mut next = counts.iter();
+    let mut out = Vec::with_capacity(ids.len() + counts.iter().sum::<usize>());
+    for &t in ids.iter() {
+        match t == pad {
+            true => out.extend(std::iter::repeat_n(pad, *next.next().expect("one count per placeholder"))),
+            false => out.push(t),
+        }
+    }
+    *ids = out;
+    Ok(Some(counts.iter().sum()))
 }
 
 /// Where the template's assistant segment ends its turn: just after the end-of-turn

@@ -29,7 +29,8 @@ pub use explore::{ExploreAt, Exploring};
 pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures, counts_text};
 pub use format::{Format, TAGS};
 pub use layout::{
-    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, RewardPlacement, TrainingSequence, layout, prompt_ids,
+    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, PromptIds, RewardPlacement, TrainingSequence, layout,
+    prompt_ids,
 };
 pub use message::Message;
 pub use noisy::NoisyOracle;

@@ -20,10 +20,13 @@ pub struct Request {
     pub state: u64,
     pub messages: Vec<Message>,
     /// The images of the current observation (the last message's), in `<image>` order.
-    pub images: Vec<Image>,
+    pub images: Vec<Arc<Image>>,
     /// The ids each assistant message of `messages` was sampled as (`None` when its policy
     /// had no tokens): a model policy prompts with them rather than re-tokenising the text.
     pub sampled: Vec<Option<Vec<u32>>>,
+    /// The images of each earlier user message, parallel to `sampled` (shared with the
+    /// trajectory's records, not copied).
+    pub turn_images: Vec<Vec<Arc<Image>>>,
     pub manifest: Arc<Manifest>,
     /// How the trajectory's instance reads actions (its config's, not the manifest's).
     pub actions: Arc<ActionSpace>,
@@ -202,6 +205,7 @@ pub(crate) fn test_request(i: usize, manifest: &Arc<Manifest>) -> Request {
         messages: vec![],
         images: vec![],
         sampled: vec![],
+        turn_images: vec![],
         actions: Arc::new(ActionSpace::of(manifest)),
         manifest: manifest.clone(),
         oracle: None,

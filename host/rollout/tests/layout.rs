@@ -53,7 +53,7 @@ impl ChatTokenizer for Toy {
 }
 
 fn turn(user: &str, response: &str, reward: f32) -> AssistantTurn {
-    AssistantTurn { user: user.into(), response: response.into(), token_ids: None, logprobs: None, reward }
+    AssistantTurn { user: user.into(), response: response.into(), token_ids: None, logprobs: None, reward, images: vec![] }
 }
 
 fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> AssistantTurn {
@@ -183,15 +183,15 @@ fn the_next_prompt_extends_the_laid_out_turns_with_their_sampled_ids() {
     let x = 100 + 'x' as u32;
     let odd = AssistantTurn { token_ids: Some(vec![x, END]), ..turn("a", "ok", 0.0) };
     let history = [sampled(&tok, "hi", "go", 0.0), odd];
-    let options = LayoutOptions { max_tokens: 1000, rewards: RewardPlacement::PerTurn };
+    let options = LayoutOptions { max_tokens: 1000, ..Default::default() };
     let laid = layout(&tok, "sys", &history, &options).unwrap();
-    let prompt = prompt_ids(&tok, "sys", &history, "next").unwrap();
+    let prompt = prompt_ids(&tok, "sys", &history, "next", &[]).unwrap().ids;
     assert_eq!(&prompt[..laid.ids.len()], laid.ids.as_slice());
     assert!(prompt[..laid.ids.len()].contains(&x));
     let rest = tok.decode(&prompt[laid.ids.len()..]).unwrap();
     assert_eq!(rest, "\n<|im_start|>user\nnext<|im_end|>\n<|im_start|>assistant\n");
     // With no history it is the rendered prompt, tokenised.
-    let first = prompt_ids(&tok, "sys", &[], "hi").unwrap();
+    let first = prompt_ids(&tok, "sys", &[], "hi", &[]).unwrap().ids;
     let conversation = [Message::system("sys"), Message::user("hi")];
     assert_eq!(first, tok.encode(&tok.render(&conversation, true).unwrap()).unwrap());
 }

@@ -5,7 +5,7 @@ use crate::config::TrainConfig;
 use crate::step_batch::{Source, StepBatch};
 use crate::train::Trainer;
 use anyhow::Result;
-use vagen_model::{GenerateOptions, ModelPolicy};
+use vagen_model::GenerateOptions;
 use vagen_rollout::{
     AnswerOrigin, ChatTokenizer, Exploring, LayoutOptions, NoisyOracle, RolloutMetrics, Trajectory, layout,
 };
@@ -41,9 +41,7 @@ impl Trainer {
             ..Default::default()
         };
         let mut policy = Exploring {
-            inner: ModelPolicy::new(self.actor.clone(), options)
-                .with_context_window(cfg.rollout.max_sequence_tokens)
-                .with_overflow(cfg.rollout.context_overflow),
+            inner: crate::train::model_policy(cfg, self.actor.clone(), options),
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
             at: cfg.rollout.explore_at,
@@ -75,7 +73,11 @@ impl Trainer {
 /// Training sequences, one per trajectory or one per turn (`rollout.per_turn`), in
 /// trajectory order; failed and turn-less trajectories are left out.
 pub fn lay_out(cfg: &TrainConfig, tok: &dyn ChatTokenizer, trajs: &[Trajectory]) -> Result<StepBatch> {
-    let options = LayoutOptions { max_tokens: cfg.rollout.max_sequence_tokens, rewards: cfg.rollout.rewards };
+    let options = LayoutOptions {
+        max_tokens: cfg.rollout.max_sequence_tokens,
+        rewards: cfg.rollout.rewards,
+        max_image_tokens: cfg.rollout.max_image_tokens,
+    };
     let mut batch = StepBatch::new();
     for (i, t) in trajs.iter().enumerate() {
         if t.failure.is_some() || t.turns.is_empty() {

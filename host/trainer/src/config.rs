@@ -103,17 +103,20 @@ fn default_group_size() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// A Hugging Face folder, or `default` (the embedded small model, built from `seed`).
+    /// A Hugging Face folder (Qwen2 or Qwen2.5-VL), `default` (the embedded small model,
+    /// built from `schedule.seed`) or `default-vl` (its VL sibling).
     pub path: String,
     /// f32, bf16 or f16 parameters.
     pub dtype: String,
     /// auto, cpu, cuda, cuda:N.
     pub device: String,
+    /// Keep a VL model's vision tower fixed (false: trained with the rest, as VAGEN does).
+    pub freeze_vision: bool,
 }
 
 impl Default for ModelSection {
     fn default() -> Self {
-        ModelSection { path: "default".into(), dtype: "f32".into(), device: "auto".into() }
+        ModelSection { path: "default".into(), dtype: "f32".into(), device: "auto".into(), freeze_vision: false }
     }
 }
 

@@ -1,16 +1,21 @@
 //! A micro-batch: some of a [`StepBatch`]'s sequences as right-padded tensors on the "next
 //! token" grid: column j is token j + 1, predicted from position j. Masks, advantages, old
 //! log-probs and values are shifted the same way, so every tensor lines up with the logits.
+//! A VL model's micro-batch also holds its sequences' pixel values and M-RoPE positions.
 
 use crate::step_batch::StepBatch;
 use anyhow::{Context, Result};
 use tch::{Device, Kind, Tensor};
-use vagen_model::Qwen2ForCausalLM;
+use vagen_model::{Model, PixelValues, Qwen2Model, Vision, hidden_states};
 
 /// `[rows, longest - 1]` tensors (ids `[rows, longest]`); the scored and credited columns
 /// are there when the batch has them.
 pub struct Micro {
     pub ids: Tensor,
+    /// `[rows, longest]`, or `[3, rows, longest]` (M-RoPE) for a VL model.
+    pub positions: Tensor,
+    /// The rows' images as the vision tower takes them, row by row in token order.
+    pub images: Vec<PixelValues>,
     pub targets: Tensor,
     pub loss_mask: Tensor,
     pub old_logprobs: Option<Tensor>,
@@ -24,8 +29,9 @@ pub struct Micro {
 }
 
 impl Micro {
-    /// Sequences `seqs` of `batch`, on `device`.
-    pub fn new(batch: &StepBatch, seqs: &[usize], device: Device) -> Self {
+    /// Sequences `seqs` of `batch`, on `device`; their images through `vision`'s processor
+    /// (a text-only model's batch holds none).
+    pub fn new(batch: &StepBatch, seqs: &[usize], vision: Option<&Vision>, device: Device) -> Result<Self> {
         let spans: Vec<_> = seqs.iter().map(|&k| batch.tokens_of(k)).collect();
         let longest = spans.iter().map(|r| r.len()).max().unwrap_or(2).max(2);
         let b = seqs.len() as i64;
@@ -36,6 +42,30 @@ impl Micro {
             })
             .collect();
         let ids = Tensor::from_slice(&ids).view([b, longest as i64]).to_device(device);
+        let (positions, images) = match vision {
+            Some(v) => {
+                let mut images = vec![];
+                let mut grids = vec![];
+                for &k in seqs {
+                    let pixels: Vec<PixelValues> = batch.seqs.images[k]
+                        .iter()
+                        .enumerate()
+                        .map(|(i, img)| v.processor.process(img).with_context(|| format!("sequence {k}, image {i}")))
+                        .collect::<Result<_>>()?;
+                    grids.push(pixels.iter().map(|p| p.grid).collect::<Vec<_>>());
+                    images.extend(pixels);
+                }
+                let rows: Vec<&[u32]> = spans.iter().map(|r| &batch.tokens.ids[r.clone()]).collect();
+                (v.right_padded_positions(&rows, &grids, longest, device)?, images)
+            }
+            None => {
+                if let Some(&k) = seqs.iter().find(|&&k| !batch.seqs.images[k].is_empty()) {
+                    anyhow::bail!("sequence {k} holds images but the model has no vision tower");
+                }
+                let arange = Tensor::arange(longest as i64, (Kind::Int64, device)).unsqueeze(0);
+                (arange.expand([b, longest as i64], false), vec![])
+            }
+        };
         // Token j + 1 of each sequence, as f32 columns of width longest - 1.
         let shifted = |f: &dyn Fn(usize) -> f32| {
             let data: Vec<f32> = spans
@@ -47,7 +77,7 @@ impl Micro {
         let flag = |m: &[bool]| shifted(&|i| m[i] as u8 as f32);
         let scores = batch.scores.as_ref();
         let credit = batch.credit.as_ref();
-        Micro {
+        Ok(Micro {
             targets: ids.narrow(1, 1, longest as i64 - 1),
             loss_mask: flag(&batch.tokens.loss_mask),
             old_logprobs: scores.map(|s| shifted(&|i| s.old_logprobs[i])),
@@ -58,13 +88,15 @@ impl Micro {
             value_mask: credit.map(|c| flag(&c.value_mask)),
             tokens: seqs.iter().map(|&k| batch.loss_tokens(k)).sum(),
             ids,
-        }
+            positions,
+            images,
+        })
     }
 
-    /// Positions `[rows, longest]` for the right-padded ids.
-    pub fn positions(&self) -> Tensor {
-        let s = self.ids.size();
-        Tensor::arange(s[1], (Kind::Int64, self.ids.device())).unsqueeze(0).expand([s[0], s[1]], false)
+    /// The decoder's last hidden states over the rows (with their images).
+    pub fn hidden(&self, model: &Qwen2Model, vision: Option<&Vision>) -> Result<Tensor> {
+        let images: Vec<&PixelValues> = self.images.iter().collect();
+        Ok(hidden_states(model, vision, &self.ids, &self.positions, &images)?)
     }
 }
 
@@ -77,8 +109,9 @@ pub fn column<'a>(t: &'a Option<Tensor>, name: &str) -> Result<&'a Tensor> {
 /// at `temperature`; with gradients unless called under `no_grad`. Only positions inside the
 /// loss mask are computed (the rest are 0): the LM head, softmax and entropy over the whole
 /// vocabulary at every prompt position would cost more than the assistant tokens need.
-pub fn logprobs_and_entropy(lm: &Qwen2ForCausalLM, m: &Micro, temperature: f64) -> (Tensor, Tensor) {
-    let hidden = lm.model.forward(&m.ids, &m.positions(), None, None).expect("no cache, no capacity limit");
+pub fn logprobs_and_entropy(model: &Model, m: &Micro, temperature: f64) -> Result<(Tensor, Tensor)> {
+    let lm = &model.lm;
+    let hidden = m.hidden(&lm.model, model.vision.as_ref())?;
     let (b, n) = (m.targets.size()[0], m.targets.size()[1]);
     let hidden = hidden.narrow(1, 0, n).reshape([b * n, -1]);
     let at = m.loss_mask.reshape([b * n]).nonzero().squeeze_dim(1);
@@ -88,5 +121,5 @@ pub fn logprobs_and_entropy(lm: &Qwen2ForCausalLM, m: &Micro, temperature: f64) 
     let logp = logp_all.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1);
     let entropy = -(logp_all.exp() * &logp_all).sum_dim_intlist([-1i64].as_slice(), false, Kind::Float);
     let spread = |x: Tensor| Tensor::zeros([b * n], (Kind::Float, x.device())).index_copy(0, &at, &x).view([b, n]);
-    (spread(logp), spread(entropy))
+    Ok((spread(logp), spread(entropy)))
 }

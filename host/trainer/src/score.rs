@@ -41,13 +41,18 @@ pub fn score(models: &Models, o: &ScoreOptions, batch: &mut StepBatch) -> Result
     let need: Vec<usize> = (0..batch.len()).filter(|&k| all || forced[k]).collect();
     let _g = tch::no_grad_guard();
     for chunk in split(batch, &need, o.micro_batch, o.micro_batch_tokens) {
-        let micro = Micro::new(batch, &chunk, models.actor.device());
-        let policy = (!o.reuse_logprobs || chunk.iter().any(|&k| forced[k]))
-            .then(|| logprobs_and_entropy(&models.actor.lm, &micro, o.temperature).0);
+        let micro = Micro::new(batch, &chunk, models.actor.vision.as_ref(), models.actor.device())?;
+        let policy = match !o.reuse_logprobs || chunk.iter().any(|&k| forced[k]) {
+            true => Some(logprobs_and_entropy(models.actor, &micro, o.temperature)?.0),
+            false => None,
+        };
         // The reference's log-probs once per step here, not once per epoch in the update.
-        let reference = models.reference.map(|r| logprobs_and_entropy(&r.lm, &micro, o.temperature).0);
+        let reference = match models.reference {
+            Some(r) => Some(logprobs_and_entropy(r, &micro, o.temperature)?.0),
+            None => None,
+        };
         let values = match models.critic {
-            Some(c) => Some(c.forward(&micro.ids, &micro.positions(), None)?),
+            Some(c) => Some(c.forward_images(&micro.ids, &micro.positions, &micro.images.iter().collect::<Vec<_>>())?),
             None => None,
         };
         for (r, &k) in chunk.iter().enumerate() {

@@ -10,6 +10,7 @@
 
 use anyhow::{Result, bail};
 use std::ops::Range;
+use std::sync::Arc;
 use vagen_algo::{GroupStats, Trajectory as AlgoTrajectory};
 use vagen_rollout::{AnswerOrigin, TrainingSequence, TurnRecord};
 use vagen_runtime::Image;
@@ -44,9 +45,9 @@ pub struct SeqColumns {
     pub seed: Vec<u64>,
     /// Turns past `rollout.max_sequence_tokens` were dropped from its end.
     pub truncated: Vec<bool>,
-    /// The observation images its prompts show, in order (raw RGB): what a vision model's
-    /// processor turns into pixel values.
-    pub images: Vec<Vec<Image>>,
+    /// The images its tokens show, in order (raw RGB, shared with the trajectory): what a
+    /// vision model's processor turns into pixel values. Empty for a text-only model.
+    pub images: Vec<Vec<Arc<Image>>>,
 }
 
 /// Per kept turn, in sequence order (sequence k's turns are `StepBatch::turns_of(k)`).
@@ -142,7 +143,7 @@ impl StepBatch {
         s.group.push(source.group);
         s.seed.push(source.seed);
         s.truncated.push(seq.truncated);
-        s.images.push(source.turns.iter().flat_map(|(_, turn)| turn.images.iter().cloned()).collect());
+        s.images.push(seq.images);
         let u = &mut self.turns;
         for (&end, (index, turn)) in seq.turn_ends.iter().zip(&source.turns) {
             u.end.push(end);

@@ -257,8 +257,8 @@ impl Trainer {
             let all_tokens = batch.tokens.loss_mask.iter().filter(|&&m| m).count().max(1);
             let seqs: Vec<usize> = (0..batch.len()).collect();
             for chunk in split(&batch, &seqs, self.cfg.optim.micro_batch, self.cfg.optim.micro_batch_tokens) {
-                let micro = Micro::new(&batch, &chunk, self.actor.device());
-                let (logp, _) = logprobs_and_entropy(&self.actor.lm, &micro, 1.0);
+                let micro = Micro::new(&batch, &chunk, self.actor.vision.as_ref(), self.actor.device())?;
+                let (logp, _) = logprobs_and_entropy(&self.actor, &micro, 1.0)?;
                 let nll = -(logp * &micro.loss_mask).sum(Kind::Float);
                 total += nll.double_value(&[]);
                 (nll / all_tokens as f64).backward();
@@ -455,11 +455,17 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
         seed: cfg.schedule.seed,
         ..Default::default()
     };
-    let mut policy = ModelPolicy::new(model, options)
-        .with_context_window(cfg.rollout.max_sequence_tokens)
-        .with_overflow(cfg.rollout.context_overflow);
+    let mut policy = model_policy(cfg, model, options);
     let (env_config, config) = (cfg.env_config_json(), rollout_config(cfg, 1));
     Ok(episodes(cfg, plugin, &env_config, &config).run(&seeds, &mut policy, &mut |_| Ok(()))?)
+}
+
+/// The model answering rollouts within the run's sequence and image budgets.
+pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> ModelPolicy {
+    ModelPolicy::new(model, options)
+        .with_context_window(cfg.rollout.max_sequence_tokens)
+        .with_overflow(cfg.rollout.context_overflow)
+        .with_max_image_tokens(cfg.rollout.max_image_tokens)
 }
 
 /// The episode loop with the run's failure policy (`env.max_failure_rate`), all groups at
@@ -484,16 +490,34 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
     }
 }
 
-/// `model.path` (or the embedded default, drawn from `schedule.seed`) on `model.device`
-/// in `model.dtype`.
+/// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`) on
+/// `model.device` in `model.dtype`, with the run's vision settings.
 pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
     let options = load_options(cfg)?;
-    Ok(if cfg.model.path == "default" {
-        vagen_model::default_model(cfg.schedule.seed, options)?
-    } else {
-        Model::load(Path::new(&cfg.model.path), options)
-            .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?
-    })
+    let mut model = match cfg.model.path.as_str() {
+        "default" => vagen_model::default_model(cfg.schedule.seed, options)?,
+        "default-vl" => vagen_model::default_vl_model(cfg.schedule.seed, options)?,
+        path => Model::load(Path::new(path), options)
+            .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?,
+    };
+    vision_settings(cfg, &mut model)?;
+    Ok(model)
+}
+
+/// `model.freeze_vision` and `rollout.max_image_pixels` applied to a loaded model; either
+/// set for a text-only model is refused (it would silently do nothing).
+fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
+    let Some(vision) = model.vision.as_mut() else {
+        if cfg.model.freeze_vision || cfg.rollout.max_image_pixels > 0 {
+            bail!("model.freeze_vision and rollout.max_image_pixels need a VL model; {} has no vision tower", cfg.model.path);
+        }
+        return Ok(());
+    };
+    if cfg.rollout.max_image_pixels > 0 {
+        vision.processor.limit_pixels(cfg.rollout.max_image_pixels).context("rollout.max_image_pixels")?;
+    }
+    model.set_vision_trainable(!cfg.model.freeze_vision);
+    Ok(())
 }
 
 /// A critic as `critic.init` says, beside `actor` (none for critic-free estimators).
@@ -503,6 +527,9 @@ fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
     }
     Ok(Some(match cfg.critic.init {
         CriticInit::Actor => ValueModel::from_policy(actor)?,
+        CriticInit::Seed if actor.vision.is_some() => {
+            bail!("critic.init = \"seed\" draws a text-only critic; a VL actor's critic starts from the actor (critic.init = \"actor\")")
+        }
         CriticInit::Seed => {
             ValueModel::random(actor.config().clone(), cfg.schedule.seed.wrapping_add(1), load_options(cfg)?)?
         }
@@ -528,7 +555,8 @@ fn load_checkpoint(
 ) -> Result<(Model, Option<ValueModel>, TrainerState, (AdamW, Option<AdamW>))> {
     let options = load_options(cfg)?;
     let state = checkpoint::read_state(ckpt)?;
-    let actor = Model::load(&ckpt.join("actor"), options)?;
+    let mut actor = Model::load(&ckpt.join("actor"), options)?;
+    vision_settings(cfg, &mut actor)?;
     let mut actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
     actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
     // The critic starts at RL: a checkpoint from before it (SFT) has none to load; one from

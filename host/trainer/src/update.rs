@@ -45,7 +45,7 @@ pub fn update(cfg: &TrainConfig, models: &Models, opt: Optimizers, batch: &StepB
             let seqs: Vec<usize> = mini.iter().map(|&i| kept[i]).collect();
             let mini_tokens: usize = seqs.iter().map(|&k| batch.loss_tokens(k)).sum();
             for micro_seqs in split(batch, &seqs, o.micro_batch, o.micro_batch_tokens) {
-                let micro = Micro::new(batch, &micro_seqs, models.actor.device());
+                let micro = Micro::new(batch, &micro_seqs, models.actor.vision.as_ref(), models.actor.device())?;
                 let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
                 micro_step(cfg, models, &micro, weight, &mut acc)?;
             }
@@ -69,7 +69,7 @@ pub fn update(cfg: &TrainConfig, models: &Models, opt: Optimizers, batch: &StepB
 /// critic's clipped value loss.
 fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, acc: &mut Accumulator) -> Result<()> {
     let temperature = cfg.rollout.temperature.max(1e-6);
-    let (logp, entropy) = logprobs_and_entropy(&models.actor.lm, micro, temperature);
+    let (logp, entropy) = logprobs_and_entropy(models.actor, micro, temperature)?;
     let ref_logp = match models.reference {
         Some(_) => Some(column(&micro.ref_logprobs, "reference log-probs")?),
         None => None,
@@ -94,7 +94,7 @@ fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, ac
     acc.add("actor/ppo_kl", out.approx_kl, weight);
     acc.add("actor/entropy", out.entropy, weight);
     if let Some(critic) = models.critic {
-        let values = critic.forward(&micro.ids, &micro.positions(), None)?;
+        let values = critic.forward_images(&micro.ids, &micro.positions, &micro.images.iter().collect::<Vec<_>>())?;
         let n = values.size()[1];
         let v = value_loss(
             &cfg.algorithm.value_loss,
