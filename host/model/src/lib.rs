@@ -55,6 +55,6 @@ pub use tokenizer::Tokenizer;
 pub use vagen_rollout::Message;
 pub use vagen_rollout::{IMAGE_MARKER, Image};
 pub use value_head::ValueModel;
-pub use vision::VisionTower;
+pub use vision::{VisionTower, vision_forward_seconds};
 pub use vl::{MropePositions, Prompt, Vision, hidden_states};
 pub use vl_config::{Qwen2VlConfig, VisionConfig};

@@ -5,8 +5,19 @@
 use crate::qwen2::{Linear, Mlp, RmsNorm};
 use crate::rope;
 use crate::vl_config::VisionConfig;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 use tch::nn::{Init, Path};
 use tch::{Device, Kind, Tensor};
+
+/// Nanoseconds this process has spent in [`VisionTower::forward`].
+static FORWARD_NANOS: AtomicU64 = AtomicU64::new(0);
+
+/// Seconds this process has spent in the vision tower's forward passes (on a GPU, waiting
+/// for its kernels): read before and after a phase, the difference is the tower's share.
+pub fn vision_forward_seconds() -> f64 {
+    FORWARD_NANOS.load(Ordering::Relaxed) as f64 * 1e-9
+}
 
 /// Vision norms use a fixed epsilon in HF, whatever the config says.
 const NORM_EPS: f64 = 1e-6;
@@ -83,6 +94,16 @@ impl VisionTower {
     /// of images with `grids` `[t, h, w]` (in patches), in image order and, within an image,
     /// in the order of its image-pad tokens.
     pub fn forward(&self, pixel_values: &Tensor, grids: &[[usize; 3]]) -> Tensor {
+        let start = Instant::now();
+        let out = self.features(pixel_values, grids);
+        if let Device::Cuda(i) = out.device() {
+            tch::Cuda::synchronize(i as i64);
+        }
+        FORWARD_NANOS.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        out
+    }
+
+    fn features(&self, pixel_values: &Tensor, grids: &[[usize; 3]]) -> Tensor {
         let c = &self.config;
         let device = self.patch_embed.device();
         let kind = self.patch_embed.kind();

@@ -13,6 +13,8 @@ pub struct Timings {
     pub score: f64,
     pub update: f64,
     pub step: f64,
+    /// Of the step, in the vision tower's forward passes (rollout, score and update).
+    pub vision: f64,
 }
 
 /// `step` is the step just done (1-based). `compared` says whether `score` ran its own
@@ -53,6 +55,8 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
         ("timing_s/old_log_prob", t.score),
         ("timing_s/update", t.update),
         ("timing_s/step", t.step),
+        ("timing_s/vision_forward", t.vision),
+        ("rollout/image_tokens", batch.seqs.image_tokens.iter().sum::<usize>() as f64 / batch.len().max(1) as f64),
         ("throughput/tokens_per_s", batch.tokens.ids.len() as f64 / t.step),
         ("throughput/response_tokens", response_tokens as f64),
     ] {
@@ -121,7 +125,7 @@ mod tests {
             ..Default::default()
         });
         let collected = Collected { batch, rollout: Default::default(), explored_turns: 1 };
-        let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0 };
+        let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0, vision: 0.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;
         assert_eq!(m["rollout/logprob_diff_mean"], 0.25);
         assert_eq!(m["rollout/logprob_diff_max"], 0.25);

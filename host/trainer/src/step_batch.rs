@@ -48,6 +48,8 @@ pub struct SeqColumns {
     /// The images its tokens show, in order (raw RGB, shared with the trajectory): what a
     /// vision model's processor turns into pixel values. Empty for a text-only model.
     pub images: Vec<Vec<Arc<Image>>>,
+    /// Tokens its images take.
+    pub image_tokens: Vec<usize>,
 }
 
 /// Per kept turn, in sequence order (sequence k's turns are `StepBatch::turns_of(k)`).
@@ -144,6 +146,7 @@ impl StepBatch {
         s.seed.push(source.seed);
         s.truncated.push(seq.truncated);
         s.images.push(seq.images);
+        s.image_tokens.push(seq.image_tokens);
         let u = &mut self.turns;
         for (&end, (index, turn)) in seq.turn_ends.iter().zip(&source.turns) {
             u.end.push(end);

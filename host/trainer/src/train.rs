@@ -395,6 +395,7 @@ impl Trainer {
     pub fn rl_step(&mut self) -> Result<StepMetrics> {
         self.ensure_reference()?;
         let t0 = Instant::now();
+        let vision0 = vagen_model::vision_forward_seconds();
         let mut collected = self.collect()?;
         let t1 = Instant::now();
         self.score(&mut collected)?;
@@ -404,7 +405,13 @@ impl Trainer {
         let updated = self.update(&collected)?;
         let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
         let (rollout, score) = (secs(t0, t1), secs(t1, t2));
-        let timings = Timings { rollout, score, update: t3.elapsed().as_secs_f64(), step: t0.elapsed().as_secs_f64() };
+        let timings = Timings {
+            rollout,
+            score,
+            update: t3.elapsed().as_secs_f64(),
+            step: t0.elapsed().as_secs_f64(),
+            vision: vagen_model::vision_forward_seconds() - vision0,
+        };
         Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.reuse_logprobs))
     }
 

@@ -1,0 +1,108 @@
+//! Training a VL model on image observations: FrozenLake as pictures only, the embedded
+//! default-vl model. The step's first epoch starts at ratio 1, generation's log-probs match
+//! the training forward over the same image tokens, a resumed run continues exactly.
+
+mod common;
+
+use common::{config, parse, step_line};
+use std::collections::BTreeMap;
+use tch::Tensor;
+use vagen_model::{LoadOptions, Model};
+use vagen_trainer::Trainer;
+
+/// `config` with the lake as a 112-pixel picture (4 × 4 cells of 28 pixels: one merged
+/// vision token each) and no text grid, for the default VL model.
+fn vision_config(estimator: &str, extra: &str) -> String {
+    config(estimator, extra)
+        .replace("[model]", "[env.config]\nobservation = \"image\"\nimage_size = 112\n[model]\npath = \"default-vl\"")
+}
+
+fn visual_weights(dir: &std::path::Path) -> BTreeMap<String, Tensor> {
+    let m = Model::load(dir, LoadOptions::default()).unwrap();
+    m.vs.variables().into_iter().filter(|(n, _)| n.starts_with("visual.")).collect()
+}
+
+#[test]
+fn a_vl_step_on_pictures_starts_at_ratio_one_and_generation_matches_the_training_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&vision_config("bi-level-gae", ""), &["schedule.steps=1"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let m = step_line(dir.path(), 1);
+    let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k}: {m}"));
+    assert_eq!(f("rollout/image_tokens"), 32.0, "two turns of 16 tokens per sequence: {m}");
+    assert_eq!(f("actor/ppo_kl"), 0.0, "first epoch: new log-probs are the old ones exactly");
+    assert_eq!(f("actor/pg_clipfrac"), 0.0);
+    assert!(f("rollout/logprob_diff_max") <= 1e-4, "generation vs training forward: {}", f("rollout/logprob_diff_max"));
+    assert!(f("critic/vf_loss").is_finite() && f("timing_s/vision_forward") > 0.0);
+    // Checkpoints are VL folders transformers reads, the critic's too.
+    let actor = dir.path().join("checkpoints/step-000001/actor");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(actor.join("config.json")).unwrap()).unwrap();
+    assert_eq!(config["model_type"], "qwen2_5_vl");
+    assert!(actor.join("preprocessor_config.json").is_file());
+    assert!(dir.path().join("checkpoints/step-000001/critic/preprocessor_config.json").is_file());
+}
+
+#[test]
+fn a_resumed_vl_run_continues_exactly() {
+    let whole = tempfile::tempdir().unwrap();
+    Trainer::new(parse(&vision_config("bi-level-gae", ""), &[]).unwrap(), whole.path()).unwrap().run().unwrap();
+    let cut = tempfile::tempdir().unwrap();
+    let cfg = parse(&vision_config("bi-level-gae", ""), &["schedule.steps=1"]).unwrap();
+    Trainer::new(cfg, cut.path()).unwrap().run().unwrap();
+    let mut resumed = Trainer::resume(cut.path(), &["schedule.steps=2".into()]).unwrap();
+    assert_eq!(resumed.state.step, 1);
+    resumed.run().unwrap();
+    let (a, b) = (step_line(whole.path(), 2), step_line(cut.path(), 2));
+    for key in ["train/reward", "rollout/response_length", "rollout/image_tokens", "throughput/response_tokens"] {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    for key in ["actor/pg_loss", "critic/vf_loss", "actor/entropy"] {
+        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+        assert!((x - y).abs() < 1e-6, "{key}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn sft_on_oracle_pictures_then_a_frozen_vision_tower_stays_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "[sft]\nsteps = 1\nepisodes_per_step = 2\nlr = 1e-3\n";
+    let cfg = parse(&vision_config("grpo", extra), &["schedule.steps=1", "model.freeze_vision=true"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let sft = vagen_trainer::read_metrics(dir.path()).unwrap();
+    let loss = sft.iter().find_map(|m| m["sft/loss"].as_f64()).expect("an SFT line");
+    assert!(loss.is_finite() && loss > 0.0, "{loss}");
+    let initial = vagen_model::default_vl_model(0, LoadOptions::default()).unwrap();
+    let (after_sft, after_rl) = (
+        visual_weights(&dir.path().join("checkpoints/sft-000001/actor")),
+        visual_weights(&dir.path().join("checkpoints/step-000001/actor")),
+    );
+    for (name, t) in initial.vs.variables().into_iter().filter(|(n, _)| n.starts_with("visual.")) {
+        assert!(after_sft[&name].equal(&t) && after_rl[&name].equal(&t), "{name} moved while frozen");
+    }
+    // Unfrozen (the default, as VAGEN), SFT moves the tower.
+    let free = tempfile::tempdir().unwrap();
+    let cfg = parse(&vision_config("grpo", extra), &["schedule.steps=0"]).unwrap();
+    Trainer::new(cfg, free.path()).unwrap().run().unwrap();
+    let moved = visual_weights(&free.path().join("checkpoints/sft-000001/actor"));
+    let initial: BTreeMap<String, Tensor> = initial.vs.variables().into_iter().collect();
+    assert!(moved.iter().any(|(n, t)| !t.equal(&initial[n])), "SFT left the vision tower unchanged");
+}
+
+#[test]
+fn vision_settings_on_a_text_model_and_impossible_image_budgets_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&config("grpo", ""), &["model.freeze_vision=true"]).unwrap();
+    let err = Trainer::new(cfg, dir.path()).err().unwrap().to_string();
+    assert!(err.contains("model.freeze_vision") && err.contains("no vision tower"), "{err}");
+    // Each picture takes 16 tokens: a budget of 8 cannot hold the first observation.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&vision_config("grpo", ""), &["rollout.max_image_tokens=8"]).unwrap();
+    let err = format!("{:#}", Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err());
+    assert!(err.contains("max_image_tokens 8"), "{err}");
+    // Pixels below one merged patch per image.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&vision_config("grpo", ""), &["rollout.max_image_pixels=100"]).unwrap();
+    let err = format!("{:#}", Trainer::new(cfg, dir.path()).err().unwrap());
+    assert!(err.contains("rollout.max_image_pixels"), "{err}");
+}
