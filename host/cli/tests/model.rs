@@ -126,6 +126,39 @@ fn generate_with_images_is_seeded_and_checks_its_input() {
 }
 
 #[test]
+fn a_vl_model_plays_navigation_from_its_pictures_and_the_log_keeps_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("nav.jsonl");
+    let plugin = root().join("target/plugins/navigation.wasm").display().to_string();
+    let run = |out: &Path| {
+        let o = host(&[
+            "run", "--plugin", &plugin, "--policy", "model", "--model", "default-vl", "--device", "cpu",
+            "--episodes", "2", "--max-new-tokens", "12", "--out", out.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(out).unwrap()
+    };
+    let log = run(&out);
+    let episodes: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(episodes.len(), 2);
+    for e in &episodes {
+        // Each turn: the model's sampled answer, and the one picture it saw, saved beside
+        // the log.
+        let (turns, images) = (e["turns"].as_array().unwrap(), e["images"].as_array().unwrap());
+        assert!(!turns.is_empty() && turns.len() == images.len(), "{} turns, {} image lists", turns.len(), images.len());
+        for (turn, shown) in turns.iter().zip(images) {
+            assert_eq!(turn["origin"], "model");
+            assert!(!turn["token_ids"].as_array().unwrap().is_empty());
+            assert_eq!(shown.as_array().unwrap().len(), 1);
+            let png = dir.path().join(shown[0].as_str().unwrap());
+            assert_eq!(image::image_dimensions(&png).unwrap(), (256, 256), "{}", png.display());
+        }
+    }
+    // Seeded: the same run gives the same log.
+    assert_eq!(run(&dir.path().join("again.jsonl")).replace("again.", "nav."), log);
+}
+
+#[test]
 fn bench_model_times_the_vision_encoder_of_a_vl_model() {
     let o = host(&[
         "bench-model",

@@ -139,7 +139,11 @@ fn run(
     // Only the last position's logits are needed: the head over every prompt position would
     // cost batch × prompt × vocab × hidden for nothing.
     let hidden = lm.model.forward_embeds(embeds, &positions, Some(&mask), Some(&mut cache))?;
-    let mut logits = lm.logits(&hidden.select(1, -1));
+    let suppress = |logits: Tensor| match vision {
+        Some((v, _)) => v.suppress_placeholders(&logits),
+        None => logits,
+    };
+    let mut logits = suppress(lm.logits(&hidden.select(1, -1)));
 
     let mut sampler = Sampler::new(options.temperature, options.top_p, options.top_k, options.seed);
     let stop_window = options.stop.iter().map(String::len).max().unwrap_or(0) + 1;
@@ -181,7 +185,7 @@ fn run(
         if vision.is_some() {
             pos = pos.unsqueeze(0).expand([3, batch as i64, 1], false);
         }
-        logits = lm.forward(&input, &pos, Some(&mask), Some(&mut cache))?.select(1, 0);
+        logits = suppress(lm.forward(&input, &pos, Some(&mask), Some(&mut cache))?.select(1, 0));
     }
     rows.into_iter().map(|row| row.finish(tokenizer, &options.stop)).collect()
 }
@@ -293,7 +297,7 @@ pub fn sequence_logprobs_vl(
     let _guard = tch::no_grad_guard();
     let refs: Vec<&Prompt> = sequences.iter().collect();
     let (logits, ids) = vision.logits(lm, &refs)?;
-    chosen_logprobs(&logits, &ids, &rows, temperature)
+    chosen_logprobs(&vision.suppress_placeholders(&logits), &ids, &rows, temperature)
 }
 
 fn check_scorable(rows: &[&[u32]]) -> Result<()> {

@@ -200,7 +200,6 @@ impl ImageProcessor {
         Ok((hb, wb))
     }
 
-    /// `pixel_values` and `image_grid_thw` of one image.
     /// Images are resized to at most `pixels` (below the processor's own `max_pixels`
     /// only); refused below `min_pixels` or one merged patch.
     pub fn limit_pixels(&mut self, pixels: usize) -> Result<()> {
@@ -219,6 +218,7 @@ impl ImageProcessor {
         Ok((h / self.patch_size) * (w / self.patch_size) / (self.merge_size * self.merge_size))
     }
 
+    /// `pixel_values` and `image_grid_thw` of one image.
     pub fn process(&self, image: &Image) -> Result<PixelValues> {
         let (h, w) = (image.height as usize, image.width as usize);
         if image.rgb.len() != h * w * 3 {

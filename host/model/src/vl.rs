@@ -145,6 +145,22 @@ impl Vision {
         Ok((lm.logits(&hidden), ids))
     }
 
+    /// The tokens that place images in the text. A VL model's answers never hold them: a
+    /// sampled one would read as an image in the next prompt (and fail its positions), so
+    /// generation and the training forward alike give them no probability.
+    pub fn placeholder_tokens(&self) -> [u32; 4] {
+        let c = &self.config;
+        [c.image_token_id, c.video_token_id, c.vision_start_token_id, c.vision_end_token_id]
+    }
+
+    /// `logits` `[.., vocab]` (f32) with the placeholder tokens out of reach: far below any
+    /// logit but finite, so entropies over them stay 0 · log 0 = 0 rather than NaN.
+    pub fn suppress_placeholders(&self, logits: &Tensor) -> Tensor {
+        let ids: Vec<i64> = self.placeholder_tokens().iter().map(|&t| t as i64).collect();
+        let index = Tensor::from_slice(&ids).to_device(logits.device());
+        logits.index_fill(-1, &index, -1e30)
+    }
+
     /// `[3, rows, width]` M-RoPE positions of right-padded rows, each with its images'
     /// grids.
     pub fn right_padded_positions(

@@ -158,6 +158,41 @@ fn generation_logprobs_equal_a_training_forward_with_images() {
     }
 }
 
+/// A model whose head favours the image placeholder still never writes it: the next
+/// prompt would read it as an image. Generation and the training forward agree on that.
+#[test]
+fn generation_never_writes_an_image_placeholder_even_where_the_head_favours_it() {
+    let model = vagen_model::default_vl_model(3, LoadOptions::default()).unwrap();
+    let vision = model.vision().unwrap();
+    let pad = vision.config.image_token_id as i64;
+    let prompt = || Prompt::text(model.encode_chat(&[Message::user("Where now?")], true).unwrap());
+    let greedy = GenerateOptions { max_new_tokens: 1, temperature: 0.0, ..Default::default() };
+    let first = model.generate_vl(&[prompt()], &greedy).unwrap()[0].token_ids[0] as i64;
+    // The (tied) head's rows of that token and of the placeholder swapped: unsuppressed, the
+    // placeholder is now the most likely next token.
+    tch::no_grad(|| {
+        let vars = model.vs.variables();
+        let w = &vars["model.embed_tokens.weight"];
+        let (a, b) = (w.get(first).copy(), w.get(pad).copy());
+        w.get(first).copy_(&b);
+        w.get(pad).copy_(&a);
+    });
+    let p = prompt();
+    let (logits, _) = tch::no_grad(|| vision.logits(&model.lm, &[&p]).unwrap());
+    assert_eq!(logits.get(0).get(p.ids.len() as i64 - 1).argmax(-1, false).int64_value(&[]), pad);
+    let options = GenerateOptions { max_new_tokens: 4, temperature: 1.0, seed: 1, ..Default::default() };
+    for o in [greedy, options] {
+        let g = model.generate_vl(&[prompt()], &o).unwrap().remove(0);
+        assert!(g.token_ids.iter().all(|t| !vision.placeholder_tokens().contains(t)), "{:?}", g.token_ids);
+        let seq = Prompt::text(p.ids.iter().chain(&g.token_ids).copied().collect());
+        let scored = vagen_model::sequence_logprobs_vl(&model.lm, vision, &[seq], o.temperature.max(1.0)).unwrap();
+        let tail = &scored[0][p.ids.len() - 1..];
+        for (a, b) in tail.iter().zip(&g.logprobs) {
+            assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "training forward {a} vs generation {b}");
+        }
+    }
+}
+
 #[test]
 fn gradients_reach_the_vision_tower_unless_frozen() {
     let mut model = load(MODELS[1]);

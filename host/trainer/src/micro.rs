@@ -115,7 +115,11 @@ pub fn logprobs_and_entropy(model: &Model, m: &Micro, temperature: f64) -> Resul
     let (b, n) = (m.targets.size()[0], m.targets.size()[1]);
     let hidden = hidden.narrow(1, 0, n).reshape([b * n, -1]);
     let at = m.loss_mask.reshape([b * n]).nonzero().squeeze_dim(1);
-    let logits = lm.logits(&hidden.index_select(0, &at)) / temperature.max(1e-6);
+    let mut logits = lm.logits(&hidden.index_select(0, &at));
+    if let Some(v) = &model.vision {
+        logits = v.suppress_placeholders(&logits);
+    }
+    let logits = logits / temperature.max(1e-6);
     let logp_all = logits.log_softmax(-1, Kind::Float);
     let targets = m.targets.reshape([b * n]).index_select(0, &at);
     let logp = logp_all.gather(-1, &targets.unsqueeze(-1), false).squeeze_dim(-1);
