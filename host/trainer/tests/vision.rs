@@ -106,3 +106,36 @@ fn vision_settings_on_a_text_model_and_impossible_image_budgets_are_refused() {
     let err = format!("{:#}", Trainer::new(cfg, dir.path()).err().unwrap());
     assert!(err.contains("rollout.max_image_pixels"), "{err}");
 }
+
+/// `examples/vagen/*.toml` as written, on a tiny random VL checkpoint and a small batch:
+/// each starts and runs one step (the turn-aware bi-level variant its comment gives, too).
+#[test]
+fn the_vagen_presets_run_a_step_on_a_tiny_vl_checkpoint() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let folder = tempfile::tempdir().unwrap();
+    vagen_model::default_vl_model(7, LoadOptions::default()).unwrap().save(folder.path()).unwrap();
+    let model = format!("model.path={:?}", folder.path().display().to_string());
+    let bi_level = ["algorithm.advantage.estimator=\"bi-level-gae\"", "rollout.rewards=\"per-turn\""];
+    for (name, extra) in [("frozenlake", &[][..]), ("sokoban", &[]), ("navigation", &[]), ("frozenlake", &bi_level)] {
+        let path = root.join(format!("examples/vagen/{name}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let plugin = format!("env.plugin={:?}", root.join(format!("target/plugins/{name}.wasm")).display().to_string());
+        let mut overrides = vec![
+            model.as_str(),
+            plugin.as_str(),
+            "env.groups=2",
+            "env.val_episodes=2",
+            "rollout.max_new_tokens=8",
+            "schedule.steps=1",
+            "schedule.eval_every=0",
+        ];
+        overrides.extend(extra);
+        let cfg = parse(&text, &overrides).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(cfg.rollout.format, vagen_rollout::Format::GroundingWorldModeling);
+        let dir = tempfile::tempdir().unwrap();
+        Trainer::new(cfg, dir.path()).unwrap().run().unwrap_or_else(|e| panic!("{name} {extra:?}: {e:#}"));
+        let m = step_line(dir.path(), 1);
+        assert!(m["critic/vf_loss"].as_f64().unwrap().is_finite(), "{name}: {m}");
+        assert!(m["rollout/image_tokens"].as_f64().unwrap() > 0.0, "{name}: {m}");
+    }
+}

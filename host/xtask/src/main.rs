@@ -1,6 +1,7 @@
 //! Project tasks, so that a fresh machine needs only `cargo`:
 //!
 //! - `cargo xtask demo`    the main job: build everything, run FrozenLake episodes
+//!   (`--vision`: the visual demo, FrozenLake from the picture alone)
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
 //! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
 //! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
@@ -23,9 +24,11 @@ fn main() -> ExitCode {
         Some("plugins") => setup(Needs::Tests).and_then(|_| plugins(None)),
         Some("test") => setup(Needs::Tests).and_then(|_| plugins(None)).and_then(|_| test(&args[1..])),
         // The demo needs libtorch and one plugin: a fresh machine builds nothing else.
-        Some("demo") => setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).and_then(|_| demo()),
+        Some("demo") => demo_variant(&args[1..])
+            .and_then(|v| setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).map(|_| v))
+            .and_then(demo),
         _ => {
-            eprintln!("usage: cargo xtask <demo | test [cargo test args] | plugins | setup | env | fixtures>");
+            eprintln!("usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | setup | env | fixtures>");
             return ExitCode::from(2);
         }
     };
@@ -292,19 +295,30 @@ fn test(extra: &[String]) -> Result<()> {
     run(cmd)
 }
 
-/// The main job: `vagen-host` built in the `demo` profile (Cargo.toml says why), then
-/// `examples/frozenlake-cpu.toml` trained from scratch.
-fn demo() -> Result<()> {
+/// Which demo: the text one (the main job), or `--vision`, the same task learnt from the
+/// picture alone by the embedded VL model.
+fn demo_variant(args: &[String]) -> Result<&'static str> {
+    match args {
+        [] => Ok("frozenlake-cpu"),
+        [v] if v == "--vision" => Ok("frozenlake-vision-cpu"),
+        _ => Err(format!("usage: cargo xtask demo [--vision], not {}", args.join(" "))),
+    }
+}
+
+/// `vagen-host` built in the `demo` profile (Cargo.toml says why), then
+/// `examples/NAME.toml` trained from scratch into `runs/NAME`.
+fn demo(name: &str) -> Result<()> {
     let mut build = cargo();
     build.args(["build", "--profile", "demo", "-p", "vagen-host"]).envs(torch_env()?);
     run(build)?;
     // The main job: SFT warm start, then RL, on FrozenLake with the embedded model; prints
     // held-out success before and after RL. A previous demo run is replaced, not resumed.
-    let run_dir = root().join("runs/frozenlake-cpu");
+    let run_dir = root().join("runs").join(name);
     if run_dir.exists() {
         std::fs::remove_dir_all(&run_dir).map_err(|e| format!("removing {}: {e}", run_dir.display()))?;
     }
     let mut train = Command::new(root().join("target/demo/vagen-host"));
-    train.current_dir(root()).args(["train", "--config", "examples/frozenlake-cpu.toml", "--run-dir"]).arg(&run_dir);
+    let config = format!("examples/{name}.toml");
+    train.current_dir(root()).args(["train", "--config", &config, "--run-dir"]).arg(&run_dir);
     run(train)
 }

@@ -29,6 +29,18 @@ pub struct Config {
     pub observation: ObservationMode,
     /// Side of the square image in pixels (16..=1024).
     pub image_size: u32,
+    /// What the image frames: `top-down` (the whole lake) or `centered` (2·size − 1 cells
+    /// a side around the player, off-lake cells dark: the player is always the middle cell).
+    pub view: View,
+}
+
+/// How the image frames the lake.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum View {
+    #[default]
+    TopDown,
+    Centered,
 }
 
 impl Default for Config {
@@ -45,6 +57,7 @@ impl Default for Config {
             separator: ",".into(),
             observation: ObservationMode::Text,
             image_size: 256,
+            view: View::TopDown,
         }
     }
 }

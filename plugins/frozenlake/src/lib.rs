@@ -6,7 +6,7 @@ mod config;
 mod map;
 mod render;
 
-pub use config::Config;
+pub use config::{Config, View};
 pub use map::{Map, Move, Tile};
 pub use vagen_sdk::ObservationMode;
 
@@ -203,7 +203,7 @@ impl FrozenLake {
             feedback,
             c.observation,
             || render::text(&self.map, self.player),
-            || render::image(&self.map, self.player, c.image_size),
+            || render::image(&self.map, self.player, c.image_size, c.view),
         )
     }
 }

@@ -136,6 +136,36 @@ fn image_observations_match_their_markers() {
     assert_eq!((img.width, img.height, img.rgb.len()), (256, 256, 256 * 256 * 3));
 }
 
+/// The centred view: 2·size − 1 cells a side, the player always in the middle cell, what is
+/// left of it always in the cell left of the middle, cells off the lake dark.
+#[test]
+fn the_centred_view_keeps_the_player_in_the_middle_cell() {
+    let config = Config { observation: ObservationMode::Image, view: View::Centered, image_size: 196, ..Config::default() };
+    let mut e = env(config);
+    e.reset(0);
+    e.map.tiles = vec![Tile::Frozen; 16];
+    e.map.goal = (3, 3);
+    e.map.tiles[15] = Tile::Goal;
+    e.map.tiles[4] = Tile::Hole; // (0, 1)
+    let pixel = |img: &vagen_sdk::Image, cx: u32, cy: u32| {
+        let i = ((cy * 28 + 14) * img.width + cx * 28 + 14) as usize * 3;
+        [img.rgb[i], img.rgb[i + 1], img.rgb[i + 2]]
+    };
+    for player in [(1, 1), (0, 0), (3, 2)] {
+        e.player = player;
+        let img = render::image(&e.map, e.player, 196, View::Centered);
+        assert_eq!((img.width, img.height), (196, 196));
+        assert_eq!(pixel(&img, 3, 3), [214, 48, 49], "the player at the centre for {player:?}");
+        // The hole at (0, 1) is drawn where it lies relative to the player, off-lake cells dark.
+        let (hx, hy) = (3 + 0 - player.0 as i64, 3 + 1 - player.1 as i64);
+        assert_eq!(pixel(&img, hx as u32, hy as u32), [22, 40, 92], "the hole for {player:?}");
+        let off = (3 - player.0 as i64 - 1, 3 - player.1 as i64);
+        if off.0 >= 0 {
+            assert_eq!(pixel(&img, off.0 as u32, off.1 as u32), [70, 76, 84], "left of the lake for {player:?}");
+        }
+    }
+}
+
 #[test]
 fn describe_state_names_the_goal_and_the_moves_into_a_hole() {
     let mut e = env(Config::default());
