@@ -70,17 +70,7 @@ impl Model {
         if !dir.is_dir() {
             return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model folder")));
         }
-        let config_path = dir.join("config.json");
-        let raw = read_json_opt(&config_path)?.ok_or_else(|| {
-            Error::io(&config_path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json"))
-        })?;
-        let (config, vl) = if vl_config::is_vl(&raw) {
-            let vl = Qwen2VlConfig::from_file(&config_path)?;
-            let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
-            (vl.text.clone(), Some((vl, processor)))
-        } else {
-            (Qwen2Config::from_file(&config_path)?, None)
-        };
+        let (config, vl) = read_configs(dir)?;
         let parts = Parts {
             config,
             vl,
@@ -268,6 +258,20 @@ impl Model {
         });
         write_json(&dir.join("generation_config.json"), &generation)
     }
+}
+
+/// A folder's `config.json` as the text model's config and, for Qwen2.5-VL, the VL config
+/// with the folder's image processor (its defaults when the folder has none).
+pub(crate) fn read_configs(dir: &Path) -> Result<(Qwen2Config, Option<(Qwen2VlConfig, ImageProcessor)>)> {
+    let path = dir.join("config.json");
+    let raw = read_json_opt(&path)?
+        .ok_or_else(|| Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json")))?;
+    if !vl_config::is_vl(&raw) {
+        return Ok((Qwen2Config::from_file(&path)?, None));
+    }
+    let vl = Qwen2VlConfig::from_file(&path)?;
+    let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
+    Ok((vl.text.clone(), Some((vl, processor))))
 }
 
 fn read_json_opt(path: &Path) -> Result<Option<Value>> {

@@ -7,7 +7,7 @@ use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::qwen2::Linear;
 use crate::vision::VisionTower;
 use crate::vl::{Vision, hidden_states};
-use crate::vl_config::{self, Qwen2VlConfig};
+use crate::vl_config::Qwen2VlConfig;
 use crate::{DType, Error, LoadOptions, Model, Qwen2Config, Qwen2Model, Result, weights};
 use std::collections::HashMap;
 use std::path::Path;
@@ -35,17 +35,7 @@ impl ValueModel {
             return Self::assemble(config, None, tensors, Path::new("<default>"), options);
         }
         let dir = Path::new(spec);
-        let path = dir.join("config.json");
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let raw: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| Error::Config { path: path.clone(), message: e.to_string() })?;
-        let (config, vl) = if vl_config::is_vl(&raw) {
-            let vl = Qwen2VlConfig::from_file(&path)?;
-            let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
-            (vl.text.clone(), Some((vl, processor)))
-        } else {
-            (Qwen2Config::from_file(&path)?, None)
-        };
+        let (config, vl) = crate::checkpoint::read_configs(dir)?;
         let mut tensors = weights::read_dir(dir)?;
         weights::legacy_names(&mut tensors);
         Self::assemble(config, vl, tensors, dir, options)
