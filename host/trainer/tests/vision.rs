@@ -139,3 +139,17 @@ fn the_vagen_presets_run_a_step_on_a_tiny_vl_checkpoint() {
         assert!(m["rollout/image_tokens"].as_f64().unwrap() > 0.0, "{name}: {m}");
     }
 }
+
+/// The visual demo's config keeps its promise: default-vl, the picture as the only
+/// observation (no text grid, no state description), one vision token per cell.
+#[test]
+fn the_visual_demo_sees_only_the_picture() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/frozenlake-vision-cpu.toml");
+    let plugin = format!("env.plugin={:?}", common::plugin().display().to_string());
+    let cfg = parse(&std::fs::read_to_string(path).unwrap(), &[&plugin]).unwrap();
+    assert_eq!(cfg.model.path, "default-vl");
+    assert_eq!(cfg.env.config["observation"].as_str(), Some("image"));
+    assert!(!cfg.rollout.describe_state && cfg.rollout.system_prompt.as_deref() == Some("FrozenLake."));
+    let (view, size) = (cfg.env.config["view"].as_str(), cfg.env.config["image_size"].as_integer());
+    assert_eq!((view, size), (Some("centered"), Some(7 * 28)), "7×7 cells of 28 pixels");
+}
