@@ -132,8 +132,21 @@ fn a_vl_model_plays_navigation_from_its_pictures_and_the_log_keeps_them() {
     let plugin = root().join("target/plugins/navigation.wasm").display().to_string();
     let run = |out: &Path| {
         let o = host(&[
-            "run", "--plugin", &plugin, "--policy", "model", "--model", "default-vl", "--device", "cpu",
-            "--episodes", "2", "--max-new-tokens", "12", "--out", out.to_str().unwrap(),
+            "run",
+            "--plugin",
+            &plugin,
+            "--policy",
+            "model",
+            "--model",
+            "default-vl",
+            "--device",
+            "cpu",
+            "--episodes",
+            "2",
+            "--max-new-tokens",
+            "12",
+            "--out",
+            out.to_str().unwrap(),
         ]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         std::fs::read_to_string(out).unwrap()
@@ -145,7 +158,12 @@ fn a_vl_model_plays_navigation_from_its_pictures_and_the_log_keeps_them() {
         // Each turn: the model's sampled answer, and the one picture it saw, saved beside
         // the log.
         let (turns, images) = (e["turns"].as_array().unwrap(), e["images"].as_array().unwrap());
-        assert!(!turns.is_empty() && turns.len() == images.len(), "{} turns, {} image lists", turns.len(), images.len());
+        assert!(
+            !turns.is_empty() && turns.len() == images.len(),
+            "{} turns, {} image lists",
+            turns.len(),
+            images.len()
+        );
         for (turn, shown) in turns.iter().zip(images) {
             assert_eq!(turn["origin"], "model");
             assert!(!turn["token_ids"].as_array().unwrap().is_empty());

@@ -284,7 +284,7 @@ fn read_json_opt(path: &Path) -> Result<Option<Value>> {
     }
 }
 
-fn write_json(path: &Path, value: &Value) -> Result<()> {
+pub(crate) fn write_json(path: &Path, value: &Value) -> Result<()> {
     let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
     std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
 }

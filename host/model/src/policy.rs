@@ -125,10 +125,8 @@ impl Policy for ModelPolicy {
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
         let window = self.context_window;
-        let room: Vec<usize> = prompts
-            .iter()
-            .map(|p| if self.over_images(p) { 0 } else { window.saturating_sub(p.ids.len()) })
-            .collect();
+        let room: Vec<usize> =
+            prompts.iter().map(|p| if self.over_images(p) { 0 } else { window.saturating_sub(p.ids.len()) }).collect();
         let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
         // One seed per batch, from the requests' own: the same rollout draws the same tokens.
         let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
@@ -169,15 +167,13 @@ fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<PromptIds, Polic
     if rest.len() % 2 != 0 || rest.len() / 2 != r.sampled.len() {
         return Err(bad("earlier turns must be (user, assistant) pairs, one sampled entry each"));
     }
-    let no_images = vec![vec![]; r.sampled.len()];
-    let turn_images = if r.turn_images.is_empty() { &no_images } else { &r.turn_images };
-    if turn_images.len() != r.sampled.len() {
+    if r.turn_images.len() != r.sampled.len() {
         return Err(bad("earlier turns' images must be one entry per turn"));
     }
     let history: Vec<AssistantTurn> = rest
         .chunks(2)
         .zip(&r.sampled)
-        .zip(turn_images)
+        .zip(&r.turn_images)
         .skip(skip)
         .map(|((pair, ids), images)| AssistantTurn {
             user: pair[0].content.clone(),

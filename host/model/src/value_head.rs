@@ -3,6 +3,7 @@
 //! A VL actor's critic keeps its vision tower (`visual.*`): the values are read over the
 //! same image tokens the policy sees.
 
+use crate::checkpoint::write_json;
 use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::qwen2::Linear;
 use crate::vision::VisionTower;
@@ -46,8 +47,7 @@ impl ValueModel {
     pub fn from_policy(actor: &Model) -> Result<Self> {
         let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
-        let tensors = actor.vs.variables().into_iter().filter(|(n, _)| !n.starts_with("lm_head.")).collect();
-        Self::assemble(actor.config().clone(), vl, tensors, Path::new("<actor>"), options)
+        Self::assemble(actor.config().clone(), vl, actor.vs.variables(), Path::new("<actor>"), options)
     }
 
     /// A decoder of `config`'s shape drawn from `seed` as the embedded model's is, with the
@@ -109,9 +109,7 @@ impl ValueModel {
             None => (self.model.config().to_json(self.dtype.hf_name()), "Qwen2ForTokenClassification"),
         };
         if let Some(v) = &self.vision {
-            let path = dir.join("preprocessor_config.json");
-            let text = serde_json::to_string_pretty(&v.processor.to_json()).expect("a JSON value serialises");
-            std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+            write_json(&dir.join("preprocessor_config.json"), &v.processor.to_json())?;
         }
         if let serde_json::Value::Object(m) = &mut config {
             m.insert("architectures".into(), serde_json::json!([architecture]));
@@ -119,9 +117,7 @@ impl ValueModel {
             m.insert("id2label".into(), serde_json::json!({"0": "LABEL_0"}));
             m.insert("label2id".into(), serde_json::json!({"LABEL_0": 0}));
         }
-        let path = dir.join("config.json");
-        let text = serde_json::to_string_pretty(&config).expect("a JSON value serialises");
-        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+        write_json(&dir.join("config.json"), &config)?;
         weights::write(&self.vs, &dir.join("model.safetensors"))
     }
 }

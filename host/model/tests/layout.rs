@@ -9,7 +9,14 @@ fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> 
     let mut ids = tok.encode(response).unwrap();
     ids.push(tok.end_of_turn().unwrap());
     let logprobs = Some((0..ids.len()).map(|i| -0.1 * (i + 1) as f32).collect());
-    AssistantTurn { user: user.into(), response: response.into(), token_ids: Some(ids), logprobs, reward, images: vec![] }
+    AssistantTurn {
+        user: user.into(),
+        response: response.into(),
+        token_ids: Some(ids),
+        logprobs,
+        reward,
+        images: vec![],
+    }
 }
 
 /// With the embedded model's tokenizer and Qwen2.5 template, the sequence equals the
@@ -75,7 +82,10 @@ fn image_turns_expand_to_each_images_tokens_and_only_answers_are_masked_in() {
     let images = [vec![picture(56, 56, 3), picture(112, 84, 5)], vec![picture(112, 112, 7)]];
     let users = ["<image> before <image> now", "then <image>"];
     let turns: Vec<AssistantTurn> = (0..2)
-        .map(|i| AssistantTurn { images: images[i].clone(), ..sampled(tok, users[i], "<answer>Left</answer>", i as f32) })
+        .map(|i| AssistantTurn {
+            images: images[i].clone(),
+            ..sampled(tok, users[i], "<answer>Left</answer>", i as f32)
+        })
         .collect();
     let seq = layout(tok, "sys", &turns, &LayoutOptions::default()).unwrap();
 
@@ -89,10 +99,8 @@ fn image_turns_expand_to_each_images_tokens_and_only_answers_are_masked_in() {
     let compact = tok.encode(&tok.render(&conversation, false).unwrap()).unwrap();
     let counts = [4, 12, 16]; // 56×56, 84×112 (h×w), 112×112 at 28 pixels a token
     let mut next = counts.iter();
-    let expected: Vec<u32> = compact
-        .iter()
-        .flat_map(|&t| if t == pad { vec![pad; *next.next().unwrap()] } else { vec![t] })
-        .collect();
+    let expected: Vec<u32> =
+        compact.iter().flat_map(|&t| if t == pad { vec![pad; *next.next().unwrap()] } else { vec![t] }).collect();
     assert_eq!(seq.ids, expected[..expected.len() - 1], "the template's trailing newline is not laid out");
     assert_eq!(seq.image_tokens, 32);
     assert_eq!(seq.ids.iter().filter(|&&t| t == pad).count(), 32);

@@ -53,7 +53,14 @@ impl ChatTokenizer for Toy {
 }
 
 fn turn(user: &str, response: &str, reward: f32) -> AssistantTurn {
-    AssistantTurn { user: user.into(), response: response.into(), token_ids: None, logprobs: None, reward, images: vec![] }
+    AssistantTurn {
+        user: user.into(),
+        response: response.into(),
+        token_ids: None,
+        logprobs: None,
+        reward,
+        images: vec![],
+    }
 }
 
 fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> AssistantTurn {

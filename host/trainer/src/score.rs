@@ -52,7 +52,9 @@ pub fn score(models: &Models, o: &ScoreOptions, batch: &mut StepBatch) -> Result
             None => None,
         };
         let values = match models.critic {
-            Some(c) => Some(c.forward_images(&micro.ids, &micro.positions, &micro.images.iter().collect::<Vec<_>>())?),
+            Some(c) => {
+                Some(c.forward_images(&micro.ids, &micro.positions, &micro.images.iter().collect::<Vec<_>>())?)
+            }
             None => None,
         };
         for (r, &k) in chunk.iter().enumerate() {

@@ -516,7 +516,10 @@ pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
 fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
     let Some(vision) = model.vision.as_mut() else {
         if cfg.model.freeze_vision || cfg.rollout.max_image_pixels > 0 {
-            bail!("model.freeze_vision and rollout.max_image_pixels need a VL model; {} has no vision tower", cfg.model.path);
+            bail!(
+                "model.freeze_vision and rollout.max_image_pixels need a VL model; {} has no vision tower",
+                cfg.model.path
+            );
         }
         return Ok(());
     };
@@ -535,7 +538,9 @@ fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
     Ok(Some(match cfg.critic.init {
         CriticInit::Actor => ValueModel::from_policy(actor)?,
         CriticInit::Seed if actor.vision.is_some() => {
-            bail!("critic.init = \"seed\" draws a text-only critic; a VL actor's critic starts from the actor (critic.init = \"actor\")")
+            bail!(
+                "critic.init = \"seed\" draws a text-only critic; a VL actor's critic starts from the actor (critic.init = \"actor\")"
+            )
         }
         CriticInit::Seed => {
             ValueModel::random(actor.config().clone(), cfg.schedule.seed.wrapping_add(1), load_options(cfg)?)?

@@ -28,7 +28,9 @@ fn main() -> ExitCode {
             .and_then(|v| setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).map(|_| v))
             .and_then(demo),
         _ => {
-            eprintln!("usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | setup | env | fixtures>");
+            eprintln!(
+                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | setup | env | fixtures>"
+            );
             return ExitCode::from(2);
         }
     };

@@ -32,7 +32,9 @@ pub fn image(map: &Map, player: (usize, usize), side: u32, view: View) -> Image 
     let mut c = Canvas::new(side, side, ICE);
     let (cells, origin) = match view {
         View::TopDown => (map.size, (0, 0)),
-        View::Centered => (2 * map.size - 1, (player.0 as i64 - (map.size as i64 - 1), player.1 as i64 - (map.size as i64 - 1))),
+        View::Centered => {
+            (2 * map.size - 1, (player.0 as i64 - (map.size as i64 - 1), player.1 as i64 - (map.size as i64 - 1)))
+        }
     };
     let cell = side as f64 / cells as f64;
     let span = |i: usize| ((i as f64 * cell).round() as i64, ((i + 1) as f64 * cell).round() as i64);

@@ -140,7 +140,8 @@ fn image_observations_match_their_markers() {
 /// left of it always in the cell left of the middle, cells off the lake dark.
 #[test]
 fn the_centred_view_keeps_the_player_in_the_middle_cell() {
-    let config = Config { observation: ObservationMode::Image, view: View::Centered, image_size: 196, ..Config::default() };
+    let config =
+        Config { observation: ObservationMode::Image, view: View::Centered, image_size: 196, ..Config::default() };
     let mut e = env(config);
     e.reset(0);
     e.map.tiles = vec![Tile::Frozen; 16];
