@@ -1,0 +1,390 @@
+//! The SVG in an answer: found, checked against limits that bound the renderer's work,
+//! parsed and rasterised. build.rs includes this file too (it keeps only the icons that
+//! pass it), so it uses nothing but resvg and roxmltree.
+//!
+//! Inside the sandbox a plugin has no clock it may use (time is deterministic), so the
+//! renderer's time is bounded by what the document may contain, not by a timer: every limit
+//! below is checked before a single pixel is drawn, and each failure names the limit.
+
+use resvg::{tiny_skia, usvg};
+use std::collections::HashMap;
+
+/// Bounds on an answer's SVG. Together they bound parsing and rendering time and memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Limits {
+    /// Bytes of SVG read from one answer.
+    pub max_bytes: usize,
+    /// Elements, counted after each `<use>` is expanded into what it copies.
+    pub max_elements: usize,
+    /// Element nesting, `<use>` expansions included.
+    pub max_depth: usize,
+    /// Largest `width`, `height` or `viewBox` extent, in user units.
+    pub max_size: f32,
+    /// Path segments in the whole drawing (clip paths, masks and patterns included).
+    pub max_path_segments: usize,
+    /// Groups drawn on a layer of their own (opacity, masks, clip paths, blend modes).
+    pub max_layers: usize,
+    /// Dashes all dashed strokes may produce together.
+    pub max_dashes: f64,
+    /// Pattern tiles drawn, in pixels, as a multiple of the canvas.
+    pub max_pattern_canvases: f32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 32 * 1024,
+            max_elements: 2_000,
+            max_depth: 32,
+            max_size: 10_000.0,
+            max_path_segments: 20_000,
+            max_layers: 64,
+            max_dashes: 20_000.0,
+            max_pattern_canvases: 4.0,
+        }
+    }
+}
+
+/// What an answer may draw with. Text needs fonts (there are none in the sandbox), raster
+/// images are not vectors, and filters and markers multiply work beyond what the limits
+/// above can bound cheaply; each is refused by name rather than silently dropped.
+const ELEMENTS: [&str; 22] = [
+    "svg",
+    "g",
+    "defs",
+    "title",
+    "desc",
+    "metadata",
+    "style",
+    "symbol",
+    "use",
+    "path",
+    "rect",
+    "circle",
+    "ellipse",
+    "line",
+    "polyline",
+    "polygon",
+    "linearGradient",
+    "radialGradient",
+    "stop",
+    "clipPath",
+    "mask",
+    "pattern",
+];
+
+const SVG_NS: &str = "http://www.w3.org/2000/svg";
+const XLINK_NS: &str = "http://www.w3.org/1999/xlink";
+
+/// The `<svg>…</svg>` element in an answer (text around it, such as a code fence, is
+/// ignored), with the SVG namespace declared when the answer left it out.
+pub fn extract(answer: &str, limits: &Limits) -> Result<String, String> {
+    if answer.len() > limits.max_bytes {
+        return Err(format!("the answer is {} bytes; at most {} are read", answer.len(), limits.max_bytes));
+    }
+    let start = answer.find("<svg").ok_or("no <svg> element in the answer")?;
+    let end = answer.rfind("</svg>").filter(|&e| e > start).ok_or("the <svg> element is not closed with </svg>")?;
+    let mut svg = answer[start..end + "</svg>".len()].to_string();
+    let open_end = svg.find('>').unwrap_or(svg.len());
+    let open = &svg[..open_end];
+    // Models often leave the namespaces out; every browser renders such a file anyway.
+    let mut declare = String::new();
+    if !open.contains("xmlns=") {
+        declare.push_str(&format!(" xmlns=\"{SVG_NS}\""));
+    }
+    if svg.contains("xlink:") && !open.contains("xmlns:xlink") {
+        declare.push_str(&format!(" xmlns:xlink=\"{XLINK_NS}\""));
+    }
+    svg.insert_str("<svg".len(), &declare);
+    Ok(svg)
+}
+
+/// Parses and checks an SVG document against `limits`; `side` is the canvas it will be drawn on.
+pub fn parse(svg: &str, limits: &Limits, side: u32) -> Result<usvg::Tree, String> {
+    if svg.len() > limits.max_bytes {
+        return Err(format!("the SVG is {} bytes; at most {} are read", svg.len(), limits.max_bytes));
+    }
+    // roxmltree expands entities up to 255 references deep ten times over: a few lines
+    // of DTD can stand for gigabytes of text.
+    if svg.contains("<!ENTITY") {
+        return Err("entity declarations (<!ENTITY>) are not allowed".into());
+    }
+    let nodes_limit = u32::try_from(limits.max_elements.saturating_mul(4).saturating_add(64)).unwrap_or(u32::MAX);
+    let options = roxmltree::ParsingOptions { allow_dtd: true, nodes_limit, ..Default::default() };
+    let doc = roxmltree::Document::parse_with_options(svg, options).map_err(|e| match e {
+        roxmltree::Error::NodesLimitReached => {
+            format!("the SVG has more than {nodes_limit} XML nodes (limit {} elements)", limits.max_elements)
+        }
+        e => format!("the SVG is not well-formed XML: {e}"),
+    })?;
+    check_source(&doc, limits)?;
+    let mut options = usvg::Options::default();
+    options.image_href_resolver =
+        usvg::ImageHrefResolver { resolve_data: Box::new(|_, _, _| None), resolve_string: Box::new(|_, _| None) };
+    let tree = usvg::Tree::from_xmltree(&doc, &options).map_err(|e| format!("the SVG cannot be drawn: {e}"))?;
+    check_tree(&tree, limits, side)?;
+    Ok(tree)
+}
+
+/// Element names, nesting and size before usvg sees the document: usvg copies what each
+/// `<use>` refers to, so ten nested `<use>`s of ten copies each are 10^10 elements to it.
+fn check_source(doc: &roxmltree::Document, limits: &Limits) -> Result<(), String> {
+    let root = doc.root_element();
+    if root.tag_name().name() != "svg" || root.tag_name().namespace() != Some(SVG_NS) {
+        return Err(format!("the root element is <{}>, not <svg>", root.tag_name().name()));
+    }
+    let mut ids = HashMap::new();
+    // Descendants come parent first, so each element's depth is its parent's plus one.
+    let mut depths = HashMap::new();
+    for n in doc.descendants().filter(|n| n.is_element()) {
+        let depth = n.parent().and_then(|p| depths.get(&p.id())).copied().unwrap_or(0usize) + 1;
+        if depth > limits.max_depth {
+            return Err(format!("elements are nested more than {} deep", limits.max_depth));
+        }
+        depths.insert(n.id(), depth);
+        let name = n.tag_name();
+        if name.namespace() == Some(SVG_NS) && !ELEMENTS.contains(&name.name()) {
+            return Err(format!("<{}> is not supported; draw with {}", name.name(), ELEMENTS[9..16].join(", ")));
+        }
+        if let Some(id) = n.attribute("id") {
+            ids.insert(id, n.id());
+        }
+    }
+    for (name, extent) in [("width", root.attribute("width")), ("height", root.attribute("height"))] {
+        if let Some(v) = extent.and_then(|v| number_prefix(v)) {
+            check_extent(name, v, limits)?;
+        }
+    }
+    if let Some(view_box) = root.attribute("viewBox") {
+        for v in view_box.split([' ', ',']).filter(|s| !s.is_empty()).filter_map(number_prefix) {
+            check_extent("viewBox", v, limits)?;
+        }
+    }
+    let mut expansion = Expansion { doc, ids, done: HashMap::new(), limits };
+    let (count, nesting) = expansion.size(root, 1)?;
+    if count > limits.max_elements {
+        return Err(format!("the SVG has {count} elements with each <use> expanded (limit {})", limits.max_elements));
+    }
+    if nesting > limits.max_depth {
+        return Err(format!(
+            "elements are nested {nesting} deep with each <use> expanded (limit {})",
+            limits.max_depth
+        ));
+    }
+    Ok(())
+}
+
+fn check_extent(name: &str, v: f64, limits: &Limits) -> Result<(), String> {
+    if !v.is_finite() || v.abs() > f64::from(limits.max_size) {
+        return Err(format!("{name} {v} is out of range (at most {} user units)", limits.max_size));
+    }
+    Ok(())
+}
+
+/// The number at the start of an attribute value ("48px" → 48).
+fn number_prefix(s: &str) -> Option<f64> {
+    let s = s.trim();
+    let end = s
+        .char_indices()
+        .find(|&(i, c)| {
+            !(c.is_ascii_digit() || c == '.' || ((c == '-' || c == '+') && (i == 0 || s[..i].ends_with(['e', 'E']))))
+                && !((c == 'e' || c == 'E') && i > 0)
+        })
+        .map_or(s.len(), |(i, _)| i);
+    s[..end].parse().ok()
+}
+
+/// Element counts and nesting with `<use>` references followed, memoised per element.
+struct Expansion<'a, 'input> {
+    doc: &'a roxmltree::Document<'input>,
+    ids: HashMap<&'a str, roxmltree::NodeId>,
+    /// `None` while an element is being counted: meeting it again is a reference cycle.
+    done: HashMap<roxmltree::NodeId, Option<(usize, usize)>>,
+    limits: &'a Limits,
+}
+
+impl Expansion<'_, '_> {
+    /// (elements, nesting depth) of `node` and everything it draws; `level` is where the
+    /// walk stands, so that a long chain of references fails before it is deep on the stack.
+    fn size(&mut self, node: roxmltree::Node, level: usize) -> Result<(usize, usize), String> {
+        self.bound(0, level)?;
+        match self.done.get(&node.id()) {
+            Some(Some(known)) => return Ok(*known),
+            Some(None) => return Err(format!("<{}> refers to itself through <use>", node.tag_name().name())),
+            None => {}
+        }
+        self.done.insert(node.id(), None);
+        let (mut count, mut depth) = (1usize, 0usize);
+        for child in node.children().filter(|c| c.is_element()) {
+            let (c, d) = self.size(child, level + 1)?;
+            count = count.saturating_add(c);
+            depth = depth.max(d);
+            self.bound(count, depth)?;
+        }
+        if node.tag_name().name() == "use" {
+            let href = node.attribute((XLINK_NS, "href")).or_else(|| node.attribute("href"));
+            if let Some(target) = href.and_then(|h| h.strip_prefix('#')).and_then(|id| self.ids.get(id).copied()) {
+                let target = self.doc.get_node(target).expect("ids come from this document");
+                let (c, d) = self.size(target, level + 1)?;
+                count = count.saturating_add(c);
+                depth = depth.max(d);
+            }
+        }
+        let known = (count, depth + 1);
+        self.bound(known.0, known.1)?;
+        self.done.insert(node.id(), Some(known));
+        Ok(known)
+    }
+
+    fn bound(&self, count: usize, depth: usize) -> Result<(), String> {
+        if count > self.limits.max_elements {
+            return Err(format!(
+                "the SVG has more than {} elements with each <use> expanded",
+                self.limits.max_elements
+            ));
+        }
+        if depth > self.limits.max_depth {
+            return Err(format!(
+                "elements are nested more than {} deep with each <use> expanded",
+                self.limits.max_depth
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Work the parsed drawing asks of the renderer.
+#[derive(Default)]
+struct Work {
+    segments: usize,
+    layers: usize,
+    dashes: f64,
+    pattern_pixels: f32,
+}
+
+fn check_tree(tree: &usvg::Tree, limits: &Limits, side: u32) -> Result<(), String> {
+    let size = tree.size();
+    check_extent("width", f64::from(size.width()), limits)?;
+    check_extent("height", f64::from(size.height()), limits)?;
+    let mut work = Work::default();
+    let canvas = fit(size, side);
+    walk(tree.root(), canvas, limits, side, &mut work, 0)
+}
+
+fn walk(
+    group: &usvg::Group,
+    canvas: tiny_skia::Transform,
+    limits: &Limits,
+    side: u32,
+    work: &mut Work,
+    depth: usize,
+) -> Result<(), String> {
+    // Paint servers, clip paths and masks are drawings inside the drawing; each counts as
+    // a level so that chains of them stay as shallow as elements must.
+    if depth > 2 * limits.max_depth {
+        return Err(format!("patterns, masks and clip paths are nested more than {} deep", 2 * limits.max_depth));
+    }
+    if group.should_isolate() {
+        work.layers += 1;
+        if work.layers > limits.max_layers {
+            return Err(format!(
+                "more than {} groups need a layer of their own (opacity, mask, clip path or blend mode)",
+                limits.max_layers
+            ));
+        }
+    }
+    if let Some(clip) = group.clip_path() {
+        walk_clip(clip, canvas, limits, side, work, depth + 1)?;
+    }
+    let mut mask = group.mask();
+    while let Some(m) = mask {
+        walk(m.root(), canvas, limits, side, work, depth + 1)?;
+        mask = m.mask();
+    }
+    for node in group.children() {
+        match node {
+            usvg::Node::Group(g) => walk(g, canvas, limits, side, work, depth + 1)?,
+            usvg::Node::Path(p) => walk_path(p, canvas, limits, side, work, depth)?,
+            // Neither is produced: <image> and <text> are refused before parsing.
+            usvg::Node::Image(_) | usvg::Node::Text(_) => return Err("images and text are not supported".into()),
+        }
+    }
+    Ok(())
+}
+
+fn walk_clip(
+    clip: &usvg::ClipPath,
+    canvas: tiny_skia::Transform,
+    limits: &Limits,
+    side: u32,
+    work: &mut Work,
+    depth: usize,
+) -> Result<(), String> {
+    walk(clip.root(), canvas, limits, side, work, depth)?;
+    match clip.clip_path() {
+        Some(inner) => walk_clip(inner, canvas, limits, side, work, depth + 1),
+        None => Ok(()),
+    }
+}
+
+fn walk_path(
+    path: &usvg::Path,
+    canvas: tiny_skia::Transform,
+    limits: &Limits,
+    side: u32,
+    work: &mut Work,
+    depth: usize,
+) -> Result<(), String> {
+    let data = path.data();
+    work.segments += data.verbs().len();
+    if work.segments > limits.max_path_segments {
+        return Err(format!("the paths have more than {} segments", limits.max_path_segments));
+    }
+    if let Some(stroke) = path.stroke()
+        && let Some(dashes) = stroke.dasharray()
+    {
+        let period: f32 = dashes.iter().sum();
+        let length: f32 = data.points().windows(2).map(|w| w[0].distance(w[1])).sum();
+        if period > 0.0 {
+            work.dashes += f64::from(length / period) * dashes.len() as f64;
+        }
+        if !(work.dashes <= limits.max_dashes) {
+            return Err(format!("dashed strokes would draw more than {} dashes", limits.max_dashes));
+        }
+    }
+    let paints = path.fill().map(|f| f.paint()).into_iter().chain(path.stroke().map(|s| s.paint()));
+    for paint in paints {
+        if let usvg::Paint::Pattern(pattern) = paint {
+            let (sx, sy) = canvas.pre_concat(path.abs_transform()).pre_concat(pattern.transform()).get_scale();
+            let rect = pattern.rect();
+            work.pattern_pixels += rect.width() * sx * rect.height() * sy;
+            let budget = limits.max_pattern_canvases * (side * side) as f32;
+            if !(work.pattern_pixels <= budget) {
+                return Err(format!(
+                    "pattern tiles would cover more than {} canvases of pixels",
+                    limits.max_pattern_canvases
+                ));
+            }
+            walk(pattern.root(), canvas, limits, side, work, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// Scales a document of `size` to fit a `side`-pixel square, centred (as `preserveAspectRatio`
+/// does by default).
+pub fn fit(size: usvg::Size, side: u32) -> tiny_skia::Transform {
+    let side = side as f32;
+    let scale = (side / size.width()).min(side / size.height());
+    let (dx, dy) = ((side - size.width() * scale) / 2.0, (side - size.height() * scale) / 2.0);
+    tiny_skia::Transform::from_row(scale, 0.0, 0.0, scale, dx, dy)
+}
+
+/// Draws `tree` on a white `side`-pixel square; RGB8, row-major.
+pub fn render(tree: &usvg::Tree, side: u32) -> Vec<u8> {
+    let mut pixmap = tiny_skia::Pixmap::new(side, side).expect("the canvas side is validated to be positive");
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(tree, fit(tree.size(), side), &mut pixmap.as_mut());
+    // Premultiplied RGBA over an opaque background: alpha is 255 and RGB is the colour.
+    pixmap.data().chunks_exact(4).flat_map(|p| [p[0], p[1], p[2]]).collect()
+}
