@@ -66,7 +66,8 @@ fn run(mut cmd: Command) -> Result<()> {
 enum Needs {
     /// libtorch only (the demo).
     Torch,
-    /// Also numpy, transformers, pillow and torchvision, which the tests' Python references use.
+    /// Also numpy, transformers, pillow, torchvision, OpenCV and scikit-image, which the
+    /// tests' Python references use.
     Tests,
 }
 
@@ -86,6 +87,10 @@ const TRANSFORMERS: &str = "transformers==5.23.0";
 /// torchvision built for torch 2.11.
 const PILLOW: &str = "pillow==12.0.0";
 const TORCHVISION: &str = "torchvision==0.26.0";
+/// The SVG plugin's score terms as VAGEN computes them (OpenCV's Canny) and as
+/// scikit-image computes SSIM.
+const OPENCV: &str = "opencv-python-headless==4.12.0.88";
+const SCIKIT_IMAGE: &str = "scikit-image==0.25.2";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -104,10 +109,10 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let (probe, want) = match needs {
         Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
         Needs::Tests => (
-            "import torch, numpy, transformers, PIL, torchvision; \
+            "import torch, numpy, transformers, PIL, torchvision, cv2, skimage; \
              print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__, \
-             PIL.__version__, torchvision.__version__.split('+')[0])",
-            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0",
+             PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__)",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2",
         ),
     };
     let ok = Command::new(venv_python())
@@ -125,7 +130,7 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let mut pip = Command::new(venv_python());
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", TORCH]);
     if needs == Needs::Tests {
-        pip.args([NUMPY, TRANSFORMERS, PILLOW, TORCHVISION]);
+        pip.args([NUMPY, TRANSFORMERS, PILLOW, TORCHVISION, OPENCV, SCIKIT_IMAGE]);
     }
     run(pip)
 }

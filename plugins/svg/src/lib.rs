@@ -28,9 +28,10 @@ pub struct SvgEnv {
     limits: Limits,
     /// Indices into `icons::all()` of the configured split.
     pool: Vec<usize>,
-    /// The episode's icon, and its rendering.
+    /// The episode's icon, its rendering, and that rendering's half of the score.
     target: usize,
     target_rgb: Vec<u8>,
+    reference: metrics::Reference,
 }
 
 impl Env for SvgEnv {
@@ -57,7 +58,9 @@ impl Env for SvgEnv {
             )));
         }
         let limits = config.limits();
-        Ok(Self { config, limits, pool, target: 0, target_rgb: Vec::new() })
+        let (target_rgb, side) = (vec![255; 3], 1);
+        let reference = metrics::Reference::new(&target_rgb, side);
+        Ok(Self { config, limits, pool, target: 0, target_rgb, reference })
     }
 
     fn manifest() -> Manifest {
@@ -84,6 +87,7 @@ impl Env for SvgEnv {
             EnvError::Failed(format!("icon {:?} does not draw under this config's limits: {e}", icon.name))
         })?;
         self.target_rgb = document::render(&tree, self.config.image_size);
+        self.reference = metrics::Reference::new(&self.target_rgb, self.config.image_size as usize);
         let mut text = String::from("Reproduce this icon as SVG code.");
         if self.config.observation != ObservationMode::Image {
             text.push(' ');
@@ -162,13 +166,8 @@ impl Env for SvgEnv {
 impl SvgEnv {
     /// The weighted mean of the three terms for a rendering of the target's size.
     pub fn score(&self, rgb: &[u8]) -> Score {
-        let side = self.config.image_size as usize;
         let c = &self.config;
-        let (edges, ssim, colour) = (
-            metrics::edge_iou(&self.target_rgb, rgb, side),
-            metrics::ssim(&self.target_rgb, rgb, side),
-            metrics::colour(&self.target_rgb, rgb),
-        );
+        let metrics::Terms { edges, ssim, colour } = self.reference.terms(rgb);
         let total = (c.edge_weight * edges + c.ssim_weight * ssim + c.colour_weight * colour)
             / (c.edge_weight + c.ssim_weight + c.colour_weight);
         Score { edges, ssim, colour, total: total.clamp(0.0, 1.0) }

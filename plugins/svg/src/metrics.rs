@@ -87,88 +87,140 @@ pub fn canny(gray: &[u8], w: usize, h: usize, low: i32, high: i32) -> Vec<bool> 
     map.into_iter().map(|v| v == EDGE).collect()
 }
 
-/// VAGEN's `calculate_structural_accuracy`: IoU of the two images' Canny(100, 200) edge
-/// maps, 0 when neither has an edge.
-pub fn edge_iou(target: &[u8], render: &[u8], side: usize) -> f64 {
-    let a = canny(&luma(target), side, side, 100, 200);
-    let b = canny(&luma(render), side, side, 100, 200);
-    let inter = a.iter().zip(&b).filter(|(a, b)| **a && **b).count();
-    let union = a.iter().zip(&b).filter(|(a, b)| **a || **b).count();
+/// The target's half of each term, computed once per episode: a step then draws, finds
+/// the rendering's edges, blurs three SSIM maps instead of five, and counts colours.
+pub struct Reference {
+    side: usize,
+    edges: Vec<bool>,
+    luma: Vec<f64>,
+    mean: Vec<f64>,
+    mean_sq: Vec<f64>,
+    histogram: Histogram,
+}
+
+/// The three terms, each in [0, 1].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Terms {
+    pub edges: f64,
+    pub ssim: f64,
+    pub colour: f64,
+}
+
+impl Reference {
+    /// `rgb`: the target, `side` × `side` RGB8.
+    pub fn new(rgb: &[u8], side: usize) -> Self {
+        let gray = luma(rgb);
+        let luma: Vec<f64> = gray.iter().map(|&v| f64::from(v)).collect();
+        let sq: Vec<f64> = luma.iter().map(|v| v * v).collect();
+        Self {
+            side,
+            edges: canny(&gray, side, side, 100, 200),
+            mean: blur(&luma, side),
+            mean_sq: blur(&sq, side),
+            luma,
+            histogram: Histogram::of(rgb),
+        }
+    }
+
+    /// How close `rgb` (a rendering of the target's size) is to the target.
+    pub fn terms(&self, rgb: &[u8]) -> Terms {
+        let gray = luma(rgb);
+        let edges = canny(&gray, self.side, self.side, 100, 200);
+        Terms { edges: iou(&self.edges, &edges), ssim: self.ssim(&gray), colour: self.histogram.intersection(&Histogram::of(rgb)) }
+    }
+
+    /// Mean SSIM of the luma images: Gaussian window σ = 1.5 (radius 5), K1 = 0.01,
+    /// K2 = 0.03, population covariances, the mean over pixels whose window lies inside the
+    /// image (scikit-image's `structural_similarity(gaussian_weights=True, sigma=1.5,
+    /// use_sample_covariance=False, data_range=255)`).
+    fn ssim(&self, gray: &[u8]) -> f64 {
+        let side = self.side;
+        let b: Vec<f64> = gray.iter().map(|&v| f64::from(v)).collect();
+        if side <= 2 * RADIUS {
+            return if self.luma == b { 1.0 } else { 0.0 };
+        }
+        let uy = blur(&b, side);
+        let uyy = blur(&b.iter().map(|v| v * v).collect::<Vec<_>>(), side);
+        let uxy = blur(&self.luma.iter().zip(&b).map(|(x, y)| x * y).collect::<Vec<_>>(), side);
+        let (ux, uxx) = (&self.mean, &self.mean_sq);
+        let (c1, c2) = ((0.01f64 * 255.0).powi(2), (0.03f64 * 255.0).powi(2));
+        let total: f64 = (0..ux.len())
+            .map(|i| {
+                let (vx, vy, vxy) = (uxx[i] - ux[i] * ux[i], uyy[i] - uy[i] * uy[i], uxy[i] - ux[i] * uy[i]);
+                ((2.0 * ux[i] * uy[i] + c1) * (2.0 * vxy + c2)) / ((ux[i] * ux[i] + uy[i] * uy[i] + c1) * (vx + vy + c2))
+            })
+            .sum();
+        total / ux.len() as f64
+    }
+}
+
+/// VAGEN's `calculate_structural_accuracy` on two edge maps: their IoU, 0 when neither has
+/// an edge.
+fn iou(a: &[bool], b: &[bool]) -> f64 {
+    let inter = a.iter().zip(b).filter(|(a, b)| **a && **b).count();
+    let union = a.iter().zip(b).filter(|(a, b)| **a || **b).count();
     if union == 0 { 0.0 } else { inter as f64 / union as f64 }
 }
 
-/// Mean SSIM of the luma images: Gaussian window σ = 1.5 (radius 5), K1 = 0.01, K2 = 0.03,
-/// population covariances, the mean taken over pixels whose window lies inside the image
-/// (scikit-image's `structural_similarity(gaussian_weights=True, sigma=1.5,
-/// use_sample_covariance=False, data_range=255)`).
-pub fn ssim(target: &[u8], render: &[u8], side: usize) -> f64 {
-    const R: usize = 5;
-    let (a, b) = (luma(target), luma(render));
-    let a: Vec<f64> = a.iter().map(|&v| f64::from(v)).collect();
-    let b: Vec<f64> = b.iter().map(|&v| f64::from(v)).collect();
+/// SSIM's window radius: scikit-image's `int(3.5 * sigma + 0.5)` for sigma 1.5.
+const RADIUS: usize = 5;
+
+/// The Gaussian-weighted mean of each window that lies wholly inside the image (the only
+/// ones SSIM averages): (side − 10)² values, row-major.
+fn blur(img: &[f64], side: usize) -> Vec<f64> {
+    let taps = 2 * RADIUS + 1;
     let kernel: Vec<f64> = {
-        let k: Vec<f64> = (0..=2 * R).map(|i| (-0.5 * ((i as f64 - R as f64) / 1.5).powi(2)).exp()).collect();
+        let k: Vec<f64> = (0..taps).map(|i| (-0.5 * ((i as f64 - RADIUS as f64) / 1.5).powi(2)).exp()).collect();
         let sum: f64 = k.iter().sum();
         k.into_iter().map(|v| v / sum).collect()
     };
-    // Only windows wholly inside the image are averaged, so only those are computed.
-    let inner = side.saturating_sub(2 * R);
-    if inner == 0 {
-        return if a == b { 1.0 } else { 0.0 };
+    let inner = side.saturating_sub(2 * RADIUS);
+    let mut rows = vec![0.0; side * inner];
+    for (src, dst) in img.chunks_exact(side).zip(rows.chunks_exact_mut(inner.max(1))) {
+        for (x, d) in dst.iter_mut().enumerate() {
+            *d = src[x..x + taps].iter().zip(&kernel).map(|(a, k)| a * k).sum();
+        }
     }
-    let blur = |img: &dyn Fn(usize) -> f64| -> Vec<f64> {
-        // Rows first over every row, then columns for the inner pixels.
-        let mut rows = vec![0.0; side * inner];
-        for y in 0..side {
-            for x in 0..inner {
-                rows[y * inner + x] = (0..=2 * R).map(|k| kernel[k] * img(y * side + x + k)).sum();
+    let mut out = vec![0.0; inner * inner];
+    for (y, dst) in out.chunks_exact_mut(inner.max(1)).enumerate() {
+        for (t, k) in kernel.iter().enumerate() {
+            for (d, r) in dst.iter_mut().zip(&rows[(y + t) * inner..(y + t + 1) * inner]) {
+                *d += k * r;
             }
         }
-        let mut out = vec![0.0; inner * inner];
-        for y in 0..inner {
-            for x in 0..inner {
-                out[y * inner + x] = (0..=2 * R).map(|k| kernel[k] * rows[(y + k) * inner + x]).sum();
-            }
-        }
-        out
-    };
-    let ux = blur(&|i| a[i]);
-    let uy = blur(&|i| b[i]);
-    let uxx = blur(&|i| a[i] * a[i]);
-    let uyy = blur(&|i| b[i] * b[i]);
-    let uxy = blur(&|i| a[i] * b[i]);
-    let (c1, c2) = ((0.01f64 * 255.0).powi(2), (0.03f64 * 255.0).powi(2));
-    let total: f64 = (0..inner * inner)
-        .map(|i| {
-            let (vx, vy, vxy) = (uxx[i] - ux[i] * ux[i], uyy[i] - uy[i] * uy[i], uxy[i] - ux[i] * uy[i]);
-            ((2.0 * ux[i] * uy[i] + c1) * (2.0 * vxy + c2)) / ((ux[i] * ux[i] + uy[i] * uy[i] + c1) * (vx + vy + c2))
-        })
-        .sum();
-    total / (inner * inner) as f64
+    }
+    out
 }
 
 /// Levels per channel of the colour histogram (4³ = 64 bins).
 const LEVELS: usize = 4;
 
-/// Intersection of the two images' colour histograms over their drawn (non-white) pixels,
-/// each normalised to sum 1: 1 for the same palette in the same proportions, 0 for
-/// disjoint palettes or a drawing with nothing on it. The white background is left out,
-/// or a blank answer would match every mostly-white icon.
-pub fn colour(target: &[u8], render: &[u8]) -> f64 {
-    let histogram = |rgb: &[u8]| {
-        let mut h = [0u64; LEVELS * LEVELS * LEVELS];
+/// Counts of the drawn (non-white) pixels per colour bin. The white background is left
+/// out, or a blank answer would match every mostly-white icon.
+struct Histogram {
+    bins: [u64; LEVELS * LEVELS * LEVELS],
+    count: u64,
+}
+
+impl Histogram {
+    fn of(rgb: &[u8]) -> Self {
+        let mut bins = [0u64; LEVELS * LEVELS * LEVELS];
         for p in rgb.chunks_exact(3).filter(|p| *p != [255, 255, 255]) {
             let q = |v: u8| usize::from(v) * LEVELS / 256;
-            h[(q(p[0]) * LEVELS + q(p[1])) * LEVELS + q(p[2])] += 1;
+            bins[(q(p[0]) * LEVELS + q(p[1])) * LEVELS + q(p[2])] += 1;
         }
-        let n: u64 = h.iter().sum();
-        (h, n)
-    };
-    let ((ha, na), (hb, nb)) = (histogram(target), histogram(render));
-    match (na, nb) {
-        (0, 0) => 1.0,
-        (0, _) | (_, 0) => 0.0,
-        // min(a/na, b/nb) summed, in integers so that equal histograms give exactly 1.
-        _ => ha.iter().zip(&hb).map(|(a, b)| (a * nb).min(b * na)).sum::<u64>() as f64 / (na * nb) as f64,
+        Self { count: bins.iter().sum(), bins }
+    }
+
+    /// The intersection of the two histograms, each normalised to sum 1: 1 for the same
+    /// palette in the same proportions, 0 for disjoint palettes or nothing drawn.
+    fn intersection(&self, other: &Self) -> f64 {
+        let (na, nb) = (self.count, other.count);
+        match (na, nb) {
+            (0, 0) => 1.0,
+            (0, _) | (_, 0) => 0.0,
+            // min(a/na, b/nb) summed, in integers so that equal histograms give exactly 1.
+            _ => self.bins.iter().zip(&other.bins).map(|(a, b)| (a * nb).min(b * na)).sum::<u64>() as f64 / (na * nb) as f64,
+        }
     }
 }

@@ -231,3 +231,4 @@ fn metrics_match_the_python_reference() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
