@@ -133,6 +133,16 @@ fn check_source(doc: &roxmltree::Document, limits: &Limits) -> Result<(), String
     if root.tag_name().name() != "svg" || root.tag_name().namespace() != Some(SVG_NS) {
         return Err(format!("the root element is <{}>, not <svg>", root.tag_name().name()));
     }
+    for (name, extent) in [("width", root.attribute("width")), ("height", root.attribute("height"))] {
+        if let Some(v) = extent.and_then(|v| number_prefix(v)) {
+            check_extent(name, v, limits)?;
+        }
+    }
+    if let Some(view_box) = root.attribute("viewBox") {
+        for v in view_box.split([' ', ',']).filter(|s| !s.is_empty()).filter_map(number_prefix) {
+            check_extent("viewBox", v, limits)?;
+        }
+    }
     let mut ids = HashMap::new();
     // Descendants come parent first, so each element's depth is its parent's plus one.
     let mut depths = HashMap::new();
@@ -149,15 +159,13 @@ fn check_source(doc: &roxmltree::Document, limits: &Limits) -> Result<(), String
         if let Some(id) = n.attribute("id") {
             ids.insert(id, n.id());
         }
-    }
-    for (name, extent) in [("width", root.attribute("width")), ("height", root.attribute("height"))] {
-        if let Some(v) = extent.and_then(|v| number_prefix(v)) {
-            check_extent(name, v, limits)?;
+        for a in n.attributes().filter(|a| !["id", "class", "href"].contains(&a.name()) && a.namespace().is_none()) {
+            check_numbers(a.value(), a.name())?;
         }
-    }
-    if let Some(view_box) = root.attribute("viewBox") {
-        for v in view_box.split([' ', ',']).filter(|s| !s.is_empty()).filter_map(number_prefix) {
-            check_extent("viewBox", v, limits)?;
+        if name.name() == "style" {
+            for text in n.children().filter_map(|c| c.text()) {
+                check_numbers(text, "<style>")?;
+            }
         }
     }
     let mut expansion = Expansion { doc, ids, done: HashMap::new(), limits };
@@ -170,6 +178,61 @@ fn check_source(doc: &roxmltree::Document, limits: &Limits) -> Result<(), String
             "elements are nested {nesting} deep with each <use> expanded (limit {})",
             limits.max_depth
         ));
+    }
+    Ok(())
+}
+
+/// Largest magnitude of any number in an attribute or style sheet. usvg turns a circle of
+/// radius 1e38 into millions of curve segments before any other limit can see it (found by
+/// the fuzzer: the sandbox's memory cap stopped it).
+const MAX_NUMBER: f64 = 1e6;
+
+/// Every number in `value` (colours and `#id` references skipped) is finite and at most
+/// [`MAX_NUMBER`] in magnitude.
+fn check_numbers(value: &str, attribute: &str) -> Result<(), String> {
+    let bytes = value.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c == b'#' {
+            while i + 1 < bytes.len()
+                && (bytes[i + 1].is_ascii_alphanumeric() || bytes[i + 1] == b'-' || bytes[i + 1] == b'_')
+            {
+                i += 1;
+            }
+        } else if c.is_ascii_alphabetic() {
+            // Inside a word ("stroke-width", "e" after digits is handled below).
+        } else if c.is_ascii_digit() || c == b'.' {
+            // One number: "1.5.5" is 1.5 then .5 in path data.
+            let start = i;
+            let mut dot = false;
+            while i < bytes.len() && (bytes[i].is_ascii_digit() || (bytes[i] == b'.' && !dot)) {
+                dot |= bytes[i] == b'.';
+                i += 1;
+            }
+            if i < bytes.len() && (bytes[i] == b'e' || bytes[i] == b'E') {
+                let mut j = i + 1;
+                if j < bytes.len() && (bytes[j] == b'+' || bytes[j] == b'-') {
+                    j += 1;
+                }
+                if j < bytes.len() && bytes[j].is_ascii_digit() {
+                    while j < bytes.len() && bytes[j].is_ascii_digit() {
+                        j += 1;
+                    }
+                    i = j;
+                }
+            }
+            let token = &value[start..i];
+            if let Ok(v) = token.parse::<f64>()
+                && !(v.abs() <= MAX_NUMBER)
+            {
+                return Err(format!(
+                    "{attribute} holds the number {token}; numbers are at most {MAX_NUMBER} in magnitude"
+                ));
+            }
+            continue;
+        }
+        i += 1;
     }
     Ok(())
 }
@@ -252,6 +315,9 @@ impl Expansion<'_, '_> {
         Ok(())
     }
 }
+
+/// How far beyond the canvas a shape may reach, in canvas widths.
+const REACH: f32 = 8.0;
 
 /// Work the parsed drawing asks of the renderer.
 #[derive(Default)]
@@ -336,6 +402,16 @@ fn walk_path(
     depth: usize,
 ) -> Result<(), String> {
     let data = path.data();
+    // tiny-skia's rasteriser works in fixed point: coordinates far outside the canvas
+    // overflow it (a panic, found by the fuzzer with a path moved by 1e20).
+    let reach = REACH * side as f32;
+    let bounds = if path.stroke().is_some() { path.abs_stroke_bounding_box() } else { path.abs_bounding_box() };
+    let inside = bounds.transform(canvas).is_some_and(|b| {
+        b.left() >= -reach && b.top() >= -reach && b.right() <= side as f32 + reach && b.bottom() <= side as f32 + reach
+    });
+    if !inside {
+        return Err(format!("a shape reaches more than {REACH} canvas widths beyond the canvas"));
+    }
     work.segments += data.verbs().len();
     if work.segments > limits.max_path_segments {
         return Err(format!("the paths have more than {} segments", limits.max_path_segments));

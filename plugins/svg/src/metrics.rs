@@ -126,7 +126,11 @@ impl Reference {
     pub fn terms(&self, rgb: &[u8]) -> Terms {
         let gray = luma(rgb);
         let edges = canny(&gray, self.side, self.side, 100, 200);
-        Terms { edges: iou(&self.edges, &edges), ssim: self.ssim(&gray), colour: self.histogram.intersection(&Histogram::of(rgb)) }
+        Terms {
+            edges: iou(&self.edges, &edges),
+            ssim: self.ssim(&gray),
+            colour: self.histogram.intersection(&Histogram::of(rgb)),
+        }
     }
 
     /// Mean SSIM of the luma images: Gaussian window σ = 1.5 (radius 5), K1 = 0.01,
@@ -147,7 +151,8 @@ impl Reference {
         let total: f64 = (0..ux.len())
             .map(|i| {
                 let (vx, vy, vxy) = (uxx[i] - ux[i] * ux[i], uyy[i] - uy[i] * uy[i], uxy[i] - ux[i] * uy[i]);
-                ((2.0 * ux[i] * uy[i] + c1) * (2.0 * vxy + c2)) / ((ux[i] * ux[i] + uy[i] * uy[i] + c1) * (vx + vy + c2))
+                ((2.0 * ux[i] * uy[i] + c1) * (2.0 * vxy + c2))
+                    / ((ux[i] * ux[i] + uy[i] * uy[i] + c1) * (vx + vy + c2))
             })
             .sum();
         total / ux.len() as f64
@@ -220,7 +225,10 @@ impl Histogram {
             (0, 0) => 1.0,
             (0, _) | (_, 0) => 0.0,
             // min(a/na, b/nb) summed, in integers so that equal histograms give exactly 1.
-            _ => self.bins.iter().zip(&other.bins).map(|(a, b)| (a * nb).min(b * na)).sum::<u64>() as f64 / (na * nb) as f64,
+            _ => {
+                self.bins.iter().zip(&other.bins).map(|(a, b)| (a * nb).min(b * na)).sum::<u64>() as f64
+                    / (na * nb) as f64
+            }
         }
     }
 }

@@ -7,14 +7,22 @@ pub(crate) struct AnswerGen {
     names: Vec<String>,
     separator: String,
     max_per_turn: usize,
+    /// The oracle's answers from a few seeds: for a free-form env (SVG, equations) the only
+    /// source of answers that get past its parser, so mutations of them reach its deep code.
+    corpus: Vec<String>,
 }
 
 const TAGS: [&str; 6] = ["<answer>", "</answer>", "<think>", "</think>", "<observation>", "<image>"];
 const SEPARATORS: [&str; 6] = [",", "||", ";", " ", "\n", ", ,"];
 
 impl AnswerGen {
-    pub(crate) fn new(names: &[String], separator: &str, max_per_turn: u32) -> Self {
-        Self { names: names.to_vec(), separator: separator.to_string(), max_per_turn: max_per_turn.max(1) as usize }
+    pub(crate) fn new(names: &[String], separator: &str, max_per_turn: u32, corpus: Vec<String>) -> Self {
+        Self {
+            names: names.to_vec(),
+            separator: separator.to_string(),
+            max_per_turn: max_per_turn.max(1) as usize,
+            corpus,
+        }
     }
 
     pub(crate) fn next(&self, rng: &mut ChaCha8Rng) -> String {
@@ -26,6 +34,11 @@ impl AnswerGen {
                 let k = 1 + pick(rng, self.max_per_turn + 1);
                 let acts: Vec<&str> = (0..k).map(|_| self.names[pick(rng, self.names.len())].as_str()).collect();
                 acts.join(&format!("{} ", self.separator))
+            }
+            // Free-form envs: the oracle's answers, whole or mutated.
+            0..=64 if self.names.is_empty() && !self.corpus.is_empty() => {
+                let base = &self.corpus[pick(rng, self.corpus.len())];
+                mutate(base, rng)
             }
             // Near misses: case, spacing, other separators, truncation.
             50..=64 if !self.names.is_empty() => {
@@ -55,6 +68,64 @@ impl AnswerGen {
             }
             88..=92 => format!("{}", rng.next_u64() as i64),
             _ => (0..1 + pick(rng, 40)).map(|_| ['(', ')', '+', '-', '*', '/', '0', '9', ' '][pick(rng, 9)]).collect(),
+        }
+    }
+}
+
+/// `base` as is, cut short, with a piece repeated, with a number pushed to an extreme, with
+/// bytes dropped, or wrapped in itself.
+fn mutate(base: &str, rng: &mut ChaCha8Rng) -> String {
+    let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u64() % n.max(1) as u64) as usize;
+    let at = |rng: &mut ChaCha8Rng| {
+        let mut i = pick(rng, base.len() + 1);
+        while !base.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    match pick(rng, 7) {
+        0 => base.to_string(),
+        1 => base[..at(rng)].to_string(),
+        2 => {
+            let (a, b) = (at(rng), at(rng));
+            let (a, b) = (a.min(b), a.max(b));
+            let times = 1 + pick(rng, 64);
+            format!("{}{}{}", &base[..b], base[a..b].repeat(times), &base[b..])
+        }
+        3 => {
+            // The first digit run from a random point becomes an extreme or degenerate number.
+            let start = at(rng);
+            let Some(d) = base[start..].find(|c: char| c.is_ascii_digit()).map(|d| start + d) else {
+                return base.to_string();
+            };
+            let end = base[d..].find(|c: char| !c.is_ascii_digit() && c != '.').map_or(base.len(), |e| d + e);
+            let extreme = ["1e38", "1e309", "-0", "NaN", "99999999999999999999", "0.0000000001", "-1e9"][pick(rng, 7)];
+            format!("{}{extreme}{}", &base[..d], &base[end..])
+        }
+        4 => {
+            let mut s = base.to_string();
+            for _ in 0..1 + pick(rng, 8) {
+                let i = {
+                    let mut i = pick(rng, s.len());
+                    while !s.is_char_boundary(i) {
+                        i -= 1;
+                    }
+                    i
+                };
+                if i < s.len() {
+                    s.remove(i);
+                }
+            }
+            s
+        }
+        5 => {
+            let (a, b) = (at(rng), at(rng));
+            let (a, b) = (a.min(b), a.max(b));
+            format!("{}{base}{}", &base[..a], &base[b..])
+        }
+        _ => {
+            let other: String = base.chars().rev().collect();
+            format!("{base}{other}")
         }
     }
 }

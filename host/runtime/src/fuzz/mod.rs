@@ -191,6 +191,15 @@ fn fingerprint(obs: &Observation, step: Option<&StepResult>) -> String {
     format!("{:?} images {images:?}{}", obs.text, outcome.unwrap_or_default())
 }
 
+/// The oracle's first answers from a few seeds (none when the plugin has no oracle or it
+/// fails: the campaign finds that failure itself). The instance is reset by the campaign.
+fn corpus(env: &mut dyn Environment) -> Vec<String> {
+    if !env.manifest().has_oracle {
+        return Vec::new();
+    }
+    (0..8).filter_map(|seed| env.reset(seed).ok().and_then(|_| env.oracle().ok().flatten())).collect()
+}
+
 pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error> {
     // A few past the plugin's own limit: steps after it should be refused, not crash.
     let max_turns = plugin.max_turns(None) as usize + 2;
@@ -201,8 +210,9 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
     let deadline = opts.duration.map(|d| started + d);
     let mut env = plugin.create(&opts.config)?;
     // The instance's: the config under test may change the separator or the per-turn limit.
+    let corpus = corpus(env.as_mut());
     let a = env.action_space();
-    let answers = AnswerGen::new(&a.action_names, &a.action_separator, a.max_actions_per_turn);
+    let answers = AnswerGen::new(&a.action_names, &a.action_separator, a.max_actions_per_turn, corpus);
     let mut report = FuzzReport::default();
     let mut found: BTreeMap<FindingKind, Finding> = BTreeMap::new();
     let mut baseline = None::<(u64, u64)>;
