@@ -46,6 +46,8 @@ pub struct Config {
     pub max_dashes: f64,
     /// Pattern tile pixels one SVG may draw, in canvases.
     pub max_pattern_canvases: f32,
+    /// Pixels one SVG may paint (fills, strokes and layers over their bounds), in canvases.
+    pub max_painted_canvases: f32,
 }
 
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
@@ -79,6 +81,7 @@ impl Default for Config {
             max_layers: l.max_layers,
             max_dashes: l.max_dashes,
             max_pattern_canvases: l.max_pattern_canvases,
+            max_painted_canvases: l.max_painted_canvases,
         }
     }
 }
@@ -97,6 +100,7 @@ impl Config {
             max_layers: self.max_layers,
             max_dashes: self.max_dashes,
             max_pattern_canvases: self.max_pattern_canvases,
+            max_painted_canvases: self.max_painted_canvases,
         }
     }
 
@@ -137,6 +141,7 @@ impl Config {
             ("max_layers", self.max_layers as f64, l.max_layers as f64 * 4.0),
             ("max_dashes", self.max_dashes, l.max_dashes * 10.0),
             ("max_pattern_canvases", f64::from(self.max_pattern_canvases), 64.0),
+            ("max_painted_canvases", f64::from(self.max_painted_canvases), 400.0),
         ];
         // Raising a limit far past its default gives back the sandbox's time: the ceilings
         // keep one step well within the host's default call deadline.

@@ -28,6 +28,9 @@ pub struct Limits {
     pub max_dashes: f64,
     /// Pattern tiles drawn, in pixels, as a multiple of the canvas.
     pub max_pattern_canvases: f32,
+    /// Pixels painted (each fill, stroke and layer over its bounds on the canvas), as a
+    /// multiple of the canvas: what the renderer's time grows with.
+    pub max_painted_canvases: f32,
 }
 
 impl Default for Limits {
@@ -41,6 +44,7 @@ impl Default for Limits {
             max_layers: 64,
             max_dashes: 20_000.0,
             max_pattern_canvases: 4.0,
+            max_painted_canvases: 100.0,
         }
     }
 }
@@ -326,6 +330,23 @@ struct Work {
     layers: usize,
     dashes: f64,
     pattern_pixels: f32,
+    painted_pixels: f32,
+}
+
+impl Work {
+    /// Adds the part of `bounds` (canvas pixels) that lies on the canvas.
+    fn paint(&mut self, bounds: Option<tiny_skia::Rect>, side: u32, limits: &Limits) -> Result<(), String> {
+        let side = side as f32;
+        if let Some(b) = bounds {
+            let w = (b.right().min(side) - b.left().max(0.0)).max(0.0);
+            let h = (b.bottom().min(side) - b.top().max(0.0)).max(0.0);
+            self.painted_pixels += w * h;
+        }
+        if !(self.painted_pixels <= limits.max_painted_canvases * side * side) {
+            return Err(format!("the drawing paints more than {} canvases of pixels", limits.max_painted_canvases));
+        }
+        Ok(())
+    }
 }
 
 fn check_tree(tree: &usvg::Tree, limits: &Limits, side: u32) -> Result<(), String> {
@@ -351,6 +372,7 @@ fn walk(
         return Err(format!("patterns, masks and clip paths are nested more than {} deep", 2 * limits.max_depth));
     }
     if group.should_isolate() {
+        work.paint(group.abs_layer_bounding_box().to_rect().transform(canvas), side, limits)?;
         work.layers += 1;
         if work.layers > limits.max_layers {
             return Err(format!(
@@ -411,6 +433,12 @@ fn walk_path(
     });
     if !inside {
         return Err(format!("a shape reaches more than {REACH} canvas widths beyond the canvas"));
+    }
+    if path.fill().is_some() {
+        work.paint(path.abs_bounding_box().transform(canvas), side, limits)?;
+    }
+    if path.stroke().is_some() {
+        work.paint(path.abs_stroke_bounding_box().transform(canvas), side, limits)?;
     }
     work.segments += data.verbs().len();
     if work.segments > limits.max_path_segments {

@@ -125,7 +125,9 @@ fn work_bombs_are_refused_before_drawing() {
     assert!(refused(dashes).contains("dashes"), "{}", refused(dashes));
     let pattern = "<svg viewBox=\"0 0 1 1\"><defs><pattern id=\"p\" width=\"5000\" height=\"5000\" patternUnits=\"userSpaceOnUse\"><rect width=\"1\" height=\"1\"/></pattern></defs><rect width=\"1\" height=\"1\" fill=\"url(#p)\"/></svg>";
     assert!(refused(pattern).contains("pattern tiles"), "{}", refused(pattern));
-    let layers: String = (0..100).map(|_| "<g opacity=\"0.5\"><rect width=\"9\" height=\"9\"/></g>").collect();
+    let paint = format!("<svg viewBox=\"0 0 9 9\">{}</svg>", "<rect width=\"9\" height=\"9\"/>".repeat(101));
+    assert!(refused(&paint).contains("paints more than 100 canvases"), "{}", refused(&paint));
+    let layers: String = (0..100).map(|_| "<g opacity=\"0.5\"><rect width=\"1\" height=\"1\"/></g>").collect();
     let why = refused(&format!("<svg viewBox=\"0 0 9 9\">{layers}</svg>"));
     assert!(why.contains("layer of their own"), "{why}");
     let filter = "<svg><filter id=\"f\"><feGaussianBlur stdDeviation=\"5\"/></filter><rect width=\"9\" height=\"9\" filter=\"url(#f)\"/></svg>";

@@ -143,3 +143,25 @@ fn random_unicode(rng: &mut ChaCha8Rng, n: usize) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_core::SeedableRng;
+
+    #[test]
+    fn free_form_answers_come_from_the_oracle_whole_cut_and_pushed_to_extremes() {
+        let base = "<svg viewBox=\"0 0 48 48\"><circle cx=\"24\" cy=\"24\" r=\"20\"/></svg>";
+        let answer_gen = AnswerGen::new(&[], ",", 1, vec![base.to_string()]);
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let answers: Vec<String> = (0..400).map(|_| answer_gen.next(&mut rng)).collect();
+        assert!(answers.iter().any(|a| a == base));
+        assert!(answers.iter().any(|a| a.len() < base.len() && base.starts_with(a.as_str())));
+        assert!(answers.iter().any(|a| ["1e38", "1e309", "NaN", "-1e9"].iter().any(|x| a.contains(x))));
+        assert!(answers.iter().any(|a| a.len() > 2 * base.len()));
+        let derived = answers.iter().filter(|a| a.contains("<svg") || a.contains("circle")).count();
+        assert!(derived > 200, "only {derived} of 400 answers came from the oracle");
+        let plain = AnswerGen::new(&[], ",", 1, Vec::new());
+        assert!((0..100).all(|_| !plain.next(&mut rng).contains("<svg")));
+    }
+}
