@@ -44,6 +44,14 @@ fn hostile_answers_are_refused_within_the_call_deadline() {
         );
         assert!(took < deadline / 4, "{what}: {took:?}");
     }
+    // With the byte limit raised past the answer, the nesting itself is refused.
+    let mut roomy = plugin.create(r#"{"max_answer_bytes": 1000000}"#).unwrap();
+    roomy.reset(0).unwrap();
+    let nested = format!("<svg>{}{}</svg>", "<g>".repeat(100_000), "</g>".repeat(100_000));
+    let started = Instant::now();
+    let step = roomy.step(&nested).unwrap();
+    assert!(step.observation.text.contains("XML nodes"), "{}", step.observation.text);
+    assert!(started.elapsed() < deadline / 4, "{:?}", started.elapsed());
 }
 
 /// A drawing close to the default limits on painted pixels and segments: each layer a

@@ -353,126 +353,117 @@ fn check_tree(tree: &usvg::Tree, limits: &Limits, side: u32) -> Result<(), Strin
     let size = tree.size();
     check_extent("width", f64::from(size.width()), limits)?;
     check_extent("height", f64::from(size.height()), limits)?;
-    let mut work = Work::default();
-    let canvas = fit(size, side);
-    walk(tree.root(), canvas, limits, side, &mut work, 0)
+    let mut walker = Walker { canvas: fit(size, side), limits, side, work: Work::default() };
+    walker.group(tree.root(), 0)
 }
 
-fn walk(
-    group: &usvg::Group,
+/// Adds up the work of every drawing in the tree: the document, and the clip paths, masks
+/// and pattern tiles inside it.
+struct Walker<'a> {
     canvas: tiny_skia::Transform,
-    limits: &Limits,
+    limits: &'a Limits,
     side: u32,
-    work: &mut Work,
-    depth: usize,
-) -> Result<(), String> {
-    // Paint servers, clip paths and masks are drawings inside the drawing; each counts as
-    // a level so that chains of them stay as shallow as elements must.
-    if depth > 2 * limits.max_depth {
-        return Err(format!("patterns, masks and clip paths are nested more than {} deep", 2 * limits.max_depth));
-    }
-    if group.should_isolate() {
-        work.paint(group.abs_layer_bounding_box().to_rect().transform(canvas), side, limits)?;
-        work.layers += 1;
-        if work.layers > limits.max_layers {
-            return Err(format!(
-                "more than {} groups need a layer of their own (opacity, mask, clip path or blend mode)",
-                limits.max_layers
-            ));
-        }
-    }
-    if let Some(clip) = group.clip_path() {
-        walk_clip(clip, canvas, limits, side, work, depth + 1)?;
-    }
-    let mut mask = group.mask();
-    while let Some(m) = mask {
-        walk(m.root(), canvas, limits, side, work, depth + 1)?;
-        mask = m.mask();
-    }
-    for node in group.children() {
-        match node {
-            usvg::Node::Group(g) => walk(g, canvas, limits, side, work, depth + 1)?,
-            usvg::Node::Path(p) => walk_path(p, canvas, limits, side, work, depth)?,
-            // Neither is produced: <image> and <text> are refused before parsing.
-            usvg::Node::Image(_) | usvg::Node::Text(_) => return Err("images and text are not supported".into()),
-        }
-    }
-    Ok(())
+    work: Work,
 }
 
-fn walk_clip(
-    clip: &usvg::ClipPath,
-    canvas: tiny_skia::Transform,
-    limits: &Limits,
-    side: u32,
-    work: &mut Work,
-    depth: usize,
-) -> Result<(), String> {
-    walk(clip.root(), canvas, limits, side, work, depth)?;
-    match clip.clip_path() {
-        Some(inner) => walk_clip(inner, canvas, limits, side, work, depth + 1),
-        None => Ok(()),
-    }
-}
-
-fn walk_path(
-    path: &usvg::Path,
-    canvas: tiny_skia::Transform,
-    limits: &Limits,
-    side: u32,
-    work: &mut Work,
-    depth: usize,
-) -> Result<(), String> {
-    let data = path.data();
-    // tiny-skia's rasteriser works in fixed point: coordinates far outside the canvas
-    // overflow it (a panic, found by the fuzzer with a path moved by 1e20).
-    let reach = REACH * side as f32;
-    let bounds = if path.stroke().is_some() { path.abs_stroke_bounding_box() } else { path.abs_bounding_box() };
-    let inside = bounds.transform(canvas).is_some_and(|b| {
-        b.left() >= -reach && b.top() >= -reach && b.right() <= side as f32 + reach && b.bottom() <= side as f32 + reach
-    });
-    if !inside {
-        return Err(format!("a shape reaches more than {REACH} canvas widths beyond the canvas"));
-    }
-    if path.fill().is_some() {
-        work.paint(path.abs_bounding_box().transform(canvas), side, limits)?;
-    }
-    if path.stroke().is_some() {
-        work.paint(path.abs_stroke_bounding_box().transform(canvas), side, limits)?;
-    }
-    work.segments += data.verbs().len();
-    if work.segments > limits.max_path_segments {
-        return Err(format!("the paths have more than {} segments", limits.max_path_segments));
-    }
-    if let Some(stroke) = path.stroke()
-        && let Some(dashes) = stroke.dasharray()
-    {
-        let period: f32 = dashes.iter().sum();
-        let length: f32 = data.points().windows(2).map(|w| w[0].distance(w[1])).sum();
-        if period > 0.0 {
-            work.dashes += f64::from(length / period) * dashes.len() as f64;
+impl Walker<'_> {
+    fn group(&mut self, group: &usvg::Group, depth: usize) -> Result<(), String> {
+        let limits = self.limits;
+        // Paint servers, clip paths and masks are drawings inside the drawing; each counts
+        // as a level so that chains of them stay as shallow as elements must.
+        if depth > 2 * limits.max_depth {
+            return Err(format!("patterns, masks and clip paths are nested more than {} deep", 2 * limits.max_depth));
         }
-        if !(work.dashes <= limits.max_dashes) {
-            return Err(format!("dashed strokes would draw more than {} dashes", limits.max_dashes));
-        }
-    }
-    let paints = path.fill().map(|f| f.paint()).into_iter().chain(path.stroke().map(|s| s.paint()));
-    for paint in paints {
-        if let usvg::Paint::Pattern(pattern) = paint {
-            let (sx, sy) = canvas.pre_concat(path.abs_transform()).pre_concat(pattern.transform()).get_scale();
-            let rect = pattern.rect();
-            work.pattern_pixels += rect.width() * sx * rect.height() * sy;
-            let budget = limits.max_pattern_canvases * (side * side) as f32;
-            if !(work.pattern_pixels <= budget) {
+        if group.should_isolate() {
+            self.work.paint(group.abs_layer_bounding_box().to_rect().transform(self.canvas), self.side, limits)?;
+            self.work.layers += 1;
+            if self.work.layers > limits.max_layers {
                 return Err(format!(
-                    "pattern tiles would cover more than {} canvases of pixels",
-                    limits.max_pattern_canvases
+                    "more than {} groups need a layer of their own (opacity, mask, clip path or blend mode)",
+                    limits.max_layers
                 ));
             }
-            walk(pattern.root(), canvas, limits, side, work, depth + 1)?;
         }
+        let mut clip = group.clip_path();
+        let mut level = depth;
+        while let Some(c) = clip {
+            level += 1;
+            self.group(c.root(), level)?;
+            clip = c.clip_path();
+        }
+        let mut mask = group.mask();
+        let mut level = depth;
+        while let Some(m) = mask {
+            level += 1;
+            self.group(m.root(), level)?;
+            mask = m.mask();
+        }
+        for node in group.children() {
+            match node {
+                usvg::Node::Group(g) => self.group(g, depth + 1)?,
+                usvg::Node::Path(p) => self.path(p, depth)?,
+                // Neither is produced: <image> and <text> are refused before parsing.
+                usvg::Node::Image(_) | usvg::Node::Text(_) => return Err("images and text are not supported".into()),
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn path(&mut self, path: &usvg::Path, depth: usize) -> Result<(), String> {
+        let (limits, side, canvas) = (self.limits, self.side, self.canvas);
+        let data = path.data();
+        // tiny-skia's rasteriser works in fixed point: coordinates far outside the canvas
+        // overflow it (a panic, found by the fuzzer with a path moved by 1e20).
+        let reach = REACH * side as f32;
+        let bounds = if path.stroke().is_some() { path.abs_stroke_bounding_box() } else { path.abs_bounding_box() };
+        let inside = bounds.transform(canvas).is_some_and(|b| {
+            b.left() >= -reach
+                && b.top() >= -reach
+                && b.right() <= side as f32 + reach
+                && b.bottom() <= side as f32 + reach
+        });
+        if !inside {
+            return Err(format!("a shape reaches more than {REACH} canvas widths beyond the canvas"));
+        }
+        if path.fill().is_some() {
+            self.work.paint(path.abs_bounding_box().transform(canvas), side, limits)?;
+        }
+        if path.stroke().is_some() {
+            self.work.paint(path.abs_stroke_bounding_box().transform(canvas), side, limits)?;
+        }
+        self.work.segments += data.verbs().len();
+        if self.work.segments > limits.max_path_segments {
+            return Err(format!("the paths have more than {} segments", limits.max_path_segments));
+        }
+        if let Some(stroke) = path.stroke()
+            && let Some(dashes) = stroke.dasharray()
+        {
+            let period: f32 = dashes.iter().sum();
+            let length: f32 = data.points().windows(2).map(|w| w[0].distance(w[1])).sum();
+            if period > 0.0 {
+                self.work.dashes += f64::from(length / period) * dashes.len() as f64;
+            }
+            if !(self.work.dashes <= limits.max_dashes) {
+                return Err(format!("dashed strokes would draw more than {} dashes", limits.max_dashes));
+            }
+        }
+        let paints = path.fill().map(|f| f.paint()).into_iter().chain(path.stroke().map(|s| s.paint()));
+        for paint in paints {
+            if let usvg::Paint::Pattern(pattern) = paint {
+                let (sx, sy) = canvas.pre_concat(path.abs_transform()).pre_concat(pattern.transform()).get_scale();
+                let rect = pattern.rect();
+                self.work.pattern_pixels += rect.width() * sx * rect.height() * sy;
+                if !(self.work.pattern_pixels <= limits.max_pattern_canvases * (side * side) as f32) {
+                    return Err(format!(
+                        "pattern tiles would cover more than {} canvases of pixels",
+                        limits.max_pattern_canvases
+                    ));
+                }
+                self.group(pattern.root(), depth + 1)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Scales a document of `size` to fit a `side`-pixel square, centred (as `preserveAspectRatio`
