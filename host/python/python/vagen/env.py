@@ -1,0 +1,106 @@
+"""One plugin instance as a `gymnasium.Env`."""
+
+import dataclasses
+import json
+import os
+
+import gymnasium as gym
+
+from . import _plugin
+
+
+class Env(gym.Env):
+    """A vagen plugin instance behind Gymnasium's API.
+
+    Observations are `{"text": str, "image": uint8 array (H, W, 3)}` (`image` only when the
+    config shows one; `images`, a tuple, when it shows several). Actions are the text the env
+    reads from the agent's `<answer>`. `terminated` is the env's `done`; `truncated` comes
+    after the plugin's turn limit (`max_turns`). `reset(seed=s)` hands `s` to the plugin as
+    is, so the episode is the one `vagen-host run --seed s` plays.
+
+    `info` holds `success`, `valid_actions`, `effective_actions`, `metrics` and `turn`, and
+    with `extras` (the default) `describe_state` and, for plugins with an oracle, `oracle`
+    (one more plugin call each per step). Reset's info also has `system_prompt`.
+    """
+
+    # Turn-based: render_fps is only the pace at which recorded frames are played back.
+    metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 4}
+
+    def __init__(self, path, config=None, limits=None, *, allow_native=False, render_mode=None, max_turns=None, extras=True):
+        self.plugin = _plugin.load(path, limits, allow_native)
+        self.manifest = json.loads(self.plugin.manifest())
+        self._native = self.plugin.create(_plugin.config_json(config))
+        self.max_turns = int(max_turns or self.plugin.max_turns())
+        self.extras = extras
+        text_limit = json.loads(self.plugin.limits())["max_text_bytes"]
+        self._layout = _plugin.Layout(text_limit, self._native.reset(0)[1])
+        self.observation_space = self._layout.space
+        # Pictures to render only where the config shows them.
+        modes = ["rgb_array", "ansi"] if self._layout.shapes else ["ansi"]
+        self.metadata = {**self.metadata, "render_modes": modes}
+        if render_mode is not None and render_mode not in modes:
+            raise ValueError(f"render_mode must be one of {modes} for this config, not {render_mode!r}")
+        self.render_mode = render_mode
+        self.action_space = _plugin.AnyText(text_limit)
+        self.system_prompt = self._native.system_prompt()
+        self._turn = 0
+        self._last = None
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        plugin_seed = seed if seed is not None else int(self.np_random.integers(0, 2**63))
+        self._last = self._layout.observation(self._native.reset(plugin_seed))
+        self._turn = 0
+        info = {"system_prompt": self.system_prompt, "seed": plugin_seed}
+        self._add_extras(info)
+        return self._last, info
+
+    def step(self, action):
+        raw, reward, done, success, valid, effective, metrics = self._native.step(str(action))
+        self._turn += 1
+        self._last = self._layout.observation(raw)
+        info = _plugin.step_info(success, valid, effective, metrics, self._turn)
+        terminated = bool(done)
+        truncated = not terminated and self._turn >= self.max_turns
+        if not terminated:
+            self._add_extras(info)
+        return self._last, float(reward), terminated, truncated, info
+
+    def render(self):
+        if self.render_mode is None or self._last is None:
+            return None
+        if self.render_mode == "ansi":
+            return self._last["text"]
+        if "image" in self._last:
+            return self._last["image"]
+        return self._last.get("images", (None,))[0]
+
+    def describe_state(self):
+        return self._native.describe_state()
+
+    def oracle(self):
+        return self._native.oracle()
+
+    def _add_extras(self, info):
+        if self.extras:
+            info["describe_state"] = self._native.describe_state()
+            if self.manifest["has_oracle"]:
+                info["oracle"] = self._native.oracle()
+
+
+ENV_ID = "vagen/Plugin-v0"
+gym.register(id=ENV_ID, entry_point="vagen.env:Env")
+
+
+def make(path, config=None, limits=None, **kwargs):
+    """A Gymnasium env from a plugin file (`.wasm`; `.so` with `allow_native=True`).
+
+    `config`: the plugin's config (a dict or JSON). `limits`: sandbox limits by name, e.g.
+    `{"call_timeout_ms": 500}`. Keyword arguments: `render_mode` ("rgb_array" or "ansi"),
+    `max_turns`, `extras`, `allow_native`. The env is returned unwrapped, with a spec that
+    remakes it (`gymnasium.make("vagen/Plugin-v0", path=...)` gives the same, wrapped).
+    """
+    env = Env(path, config, limits, **kwargs)
+    args = {"path": os.fspath(path), "config": config, "limits": limits, **kwargs}
+    env.spec = dataclasses.replace(gym.spec(ENV_ID), kwargs=args)
+    return env

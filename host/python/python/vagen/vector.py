@@ -1,0 +1,142 @@
+"""Many instances of one plugin as a `gymnasium.vector.VectorEnv`, stepped on native threads."""
+
+import json
+
+import numpy as np
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector import VectorEnv as GymVectorEnv
+from gymnasium.vector.utils import batch_space
+
+from . import _plugin
+
+
+class VectorEnv(GymVectorEnv):
+    """`num_envs` instances of one plugin config. Each `step` runs every instance's call in
+    parallel on native threads with the GIL released.
+
+    Behaves as `gymnasium.vector.SyncVectorEnv` over `vagen.make(...)` instances does (the
+    tests compare them): next-step autoreset (an instance that ended is reset by the next
+    `step`, which ignores its action and returns the reset observation with reward 0),
+    `reset(seed=s)` seeds instance i with `s + i`, later resets draw each instance's seed
+    from its own generator. Infos are batched with Gymnasium's `_key` masks and hold what
+    `Env`'s do (`extras=False` leaves out `describe_state` and `oracle`, two plugin calls
+    per instance and step).
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, path, num_envs, config=None, limits=None, *, allow_native=False, max_turns=None, extras=True):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be at least 1, not {num_envs}")
+        self.plugin = _plugin.load(path, limits, allow_native)
+        self.manifest = json.loads(self.plugin.manifest())
+        self.num_envs = num_envs
+        self._pool = self.plugin.create_pool(_plugin.config_json(config), num_envs)
+        self.max_turns = int(max_turns or self.plugin.max_turns())
+        self.extras = extras
+        self.system_prompt = self._pool.system_prompt()
+        text_limit = json.loads(self.plugin.limits())["max_text_bytes"]
+        first = self._run([("reset", 0)] * num_envs)[0][1]
+        self._layout = _plugin.Layout(text_limit, first[1])
+        self.single_observation_space = self._layout.space
+        self.single_action_space = _plugin.AnyText(text_limit)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._rngs = [None] * num_envs
+        self._turns = np.zeros(num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(num_envs, dtype=np.bool_)
+        self._seeds = [0] * num_envs
+
+    def reset(self, *, seed=None, options=None):
+        # The base class seeds the vector env's own generator from one int; a list seeds
+        # the members only.
+        super().reset(seed=seed if seed is None or isinstance(seed, int) else None)
+        if seed is None:
+            seeds = [None] * self.num_envs
+        elif isinstance(seed, int):
+            seeds = [seed + i for i in range(self.num_envs)]
+        else:
+            seeds = list(seed)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"{len(seeds)} seeds for {self.num_envs} envs")
+        results = self._run([("reset", self._plugin_seed(i, s)) for i, s in enumerate(seeds)])
+        self._turns[:] = 0
+        self._autoreset[:] = False
+        obs, infos = [], {}
+        for i, (_, raw, extra) in enumerate(results):
+            obs.append(self._layout.observation(raw))
+            infos = self._add_info(infos, self._reset_info(i, extra), i)
+        return self._batch(obs), infos
+
+    def step(self, actions):
+        ops = []
+        for i, action in enumerate(actions):
+            ops.append(("reset", self._plugin_seed(i, None)) if self._autoreset[i] else ("step", str(action)))
+        results = self._run(ops)
+        obs = []
+        rewards = np.zeros(self.num_envs, dtype=np.float64)
+        terminations = np.zeros(self.num_envs, dtype=np.bool_)
+        truncations = np.zeros(self.num_envs, dtype=np.bool_)
+        infos = {}
+        for i, (what, result, extra) in enumerate(results):
+            if what == "reset":
+                self._turns[i] = 0
+                obs.append(self._layout.observation(result))
+                infos = self._add_info(infos, self._reset_info(i, extra), i)
+                continue
+            raw, reward, done, success, valid, effective, metrics = result
+            self._turns[i] += 1
+            obs.append(self._layout.observation(raw))
+            rewards[i] = reward
+            terminations[i] = bool(done)
+            truncations[i] = not done and self._turns[i] >= self.max_turns
+            info = _plugin.step_info(success, valid, effective, metrics, self._turns[i])
+            self._add_extras(info, extra)
+            infos = self._add_info(infos, info, i)
+        self._autoreset = terminations | truncations
+        return self._batch(obs), rewards, terminations, truncations, infos
+
+    def _plugin_seed(self, i, seed):
+        """Instance i's plugin seed: `seed` as given (its generator reseeded, as
+        `Env.reset(seed=...)` does), or drawn from its generator."""
+        if seed is not None or self._rngs[i] is None:
+            self._rngs[i], _ = seeding.np_random(seed)
+        if seed is None:
+            seed = int(self._rngs[i].integers(0, 2**63))
+        self._seeds[i] = seed
+        return seed
+
+    def _reset_info(self, i, extra):
+        info = {"system_prompt": self.system_prompt, "seed": self._seeds[i]}
+        self._add_extras(info, extra)
+        return info
+
+    def _add_extras(self, info, extra):
+        if extra is not None:
+            info["describe_state"] = extra[0]
+            if self.manifest["has_oracle"]:
+                info["oracle"] = extra[1]
+
+    def _run(self, ops):
+        results = self._pool.run(ops, self.extras, self.extras and self.manifest["has_oracle"])
+        for i, (what, result, _) in enumerate(results):
+            if what == "error":
+                # The instance was re-created when it faulted: the vector env must be reset.
+                self._autoreset[:] = False
+                result.env_index = i
+                raise result
+        return results
+
+    def _batch(self, obs):
+        batched = {"text": tuple(o["text"] for o in obs)}
+        if "image" in self.single_observation_space.spaces:
+            batched["image"] = np.stack([o["image"] for o in obs])
+        elif "images" in self.single_observation_space.spaces:
+            batched["images"] = tuple(np.stack([o["images"][k] for o in obs]) for k in range(len(obs[0]["images"])))
+        return batched
+
+
+def make_vec(path, num_envs, config=None, limits=None, **kwargs):
+    """`num_envs` instances of a plugin as one Gymnasium vector env (see `VectorEnv`)."""
+    return VectorEnv(path, num_envs, config, limits, **kwargs)
