@@ -20,6 +20,7 @@ mod policy_loss;
 mod report;
 mod score;
 mod step_batch;
+mod tensorboard;
 mod train;
 mod update;
 mod value_loss;

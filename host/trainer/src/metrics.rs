@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::tensorboard::EventWriter;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct StepMetrics {
     pub step: usize,
@@ -19,16 +21,27 @@ impl StepMetrics {
     }
 }
 
+/// `metrics.jsonl`, and the same values as TensorBoard events in `tensorboard/` beside it.
 pub struct MetricsLog {
     path: PathBuf,
+    tensorboard: EventWriter,
 }
 
 impl MetricsLog {
     pub fn open(path: &Path) -> Result<Self> {
-        Ok(MetricsLog { path: path.to_path_buf() })
+        let dir = path.parent().unwrap_or(Path::new(".")).join("tensorboard");
+        Ok(MetricsLog { path: path.to_path_buf(), tensorboard: EventWriter::create(&dir)? })
+    }
+
+    /// A sample frame for TensorBoard's image tab.
+    pub fn frame(&self, step: usize, tag: &str, image: &vagen_runtime::Image) -> Result<()> {
+        let Some(png) = crate::report::png(image) else { return Ok(()) };
+        self.tensorboard.image(step, tag, image.width, image.height, &png)
     }
 
     pub fn write(&self, m: &StepMetrics) -> Result<()> {
+        self.tensorboard
+            .scalars(tensorboard_step(m.step, &m.values), m.values.iter().map(|(k, v)| (k.as_str(), *v)))?;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -52,8 +65,25 @@ impl MetricsLog {
             .open(&self.path)
             .with_context(|| format!("opening {}", self.path.display()))?;
         f.write_all(format!("{}{mark}\n", if torn { "\n" } else { "" }).as_bytes())?;
+        // TensorBoard gets the log as it now stands: the redone steps' points are gone.
+        self.tensorboard.restart()?;
+        for line in read(self.path.parent().unwrap_or(Path::new(".")))? {
+            let Some(fields) = line.as_object() else { continue };
+            let values: BTreeMap<String, f64> = fields
+                .iter()
+                .filter(|(k, _)| *k != "step")
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect();
+            let step = fields.get("step").and_then(|s| s.as_u64()).unwrap_or(0) as usize;
+            self.tensorboard.scalars(tensorboard_step(step, &values), values.iter().map(|(k, v)| (k.as_str(), *v)))?;
+        }
         Ok(())
     }
+}
+
+/// SFT lines count their own steps (`sft/step`); RL lines use `step`.
+fn tensorboard_step(step: usize, values: &BTreeMap<String, f64>) -> usize {
+    values.get("sft/step").map_or(step, |&s| s as usize)
 }
 
 /// The key of the line [`MetricsLog::mark_resumed`] writes.

@@ -321,6 +321,10 @@ impl Trainer {
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
         let outcome = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
         crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
+        // The first held-out episode's opening picture, when the env shows one.
+        if let Some(image) = outcome.trajectories.first().and_then(|t| t.turns.first()).and_then(|t| t.images.first()) {
+            self.metrics.frame(self.state.step, "eval/first-frame", image)?;
+        }
         let (what, file) = (format!("the evaluation at step {}", self.state.step), format!("eval{}", self.state.step));
         self.check_failures(outcome.verdict, &what, &file, &self.cfg.env_config_json())?;
         Ok(vagen_rollout::metrics(&outcome.trajectories))

@@ -202,8 +202,9 @@ fn a_resumed_run_continues_at_its_step_with_identical_rollouts() {
     }
     let pg = |m: &serde_json::Value| m["actor/pg_loss"].as_f64().unwrap();
     assert!((pg(&a) - pg(&b)).abs() < 1e-6, "{} vs {}", pg(&a), pg(&b));
-    // The metrics log holds each step once.
+    // The metrics log holds each step once, and so does TensorBoard (rewritten on resume).
     assert_eq!(metrics(cut.path()).iter().filter(|m| m["step"] == 2 && m.get("train/reward").is_some()).count(), 1);
+    assert!(common::assert_tensorboard_matches_metrics(cut.path()) > 50);
 }
 
 #[test]

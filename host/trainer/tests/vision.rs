@@ -41,6 +41,11 @@ fn a_vl_step_on_pictures_starts_at_ratio_one_and_generation_matches_the_training
     assert_eq!(config["model_type"], "qwen2_5_vl");
     assert!(actor.join("preprocessor_config.json").is_file());
     assert!(dir.path().join("checkpoints/step-000001/critic/preprocessor_config.json").is_file());
+    // TensorBoard has the numbers and the held-out episodes' first pictures.
+    assert!(common::assert_tensorboard_matches_metrics(dir.path()) > 20);
+    let frames = &common::tensorboard(dir.path())["images"]["eval/first-frame"];
+    assert_eq!(frames.as_array().map(Vec::len), Some(2), "before and after RL: {frames}");
+    assert_eq!(frames[0][1], 112);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //!   (`--vision`: the visual demo, FrozenLake from the picture alone)
 //! - `cargo xtask test`    all tests (builds the plugins the tests load first)
 //! - `cargo xtask plugins` build every plugin into `target/plugins/NAME.wasm` and `NAME.so`
+//! - `cargo xtask wheel`   build the Python package into `target/wheels/`
 //! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
 //!   libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy and transformers (the
 //!   Python references) in the project-local `.venv`; set `LIBTORCH` to use another libtorch
@@ -22,14 +23,19 @@ fn main() -> ExitCode {
         Some("env") => setup(Needs::Tests).map(|_| print_env()),
         Some("fixtures") => setup(Needs::Tests).and_then(|_| fixtures()),
         Some("plugins") => setup(Needs::Tests).and_then(|_| plugins(None)),
-        Some("test") => setup(Needs::Tests).and_then(|_| plugins(None)).and_then(|_| test(&args[1..])),
+        Some("wheel") => setup(Needs::Tests).and_then(|_| wheel()).map(|_| ()),
+        Some("test") => setup(Needs::Tests)
+            .and_then(|_| plugins(None))
+            .and_then(|_| wheel())
+            .and_then(|w| install_wheel(&w))
+            .and_then(|_| test(&args[1..])),
         // The demo needs libtorch and one plugin: a fresh machine builds nothing else.
         Some("demo") => demo_variant(&args[1..])
             .and_then(|v| setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).map(|_| v))
             .and_then(demo),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | setup | env | fixtures>"
+                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | wheel | setup | env | fixtures>"
             );
             return ExitCode::from(2);
         }
@@ -91,6 +97,12 @@ const TORCHVISION: &str = "torchvision==0.26.0";
 /// scikit-image computes SSIM.
 const OPENCV: &str = "opencv-python-headless==4.12.0.88";
 const SCIKIT_IMAGE: &str = "scikit-image==0.25.2";
+/// The Python package: maturin builds the wheel; its tests run Gymnasium's checker with
+/// pytest and read the trainer's TensorBoard files with tensorboard's own reader.
+const MATURIN: &str = "maturin==1.16.0";
+const GYMNASIUM: &str = "gymnasium==1.4.0";
+const TENSORBOARD: &str = "tensorboard==2.21.0";
+const PYTEST: &str = "pytest==9.2.0";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -109,10 +121,12 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let (probe, want) = match needs {
         Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
         Needs::Tests => (
-            "import torch, numpy, transformers, PIL, torchvision, cv2, skimage; \
+            "import torch, numpy, transformers, PIL, torchvision, cv2, skimage, maturin, gymnasium, \
+             tensorboard, pytest, importlib.metadata as m; \
              print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__, \
-             PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__)",
-            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2",
+             PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__, \
+             m.version('maturin'), gymnasium.__version__, tensorboard.__version__, pytest.__version__)",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0",
         ),
     };
     let ok = Command::new(venv_python())
@@ -130,7 +144,18 @@ fn setup_torch(needs: Needs) -> Result<()> {
     let mut pip = Command::new(venv_python());
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", TORCH]);
     if needs == Needs::Tests {
-        pip.args([NUMPY, TRANSFORMERS, PILLOW, TORCHVISION, OPENCV, SCIKIT_IMAGE]);
+        pip.args([
+            NUMPY,
+            TRANSFORMERS,
+            PILLOW,
+            TORCHVISION,
+            OPENCV,
+            SCIKIT_IMAGE,
+            MATURIN,
+            GYMNASIUM,
+            TENSORBOARD,
+            PYTEST,
+        ]);
     }
     run(pip)
 }
@@ -296,10 +321,48 @@ fn copy(from: &Path, to: &Path, root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `host/python` as an abi3 wheel in `target/wheels/` (maturin links it without libpython);
+/// the wheel's path.
+fn wheel() -> Result<PathBuf> {
+    let dir = root().join("target").join("wheels");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+    }
+    let mut cmd = Command::new(venv().join("bin").join("maturin"));
+    cmd.current_dir(root())
+        .args(["build", "--release", "--manifest-path", "host/python/Cargo.toml", "--out"])
+        .arg(&dir);
+    run(cmd)?;
+    let wheel = std::fs::read_dir(&dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("maturin wrote no wheel into {}", dir.display()))?;
+    Ok(wheel)
+}
+
+/// The wheel into the project venv (its dependencies, Gymnasium and NumPy, are already
+/// there from `setup`), replacing an earlier build.
+fn install_wheel(wheel: &Path) -> Result<()> {
+    let mut pip = Command::new(venv_python());
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--force-reinstall", "--no-deps"])
+        .arg(wheel);
+    run(pip)
+}
+
+/// `cargo test` over the workspace (the extension module has no Rust tests: it links no
+/// libpython), then the Python package's pytest suite with this build's vagen-host.
 fn test(extra: &[String]) -> Result<()> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace"]).args(extra).envs(torch_env()?);
-    run(cmd)
+    cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
+    run(cmd)?;
+    let mut pytest = Command::new(venv_python());
+    pytest
+        .current_dir(root())
+        .args(["-m", "pytest", "-q", "host/python/tests"])
+        .env("VAGEN_HOST", root().join("target/release/vagen-host"));
+    run(pytest)
 }
 
 /// Which demo: the text one (the main job), or `--vision`, the same task learnt from the

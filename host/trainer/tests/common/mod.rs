@@ -73,3 +73,37 @@ pub fn metrics(dir: &Path) -> Vec<serde_json::Value> {
 pub fn step_line(dir: &Path, step: u64) -> serde_json::Value {
     metrics(dir).into_iter().rfind(|m| m["step"] == step && m.get("train/reward").is_some()).unwrap()
 }
+
+/// The run's TensorBoard folder as TensorBoard's own reader sees it
+/// (`reference/read_tensorboard.py`): `{"scalars": {tag: [[step, value]]}, "images": {...}}`.
+pub fn tensorboard(dir: &Path) -> serde_json::Value {
+    let python = std::env::var("VAGEN_PYTHON").expect(
+        "VAGEN_PYTHON is not set: run the tests with `cargo xtask test`, or point it at a Python with tensorboard",
+    );
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/reference/read_tensorboard.py");
+    let out = std::process::Command::new(python).arg(script).arg(dir.join("tensorboard")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Every number of `metrics.jsonl` (as the run now stands) is in TensorBoard once, at its
+/// step (`sft/step` for SFT lines), to f32 precision; returns how many were compared.
+pub fn assert_tensorboard_matches_metrics(dir: &Path) -> usize {
+    let tb = tensorboard(dir);
+    let lines = vagen_trainer::read_metrics(dir).unwrap();
+    let mut compared = 0;
+    for line in &lines {
+        let fields = line.as_object().unwrap();
+        let step = fields.get("sft/step").or(fields.get("step")).and_then(|s| s.as_f64()).unwrap() as u64;
+        for (tag, value) in fields.iter().filter(|(k, _)| *k != "step") {
+            let Some(v) = value.as_f64() else { continue };
+            let points = tb["scalars"][tag].as_array().unwrap_or_else(|| panic!("no {tag} in TensorBoard: {tb}"));
+            let at: Vec<f64> =
+                points.iter().filter(|p| p[0].as_u64() == Some(step)).map(|p| p[1].as_f64().unwrap()).collect();
+            assert_eq!(at.len(), 1, "{tag} at step {step}: {at:?}");
+            assert!((at[0] - v).abs() <= 1e-6 * v.abs().max(1.0), "{tag} at step {step}: {} vs {v}", at[0]);
+            compared += 1;
+        }
+    }
+    compared
+}
