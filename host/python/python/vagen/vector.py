@@ -63,11 +63,11 @@ class VectorEnv(GymVectorEnv):
         results = self._run([("reset", self._plugin_seed(i, s)) for i, s in enumerate(seeds)])
         self._turns[:] = 0
         self._autoreset[:] = False
-        obs, infos = [], {}
+        obs, infos = [], []
         for i, (_, raw, extra) in enumerate(results):
             obs.append(self._layout.observation(raw))
-            infos = self._add_info(infos, self._reset_info(i, extra), i)
-        return self._batch(obs), infos
+            infos.append(self._reset_info(i, extra))
+        return self._batch(obs), batch_infos(self.num_envs, infos)
 
     def step(self, actions):
         ops = []
@@ -78,12 +78,12 @@ class VectorEnv(GymVectorEnv):
         rewards = np.zeros(self.num_envs, dtype=np.float64)
         terminations = np.zeros(self.num_envs, dtype=np.bool_)
         truncations = np.zeros(self.num_envs, dtype=np.bool_)
-        infos = {}
+        infos = []
         for i, (what, result, extra) in enumerate(results):
             if what == "reset":
                 self._turns[i] = 0
                 obs.append(self._layout.observation(result))
-                infos = self._add_info(infos, self._reset_info(i, extra), i)
+                infos.append(self._reset_info(i, extra))
                 continue
             raw, reward, done, success, valid, effective, metrics = result
             self._turns[i] += 1
@@ -93,9 +93,9 @@ class VectorEnv(GymVectorEnv):
             truncations[i] = not done and self._turns[i] >= self.max_turns
             info = _plugin.step_info(success, valid, effective, metrics, self._turns[i])
             self._add_extras(info, extra)
-            infos = self._add_info(infos, info, i)
+            infos.append(info)
         self._autoreset = terminations | truncations
-        return self._batch(obs), rewards, terminations, truncations, infos
+        return self._batch(obs), rewards, terminations, truncations, batch_infos(self.num_envs, infos)
 
     def _plugin_seed(self, i, seed):
         """Instance i's plugin seed: `seed` as given (its generator reseeded, as
@@ -135,6 +135,35 @@ class VectorEnv(GymVectorEnv):
         elif "images" in self.single_observation_space.spaces:
             batched["images"] = tuple(np.stack([o["images"][k] for o in obs]) for k in range(len(obs[0]["images"])))
         return batched
+
+
+def batch_infos(n, infos):
+    """The members' info dicts batched as `VectorEnv._add_info` batches them one by one
+    (arrays typed by the first member that has a key, `_key` masks, nested dicts
+    recursively; `None` for a member without one), built a key at a time."""
+    keys = {}
+    for info in infos:
+        if info is not None:
+            keys.update(dict.fromkeys(info))
+    out = {}
+    for key in keys:
+        present = [i for i, info in enumerate(infos) if info is not None and key in info]
+        first = infos[present[0]][key]
+        if isinstance(first, dict):
+            array = batch_infos(n, [info.get(key) if info is not None else None for info in infos])
+        else:
+            if type(first) in (int, float, bool) or issubclass(type(first), np.number):
+                array = np.zeros(n, dtype=type(first))
+            elif isinstance(first, np.ndarray):
+                array = np.zeros((n, *first.shape), dtype=first.dtype)
+            else:
+                array = np.full(n, fill_value=None, dtype=object)
+            for i in present:
+                array[i] = infos[i][key]
+        mask = np.zeros(n, dtype=np.bool_)
+        mask[present] = True
+        out[key], out[f"_{key}"] = array, mask
+    return out
 
 
 def make_vec(path, num_envs, config=None, limits=None, **kwargs):
