@@ -5,6 +5,42 @@
 //! [`Runtime::load`] turns a `.wasm` component ([`WasmPlugin`]) or a native `.so`
 //! ([`NativePlugin`]) into a [`Plugin`], which creates any number of instances.
 //! [`EnvPool`] steps many instances in parallel.
+//!
+//! # Embedding
+//!
+//! This crate has no libtorch in it: any Rust program can load plugins and play episodes
+//! with its own policy. Every failure is an [`Error`] variant: a plugin's fault
+//! ([`Error::is_fault`]: timeout, out of memory or fuel, trap, malformed result) leaves
+//! the instance re-created, ready for a `reset`; [`Error::BadConfig`] and
+//! [`Error::InvalidState`] are the caller's to fix.
+//!
+//! ```
+//! use vagen_runtime::{Error, Limits, Runtime};
+//!
+//! # fn main() -> Result<(), Error> {
+//! let limits = Limits { call_timeout_ms: 500, ..Limits::default() };
+//! let runtime = Runtime::new(limits)?;
+//! # let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/plugins/bandit.wasm");
+//! // `cargo xtask plugins` builds the reference plugins into target/plugins/.
+//! let plugin = runtime.load(path)?;
+//! let mut env = plugin.create(r#"{}"#)?;
+//! let first = env.reset(7)?; // the same seed always gives the same episode
+//! println!("{}\n{}", env.system_prompt()?, first.text);
+//! let step = env.step("Dragon")?;
+//! println!("reward {} done {} success {}", step.reward, step.done, step.success);
+//! // A step after the end is refused, typed.
+//! assert!(matches!(env.step("Dragon"), Err(Error::InvalidState(_))));
+//! // A config the plugin refuses names the problem.
+//! match plugin.create(r#"{"no_such_option": 1}"#) {
+//!     Err(Error::BadConfig(why)) => println!("refused: {why}"),
+//!     other => panic!("expected a bad-config error, got {:?}", other.map(|_| ())),
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! `examples/embed-rust` is a whole program: seeded episodes, a policy of its own, and
+//! what to do on each kind of error.
 
 mod bindings;
 mod cache;

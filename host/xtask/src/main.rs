@@ -230,7 +230,9 @@ fn setup_guest_target() -> Result<()> {
     }
 }
 
-/// Crates under `dir` (one level down), by package name.
+/// Guest crates under `dir` (one level down), by package name. A crate marked
+/// `[package.metadata.vagen] host-program = true` (`examples/embed-rust`) is left out: it
+/// runs plugins rather than being one.
 fn crates_in(dir: &Path) -> Result<Vec<String>> {
     let mut names = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
@@ -239,6 +241,9 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
         let Ok(text) = std::fs::read_to_string(&manifest) else {
             continue;
         };
+        if text.contains("host-program = true") {
+            continue;
+        }
         let name = text
             .lines()
             .skip_while(|l| l.trim() != "[package]")
