@@ -356,9 +356,15 @@ fn install_wheel(wheel: &Path) -> Result<()> {
     run(pip)
 }
 
-/// `cargo test` over the workspace (the extension module has no Rust tests: it links no
-/// libpython), then the Python package's pytest suite with this build's vagen-host.
+/// `cargo doc` of the runtime, `cargo test` over the workspace (the extension module has no
+/// Rust tests: it links no libpython), then the Python package's pytest suite with this
+/// build's vagen-host.
 fn test(extra: &[String]) -> Result<()> {
+    // The embedding API's documentation builds without a warning (its example runs as a
+    // doctest below).
+    let mut doc = cargo();
+    doc.args(["doc", "--release", "--no-deps", "-p", "vagen-runtime"]).env("RUSTDOCFLAGS", "-D warnings");
+    run(doc)?;
     let mut cmd = cargo();
     cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
     run(cmd)?;
