@@ -220,11 +220,14 @@ impl NativeEnv {
 enum Op {
     Reset(u64),
     Step(String),
+    /// Left alone this call (a partial reset).
+    Skip,
 }
 
 enum Done {
     Reset(Observation),
     Step(StepResult),
+    Skipped,
 }
 
 /// Instances stepped together: each call runs every member's work in parallel on native
@@ -246,9 +249,9 @@ impl NativePool {
             .map_err(|e| py_err(py, e))
     }
 
-    /// `ops[i]` is `("reset", seed)` or `("step", answer)`. Returns per member
-    /// `("reset", observation, extras)`, `("step", step result, extras)` or `("error",
-    /// exception, None)`: one member's fault is its own (its instance was re-created and
+    /// `ops[i]` is `("reset", seed)`, `("step", answer)` or `("skip", None)`. Returns per
+    /// member `("reset", observation, extras)`, `("step", step result, extras)`, `("skip",
+    /// None, None)` or `("error", exception, None)`: one member's fault is its own (its instance was re-created and
     /// needs a reset). With `extras`, `extras` is `(describe_state, oracle)` read right
     /// after the call (the oracle only when `oracle` is set), else None.
     #[pyo3(signature = (ops, extras = false, oracle = false))]
@@ -264,6 +267,7 @@ impl NativePool {
             work.push(match what.as_str() {
                 "reset" => Op::Reset(arg.extract()?),
                 "step" => Op::Step(arg.extract()?),
+                "skip" => Op::Skip,
                 other => return Err(InvalidState::new_err(format!("no pool operation {other:?}"))),
             });
         }
@@ -276,9 +280,10 @@ impl NativePool {
                 let done = match &work[i] {
                     Op::Reset(seed) => env.reset(*seed).map(Done::Reset),
                     Op::Step(answer) => env.step(answer).map(Done::Step),
+                    Op::Skip => Ok(Done::Skipped),
                 }?;
                 let ended = matches!(&done, Done::Step(s) if s.done);
-                let extra = if extras && !ended {
+                let extra = if extras && !ended && !matches!(done, Done::Skipped) {
                     let state = env.describe_state()?;
                     Some((state, if oracle { env.oracle()? } else { None }))
                 } else {
@@ -293,6 +298,7 @@ impl NativePool {
             .map(|r| match r {
                 Ok((Done::Reset(obs), extra)) => ("reset", observation(py, obs)?, extra).into_pyobject(py),
                 Ok((Done::Step(step), extra)) => ("step", step_result(py, step)?, extra).into_pyobject(py),
+                Ok((Done::Skipped, _)) => ("skip", py.None(), None::<(String, Option<String>)>).into_pyobject(py),
                 Err(e) => ("error", py_err(py, e).into_value(py), None::<(String, Option<String>)>).into_pyobject(py),
             })
             .collect()

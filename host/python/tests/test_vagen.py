@@ -150,10 +150,15 @@ def test_truncation_after_the_turn_limit():
 
 
 def run_both(name, config, n, steps, seed, extras=True):
+    """Gymnasium's own test of a vector env (`test_vector_env_equal`, which holds
+    AsyncVectorEnv to SyncVectorEnv), with ours in Async's place."""
     ours = vagen.make_vec(plugin(name), n, config=config, extras=extras)
     ref = gym.vector.SyncVectorEnv([lambda: vagen.make(plugin(name), config=config, extras=extras) for _ in range(n)])
+    assert ours.num_envs == ref.num_envs
     assert ours.single_observation_space == ref.single_observation_space
     assert ours.observation_space == ref.observation_space
+    assert ours.single_action_space == ref.single_action_space
+    assert ours.action_space == ref.action_space
     a, b = ours.reset(seed=seed), ref.reset(seed=seed)
     assert data_equivalence(a, b, exact=True), (a, b)
     assert ours.observation_space.contains(a[0])
@@ -166,6 +171,13 @@ def run_both(name, config, n, steps, seed, extras=True):
         assert data_equivalence(a, b, exact=True), f"step {t}: {a} != {b}"
         assert ours.observation_space.contains(a[0])
         ended += int(np.sum(a[2] | a[3]))
+    # Actions as Gymnasium samples them (random text: invalid answers, mostly).
+    ours.action_space.seed(seed)
+    for t in range(5):
+        actions = ours.action_space.sample()
+        assert actions in ref.action_space
+        assert data_equivalence(ours.step(actions), ref.step(actions), exact=True), f"sampled step {t}"
+    assert ours.np_random_seed == ref.np_random_seed == tuple(seed + i for i in range(n))
     ours.close()
     ref.close()
     return ended
@@ -178,6 +190,29 @@ def run_both(name, config, n, steps, seed, extras=True):
 def test_the_vector_env_behaves_as_gymnasiums_sync_vector_env(name, config):
     # Many episodes end (and autoreset) within the run, in every sub-env.
     assert run_both(name, config, n=4, steps=40, seed=11) > 8
+
+
+def test_vector_partial_resets_and_action_counts_as_gymnasiums_tests_ask():
+    ours = vagen.make_vec(plugin("frozenlake"), 3)
+    ref = gym.vector.SyncVectorEnv([lambda: vagen.make(plugin("frozenlake")) for _ in range(3)])
+    for env in (ours, ref):
+        env.reset(seed=[0, 1, 2])
+        env.step(("Up", "Left", "Right"))
+    mask = np.array([True, False, True])
+    a = ours.reset(seed=[5, 6, 7], options={"reset_mask": mask})
+    b = ref.reset(seed=[5, 6, 7], options={"reset_mask": mask})
+    assert data_equivalence(a, b, exact=True), (a, b)
+    assert data_equivalence(ours.step(("Down",) * 3), ref.step(("Down",) * 3), exact=True)
+    with pytest.raises(ValueError):
+        ours.step(("Down",) * 2)
+    with pytest.raises(ValueError):
+        ours.step(("Down",) * 4)
+    with pytest.raises(TypeError):
+        ours.step(0)
+    with pytest.raises(ValueError, match="shape"):
+        ours.reset(options={"reset_mask": np.array([True])})
+    with pytest.raises(ValueError, match="bool"):
+        ours.reset(options={"reset_mask": np.array([1, 1, 0])})
 
 
 def test_vector_seeds_autoreset_and_errors():

@@ -36,6 +36,12 @@ class VectorEnv(GymVectorEnv):
         self.max_turns = int(max_turns or self.plugin.max_turns())
         self.extras = extras
         self.system_prompt = self._pool.system_prompt()
+        self._rngs = [None] * num_envs
+        self._rng_seeds = [None] * num_envs
+        self._last_obs = None
+        self._turns = np.zeros(num_envs, dtype=np.int64)
+        self._autoreset = np.zeros(num_envs, dtype=np.bool_)
+        self._seeds = [0] * num_envs
         text_limit = json.loads(self.plugin.limits())["max_text_bytes"]
         first = self._run([("reset", 0)] * num_envs)[0][1]
         self._layout = _plugin.Layout(text_limit, first[1])
@@ -43,12 +49,10 @@ class VectorEnv(GymVectorEnv):
         self.single_action_space = _plugin.AnyText(text_limit)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._rngs = [None] * num_envs
-        self._turns = np.zeros(num_envs, dtype=np.int64)
-        self._autoreset = np.zeros(num_envs, dtype=np.bool_)
-        self._seeds = [0] * num_envs
 
     def reset(self, *, seed=None, options=None):
+        """Resets every instance, or with `options={"reset_mask": mask}` (a bool array, one
+        per instance) only the masked ones: the others keep their episode and observation."""
         # The base class seeds the vector env's own generator from one int; a list seeds
         # the members only.
         super().reset(seed=seed if seed is None or isinstance(seed, int) else None)
@@ -60,16 +64,42 @@ class VectorEnv(GymVectorEnv):
             seeds = list(seed)
             if len(seeds) != self.num_envs:
                 raise ValueError(f"{len(seeds)} seeds for {self.num_envs} envs")
-        results = self._run([("reset", self._plugin_seed(i, s)) for i, s in enumerate(seeds)])
-        self._turns[:] = 0
-        self._autoreset[:] = False
+        mask = np.ones(self.num_envs, dtype=np.bool_)
+        if options is not None and "reset_mask" in options:
+            mask = np.asarray(options["reset_mask"])
+            if mask.shape != (self.num_envs,):
+                raise ValueError(f"options['reset_mask'] must have shape ({self.num_envs},), got {mask.shape}")
+            if mask.dtype != np.bool_:
+                raise ValueError(f"options['reset_mask'] must be a bool array, got dtype {mask.dtype}")
+            if not mask.any():
+                raise ValueError("options['reset_mask'] selects no instance")
+            if self._last_obs is None and not mask.all():
+                raise ValueError("the first reset must reset every instance")
+        ops = [("reset", self._plugin_seed(i, s)) if mask[i] else ("skip", None) for i, s in enumerate(seeds)]
+        results = self._run(ops)
         obs, infos = [], []
-        for i, (_, raw, extra) in enumerate(results):
+        for i, (what, raw, extra) in enumerate(results):
+            if what == "skip":
+                obs.append(self._last_obs[i])
+                infos.append(None)
+                continue
+            self._turns[i] = 0
+            self._autoreset[i] = False
             obs.append(self._layout.observation(raw))
             infos.append(self._reset_info(i, extra))
+        self._last_obs = obs
         return self._batch(obs), batch_infos(self.num_envs, infos)
 
+    @property
+    def np_random_seed(self):
+        """Each instance's generator seed, as `SyncVectorEnv` reports them."""
+        return tuple(self._rng_seeds)
+
     def step(self, actions):
+        if isinstance(actions, str) or not hasattr(actions, "__len__"):
+            raise TypeError(f"a vector env steps with one action per instance, not {type(actions).__name__}")
+        if len(actions) != self.num_envs:
+            raise ValueError(f"{len(actions)} actions for {self.num_envs} envs")
         ops = []
         for i, action in enumerate(actions):
             ops.append(("reset", self._plugin_seed(i, None)) if self._autoreset[i] else ("step", str(action)))
@@ -95,13 +125,14 @@ class VectorEnv(GymVectorEnv):
             self._add_extras(info, extra)
             infos.append(info)
         self._autoreset = terminations | truncations
+        self._last_obs = obs
         return self._batch(obs), rewards, terminations, truncations, batch_infos(self.num_envs, infos)
 
     def _plugin_seed(self, i, seed):
         """Instance i's plugin seed: `seed` as given (its generator reseeded, as
         `Env.reset(seed=...)` does), or drawn from its generator."""
         if seed is not None or self._rngs[i] is None:
-            self._rngs[i], _ = seeding.np_random(seed)
+            self._rngs[i], self._rng_seeds[i] = seeding.np_random(seed)
         if seed is None:
             seed = int(self._rngs[i].integers(0, 2**63))
         self._seeds[i] = seed
