@@ -126,7 +126,11 @@ impl NativePlugin {
         let envs = py
             .detach(|| (0..n).map(|_| self.plugin.create(config)).collect::<Result<Vec<_>, _>>())
             .map_err(|e| py_err(py, e))?;
-        Ok(NativePool { pool: Mutex::new(EnvPool::new(envs)), member_ns: AtomicU64::new(0) })
+        Ok(NativePool {
+            pool: Mutex::new(EnvPool::new(envs)),
+            member_ns: AtomicU64::new(0),
+            parallel_calls: AtomicU64::new(0),
+        })
     }
 
     /// `vagen-host check`: [(check, passed, detail)].
@@ -238,6 +242,8 @@ struct NativePool {
     pool: Mutex<EnvPool>,
     /// A running estimate of one member's work per call, in nanoseconds.
     member_ns: AtomicU64,
+    /// Calls that ran on rayon's threads.
+    parallel_calls: AtomicU64,
 }
 
 /// Below this much work per call the members run one after another on the calling thread:
@@ -251,6 +257,11 @@ const PARALLEL_ABOVE_NS: u64 = 1_000_000;
 impl NativePool {
     fn __len__(&self) -> usize {
         self.pool.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// How many calls ran on rayon's threads (the rest ran in sequence).
+    fn parallel_calls(&self) -> u64 {
+        self.parallel_calls.load(Ordering::Relaxed)
     }
 
     /// The first member's system prompt (all members share one config).
@@ -305,6 +316,7 @@ impl NativePool {
                 Ok::<_, Error>((done, extra))
             };
             let results = if parallel {
+                self.parallel_calls.fetch_add(1, Ordering::Relaxed);
                 pool.for_each(member)
             } else {
                 (0..pool.len()).map(|i| member(i, pool.get_mut(i))).collect()

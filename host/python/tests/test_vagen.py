@@ -149,7 +149,7 @@ def test_truncation_after_the_turn_limit():
     assert truncated and not terminated
 
 
-def run_both(name, config, n, steps, seed, extras=True):
+def run_both(name, config, n, steps, seed, extras=True, parallel=False):
     """Gymnasium's own test of a vector env (`test_vector_env_equal`, which holds
     AsyncVectorEnv to SyncVectorEnv), with ours in Async's place."""
     ours = vagen.make_vec(plugin(name), n, config=config, extras=extras)
@@ -178,6 +178,10 @@ def run_both(name, config, n, steps, seed, extras=True):
         assert actions in ref.action_space
         assert data_equivalence(ours.step(actions), ref.step(actions), exact=True), f"sampled step {t}"
     assert ours.np_random_seed == ref.np_random_seed == tuple(seed + i for i in range(n))
+    # Heavy calls (Navigation's steps, Sokoban's level generation) run on threads, light
+    # ones in sequence: the results are the same either way.
+    if parallel:
+        assert ours._pool.parallel_calls() > steps // 2
     ours.close()
     ref.close()
     return ended
@@ -190,6 +194,11 @@ def run_both(name, config, n, steps, seed, extras=True):
 def test_the_vector_env_behaves_as_gymnasiums_sync_vector_env(name, config):
     # Many episodes end (and autoreset) within the run, in every sub-env.
     assert run_both(name, config, n=4, steps=40, seed=11) > 8
+
+
+def test_a_heavy_env_steps_in_parallel_and_still_matches():
+    # Navigation's steps (~0.6 ms) are heavy enough for the pool to use its threads.
+    run_both("navigation", None, n=4, steps=12, seed=3, parallel=True)
 
 
 def test_vector_partial_resets_and_action_counts_as_gymnasiums_tests_ask():
