@@ -122,9 +122,13 @@ pub fn parse(svg: &str, limits: &Limits, side: u32) -> Result<usvg::Tree, String
         e => format!("the SVG is not well-formed XML: {e}"),
     })?;
     check_source(&doc, limits)?;
-    let mut options = usvg::Options::default();
-    options.image_href_resolver =
-        usvg::ImageHrefResolver { resolve_data: Box::new(|_, _, _| None), resolve_string: Box::new(|_, _| None) };
+    let options = usvg::Options {
+        image_href_resolver: usvg::ImageHrefResolver {
+            resolve_data: Box::new(|_, _, _| None),
+            resolve_string: Box::new(|_, _| None),
+        },
+        ..usvg::Options::default()
+    };
     let tree = usvg::Tree::from_xmltree(&doc, &options).map_err(|e| format!("the SVG cannot be drawn: {e}"))?;
     check_tree(&tree, limits, side)?;
     Ok(tree)
@@ -138,7 +142,7 @@ fn check_source(doc: &roxmltree::Document, limits: &Limits) -> Result<(), String
         return Err(format!("the root element is <{}>, not <svg>", root.tag_name().name()));
     }
     for (name, extent) in [("width", root.attribute("width")), ("height", root.attribute("height"))] {
-        if let Some(v) = extent.and_then(|v| number_prefix(v)) {
+        if let Some(v) = extent.and_then(number_prefix) {
             check_extent(name, v, limits)?;
         }
     }
@@ -228,7 +232,7 @@ fn check_numbers(value: &str, attribute: &str) -> Result<(), String> {
             }
             let token = &value[start..i];
             if let Ok(v) = token.parse::<f64>()
-                && !(v.abs() <= MAX_NUMBER)
+                && (v.is_nan() || v.abs() > MAX_NUMBER)
             {
                 return Err(format!(
                     "{attribute} holds the number {token}; numbers are at most {MAX_NUMBER} in magnitude"
@@ -342,7 +346,7 @@ impl Work {
             let h = (b.bottom().min(side) - b.top().max(0.0)).max(0.0);
             self.painted_pixels += w * h;
         }
-        if !(self.painted_pixels <= limits.max_painted_canvases * side * side) {
+        if self.painted_pixels.is_nan() || self.painted_pixels > limits.max_painted_canvases * side * side {
             return Err(format!("the drawing paints more than {} canvases of pixels", limits.max_painted_canvases));
         }
         Ok(())
@@ -443,7 +447,7 @@ impl Walker<'_> {
             if period > 0.0 {
                 self.work.dashes += f64::from(length / period) * dashes.len() as f64;
             }
-            if !(self.work.dashes <= limits.max_dashes) {
+            if self.work.dashes.is_nan() || self.work.dashes > limits.max_dashes {
                 return Err(format!("dashed strokes would draw more than {} dashes", limits.max_dashes));
             }
         }
@@ -453,7 +457,8 @@ impl Walker<'_> {
                 let (sx, sy) = canvas.pre_concat(path.abs_transform()).pre_concat(pattern.transform()).get_scale();
                 let rect = pattern.rect();
                 self.work.pattern_pixels += rect.width() * sx * rect.height() * sy;
-                if !(self.work.pattern_pixels <= limits.max_pattern_canvases * (side * side) as f32) {
+                let budget = limits.max_pattern_canvases * (side * side) as f32;
+                if self.work.pattern_pixels.is_nan() || self.work.pattern_pixels > budget {
                     return Err(format!(
                         "pattern tiles would cover more than {} canvases of pixels",
                         limits.max_pattern_canvases
