@@ -41,7 +41,7 @@ impl Rng {
 
 /// Our policy: the oracle on even turns when there is one, else a random action name.
 fn answer(env: &mut dyn Environment, turn: u32, rng: &mut Rng) -> Result<String, Error> {
-    if turn % 2 == 0
+    if turn.is_multiple_of(2)
         && let Some(expert) = env.oracle()?
     {
         return Ok(expert);
