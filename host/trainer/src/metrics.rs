@@ -1,14 +1,14 @@
 //! `metrics.jsonl`: one JSON object per step, verl/RAGEN-style names.
 
 use anyhow::{Context, Result};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::tensorboard::EventWriter;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepMetrics {
     pub step: usize,
     #[serde(flatten)]
@@ -39,9 +39,15 @@ impl MetricsLog {
         self.tensorboard.image(step, tag, image.width, image.height, &png)
     }
 
+    /// One line's values as TensorBoard scalars: SFT lines at their own step (`sft/step`),
+    /// RL lines at `step`.
+    fn tensorboard_scalars(&self, m: &StepMetrics) -> Result<()> {
+        let step = m.values.get("sft/step").map_or(m.step, |&s| s as usize);
+        self.tensorboard.scalars(step, m.values.iter().map(|(k, v)| (k.as_str(), *v)))
+    }
+
     pub fn write(&self, m: &StepMetrics) -> Result<()> {
-        self.tensorboard
-            .scalars(tensorboard_step(m.step, &m.values), m.values.iter().map(|(k, v)| (k.as_str(), *v)))?;
+        self.tensorboard_scalars(m)?;
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -68,22 +74,12 @@ impl MetricsLog {
         // TensorBoard gets the log as it now stands: the redone steps' points are gone.
         self.tensorboard.restart()?;
         for line in read(self.path.parent().unwrap_or(Path::new(".")))? {
-            let Some(fields) = line.as_object() else { continue };
-            let values: BTreeMap<String, f64> = fields
-                .iter()
-                .filter(|(k, _)| *k != "step")
-                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
-                .collect();
-            let step = fields.get("step").and_then(|s| s.as_u64()).unwrap_or(0) as usize;
-            self.tensorboard.scalars(tensorboard_step(step, &values), values.iter().map(|(k, v)| (k.as_str(), *v)))?;
+            // Every line the trainer writes is a `StepMetrics`.
+            let Ok(m) = serde_json::from_value::<StepMetrics>(line) else { continue };
+            self.tensorboard_scalars(&m)?;
         }
         Ok(())
     }
-}
-
-/// SFT lines count their own steps (`sft/step`); RL lines use `step`.
-fn tensorboard_step(step: usize, values: &BTreeMap<String, f64>) -> usize {
-    values.get("sft/step").map_or(step, |&s| s as usize)
 }
 
 /// The key of the line [`MetricsLog::mark_resumed`] writes.

@@ -76,13 +76,7 @@ impl AnswerGen {
 /// bytes dropped, or wrapped in itself.
 fn mutate(base: &str, rng: &mut ChaCha8Rng) -> String {
     let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u64() % n.max(1) as u64) as usize;
-    let at = |rng: &mut ChaCha8Rng| {
-        let mut i = pick(rng, base.len() + 1);
-        while !base.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
+    let at = |rng: &mut ChaCha8Rng| base.floor_char_boundary(pick(rng, base.len() + 1));
     match pick(rng, 7) {
         0 => base.to_string(),
         1 => base[..at(rng)].to_string(),
@@ -105,13 +99,7 @@ fn mutate(base: &str, rng: &mut ChaCha8Rng) -> String {
         4 => {
             let mut s = base.to_string();
             for _ in 0..1 + pick(rng, 8) {
-                let i = {
-                    let mut i = pick(rng, s.len());
-                    while !s.is_char_boundary(i) {
-                        i -= 1;
-                    }
-                    i
-                };
+                let i = s.floor_char_boundary(pick(rng, s.len()));
                 if i < s.len() {
                     s.remove(i);
                 }
