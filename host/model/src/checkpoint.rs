@@ -156,6 +156,16 @@ impl Model {
         crate::generate(&self.lm, &self.tokenizer, &self.eos_token_ids, prompts, options)
     }
 
+    /// Continues `requests` with the rollout engine (its cached sequences reused and kept).
+    pub fn generate_with(
+        &self,
+        engine: &mut crate::Engine,
+        requests: &[crate::EngineRequest],
+        options: &crate::GenerateOptions,
+    ) -> Result<Vec<crate::Generation>> {
+        engine.generate(&self.lm, &self.tokenizer, &self.eos_token_ids, requests, options)
+    }
+
     /// The vision half, or an error saying this is a text-only model.
     pub fn vision(&self) -> Result<&Vision> {
         self.vision

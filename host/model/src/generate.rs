@@ -146,27 +146,14 @@ fn run(
     let mut logits = suppress(lm.logits(&hidden.select(1, -1)));
 
     let mut sampler = Sampler::new(options.temperature, options.top_p, options.top_k, options.seed);
-    let stop_window = options.stop.iter().map(String::len).max().unwrap_or(0) + 1;
     let mut rows: Vec<Row> = (0..batch).map(|_| Row::default()).collect();
     for step in 0..new {
         let (tokens, logprobs) = sampler.step(&logits);
         let tokens: Vec<i64> = Vec::try_from(&tokens)?;
         let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
+        let ends = Ends { eos, stop: &options.stop, tokenizer };
         for (b, row) in rows.iter_mut().enumerate().filter(|(_, r)| r.finish.is_none()) {
-            let token = tokens[b] as u32;
-            row.ids.push(token);
-            row.logprobs.push(logprobs[b]);
-            if eos.contains(&token) {
-                row.finish = Some(FinishReason::Eos);
-            } else if !options.stop.is_empty() {
-                let tail = tokenizer.decode(&row.ids[row.ids.len().saturating_sub(stop_window)..])?;
-                if options.stop.iter().any(|s| tail.contains(s.as_str())) {
-                    row.finish = Some(FinishReason::Stop);
-                }
-            }
-            if row.finish.is_none() && row.ids.len() >= caps[b] {
-                row.finish = Some(FinishReason::Length);
-            }
+            row.push(tokens[b] as u32, logprobs[b], caps[b], &ends)?;
         }
         if step + 1 == new || rows.iter().all(|r| r.finish.is_some()) {
             break;
@@ -190,15 +177,44 @@ fn run(
     rows.into_iter().map(|row| row.finish(tokenizer, &options.stop)).collect()
 }
 
+/// What ends a row: an end-of-sequence id, or a stop string in its text.
+pub(crate) struct Ends<'a> {
+    pub eos: &'a [u32],
+    pub stop: &'a [String],
+    pub tokenizer: &'a Tokenizer,
+}
+
+/// One prompt's continuation so far.
 #[derive(Default)]
-struct Row {
-    ids: Vec<u32>,
-    logprobs: Vec<f32>,
-    finish: Option<FinishReason>,
+pub(crate) struct Row {
+    pub ids: Vec<u32>,
+    pub logprobs: Vec<f32>,
+    pub finish: Option<FinishReason>,
 }
 
 impl Row {
-    fn finish(self, tokenizer: &Tokenizer, stop: &[String]) -> Result<Generation> {
+    /// Adds a sampled token and says whether the row has ended (`cap` tokens at most).
+    pub fn push(&mut self, token: u32, logprob: f32, cap: usize, ends: &Ends) -> Result<bool> {
+        self.ids.push(token);
+        self.logprobs.push(logprob);
+        if ends.eos.contains(&token) {
+            self.finish = Some(FinishReason::Eos);
+        } else if !ends.stop.is_empty() {
+            // A stop string ends in the last token: decoding one token more than the
+            // longest stop string's bytes covers it.
+            let window = ends.stop.iter().map(String::len).max().unwrap_or(0) + 1;
+            let tail = ends.tokenizer.decode(&self.ids[self.ids.len().saturating_sub(window)..])?;
+            if ends.stop.iter().any(|s| tail.contains(s.as_str())) {
+                self.finish = Some(FinishReason::Stop);
+            }
+        }
+        if self.finish.is_none() && self.ids.len() >= cap {
+            self.finish = Some(FinishReason::Length);
+        }
+        Ok(self.finish.is_some())
+    }
+
+    pub fn finish(self, tokenizer: &Tokenizer, stop: &[String]) -> Result<Generation> {
         let finish = self.finish.unwrap_or(FinishReason::Length);
         let text_ids = if finish == FinishReason::Eos { &self.ids[..self.ids.len() - 1] } else { &self.ids[..] };
         let mut text = tokenizer.decode(text_ids)?;
@@ -211,7 +227,7 @@ impl Row {
     }
 }
 
-fn validate(lm: &Qwen2ForCausalLM, prompts: &[&[u32]], options: &GenerateOptions) -> Result<()> {
+pub(crate) fn validate(lm: &Qwen2ForCausalLM, prompts: &[&[u32]], options: &GenerateOptions) -> Result<()> {
     let c = lm.config();
     if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
         return Err(Error::Invalid(format!("temperature {} must be finite and >= 0", options.temperature)));

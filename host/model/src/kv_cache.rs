@@ -58,3 +58,21 @@ impl KvCache {
         self.len += new;
     }
 }
+
+/// What attention needs from a cache, whatever its layout: keep this call's keys and values
+/// for `layer` and hand back every key and value the queries attend over.
+pub(crate) trait LayerCache {
+    /// `k`, `v`: `[batch, kv_heads, new, head_dim]`; returns `[batch, kv_heads, keys, head_dim]`.
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor);
+    /// Whether grouped-query heads are folded into the query length (the keys and values
+    /// are then read as stored, never repeated), instead of repeating the keys and values.
+    fn fold_heads(&self) -> bool {
+        false
+    }
+}
+
+impl LayerCache for KvCache {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        KvCache::append(self, layer, k, v)
+    }
+}

@@ -12,6 +12,8 @@
 //! - Qwen2.5-VL: [`VisionTower`] (window attention, 2-D rotary, patch merger),
 //!   [`ImageProcessor`] (transformers' `Qwen2VLImageProcessor`), M-RoPE positions and image
 //!   features placed in the prompt ([`Vision`], [`Prompt`]).
+//! - [`Engine`] is the rollout engine: per-trajectory KV reuse across turns, group prompts
+//!   prefilled once, continuous batching.
 //! - [`ModelPolicy`] answers rollout requests (the rollout crate's `Policy`).
 //! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
 //!   [`default_model`] builds the embedded small model from a seed.
@@ -21,6 +23,7 @@ mod checkpoint;
 mod config;
 pub(crate) mod default_model;
 mod device;
+mod engine;
 mod error;
 mod generate;
 mod image_processor;
@@ -43,6 +46,7 @@ pub use default_model::{
     DEFAULT_SEED, default_config, default_model, default_vl_config, default_vl_model, random_model, random_vl_model,
 };
 pub use device::{DType, parse_device};
+pub use engine::{Engine, EngineOptions, EngineRequest, EngineStats};
 pub use error::{Error, Result};
 pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,

@@ -1,6 +1,7 @@
 //! The Qwen2 decoder. The struct tree mirrors the HF weight names
 //! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
 
+use crate::kv_cache::LayerCache;
 use crate::rope::{self, Rope};
 use crate::{KvCache, Qwen2Config, Result};
 use tch::nn::{Init, Path};
@@ -67,39 +68,54 @@ impl Attention {
         }
     }
 
-    fn forward(
+    fn forward<'c>(
         &self,
         x: &Tensor,
         rope: (&Tensor, &Tensor),
         mask: Option<&Tensor>,
-        cache: Option<(&mut KvCache, usize)>,
+        cache: Option<(&mut (dyn LayerCache + 'c), usize)>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
         let q = rope::apply(&split(self.q_proj.forward(x), self.heads), rope.0, rope.1);
         let k = rope::apply(&split(self.k_proj.forward(x), self.kv_heads), rope.0, rope.1);
         let v = split(self.v_proj.forward(x), self.kv_heads);
+        let mut fold = false;
         let (k, v) = match cache {
-            Some((cache, layer)) => cache.append(layer, &k, &v),
+            Some((cache, layer)) => {
+                fold = cache.fold_heads();
+                cache.append(layer, &k, &v)
+            }
             None => (k, v),
         };
-        // Grouped-query attention: each key/value head serves `heads / kv_heads` query heads.
-        // Repeating them explicitly keeps every SDPA backend available.
         let repeat = self.heads / self.kv_heads;
-        let expand = |y: Tensor| {
-            if repeat == 1 {
-                return y;
-            }
-            let s = y.size()[2];
-            y.unsqueeze(2).expand([b, self.kv_heads, repeat, s, self.head_dim], false).reshape([
-                b,
-                self.heads,
-                s,
-                self.head_dim,
-            ])
+        let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>| {
+            Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, mask.is_none(), None::<f64>, false)
         };
-        let (k, v) = (expand(k), expand(v));
-        let out = Tensor::scaled_dot_product_attention(&q, &k, &v, mask, 0.0, mask.is_none(), None::<f64>, false);
+        let out = if fold && repeat > 1 && mask.is_some() {
+            // Query head h reads key/value head h / repeat: the `repeat` query heads of one
+            // key/value head become `repeat × t` queries of it, so decoding reads the cache
+            // as stored instead of copying it `repeat` times per layer and step.
+            let mask = mask.map(|m| if t == 1 { m.shallow_clone() } else { m.repeat([1, 1, repeat, 1]) });
+            let q = q.reshape([b, self.kv_heads, repeat * t, self.head_dim]);
+            sdpa(&q, &k, &v, mask.as_ref()).reshape([b, self.heads, t, self.head_dim])
+        } else {
+            // Grouped-query attention: each key/value head serves `repeat` query heads.
+            // Repeating them explicitly keeps every SDPA backend available.
+            let expand = |y: Tensor| {
+                if repeat == 1 {
+                    return y;
+                }
+                let s = y.size()[2];
+                y.unsqueeze(2).expand([b, self.kv_heads, repeat, s, self.head_dim], false).reshape([
+                    b,
+                    self.heads,
+                    s,
+                    self.head_dim,
+                ])
+            };
+            sdpa(&q, &expand(k), &expand(v), mask)
+        };
         self.o_proj.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
     }
 }
@@ -232,6 +248,33 @@ impl Qwen2Model {
             }
             m => m,
         };
+        let x = self.layers_forward(embeds, positions, mask, cache.as_deref_mut().map(|c| c as &mut dyn LayerCache));
+        if let Some(c) = cache {
+            c.advance(t);
+        }
+        Ok(x)
+    }
+
+    /// The decoder over `embeds` with a cache of any layout: the caller's `mask`
+    /// (`[batch, 1, seq, keys]`) says which of the keys the cache hands back each query sees.
+    pub(crate) fn forward_cached(
+        &self,
+        embeds: Tensor,
+        positions: &Tensor,
+        mask: &Tensor,
+        cache: &mut dyn LayerCache,
+    ) -> Tensor {
+        self.layers_forward(embeds, positions, Some(mask), Some(cache))
+    }
+
+    /// Every layer and the final norm.
+    fn layers_forward<'c>(
+        &self,
+        embeds: Tensor,
+        positions: &Tensor,
+        mask: Option<&Tensor>,
+        mut cache: Option<&mut (dyn LayerCache + 'c)>,
+    ) -> Tensor {
         let mut x = embeds;
         let (cos, sin) = self.rope.tables(positions, x.kind());
         for (i, layer) in self.layers.iter().enumerate() {
@@ -244,10 +287,7 @@ impl Qwen2Model {
             }
             x = &x + layer.mlp.forward(&layer.post_attention_layernorm.forward(&x));
         }
-        if let Some(c) = cache {
-            c.advance(t);
-        }
-        Ok(self.norm.forward(&x))
+        self.norm.forward(&x)
     }
 }
 

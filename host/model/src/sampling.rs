@@ -27,11 +27,16 @@ impl Sampler {
     /// temperature-scaled distribution (what a training forward recomputes; top-k / top-p
     /// only restrict which tokens can be drawn).
     pub fn step(&mut self, logits: &Tensor) -> (Tensor, Tensor) {
-        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
-        let batch = logits.size()[0];
         // Drawn whether used or not, so greedy and sampled rows never shift each other's draws.
-        let draws: Vec<f64> = (0..batch).map(|_| (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64).collect();
-        let tokens = if self.temperature <= 0.0 { logits.argmax(-1, false) } else { self.draw(&logp, &draws) };
+        let draws: Vec<f64> = (0..logits.size()[0]).map(|_| uniform(&mut self.rng)).collect();
+        self.step_with(logits, &draws)
+    }
+
+    /// [`Self::step`] with each row's uniform draw given: rows that own their draw streams
+    /// get the same tokens whichever rows they share a batch with.
+    pub fn step_with(&self, logits: &Tensor, draws: &[f64]) -> (Tensor, Tensor) {
+        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
+        let tokens = if self.temperature <= 0.0 { logits.argmax(-1, false) } else { self.draw(&logp, draws) };
         let chosen = logp.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
         (tokens, chosen)
     }
@@ -66,4 +71,9 @@ impl Sampler {
         let index = cumulative.le_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(last);
         ids.gather(-1, &index, false).squeeze_dim(-1)
     }
+}
+
+/// One uniform in [0, 1) from the top 53 bits of the stream's next word.
+pub(crate) fn uniform(rng: &mut ChaCha8Rng) -> f64 {
+    (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -1,0 +1,203 @@
+//! The rollout engine: reusing a trajectory's keys and values, sharing a group's prompt and
+//! batching continuously change what is computed, never what is sampled.
+
+use vagen_model::{
+    Engine, EngineOptions, EngineRequest, FinishReason, GenerateOptions, Generation, LoadOptions, Message, Model,
+    default_model,
+};
+
+fn model() -> Model {
+    default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap()
+}
+
+fn sampling(max_new_tokens: usize) -> GenerateOptions {
+    GenerateOptions { max_new_tokens, temperature: 1.0, top_p: 0.95, top_k: 0, ..Default::default() }
+}
+
+/// `groups` × `members` conversations over `turns` turns: each turn's prompt is the last
+/// one, its answer's ids, the end of turn and a new observation (as the rollout layout
+/// lays turns out). Returns every turn's generations and the engine's figures.
+fn converse(
+    model: &Model,
+    engine: &mut Engine,
+    groups: usize,
+    members: usize,
+    turns: usize,
+    options: &GenerateOptions,
+    caps: &dyn Fn(usize, usize) -> usize,
+) -> Vec<Vec<Generation>> {
+    let n = groups * members;
+    let mut prompts: Vec<Vec<u32>> = (0..n)
+        .map(|i| {
+            let system = Message::system("You are a FrozenLake solver. Answer with <answer>Left</answer>.");
+            let obs = Message::user(format!("Turn 1. The lake, seed {}: _P__\n_O_G", i / members));
+            model.encode_chat(&[system, obs], true).unwrap()
+        })
+        .collect();
+    let mut all = vec![];
+    for turn in 0..turns {
+        let requests: Vec<EngineRequest> = (0..n)
+            .map(|i| EngineRequest {
+                key: i as u64,
+                ids: prompts[i].clone(),
+                max_new_tokens: caps(turn, i),
+                seed: 1000 * turn as u64 + i as u64,
+            })
+            .collect();
+        let out = model.generate_with(engine, &requests, options).unwrap();
+        for (p, g) in prompts.iter_mut().zip(&out) {
+            p.extend(&g.token_ids);
+            p.extend(model.tokenizer.encode("<|im_end|>\n<|im_start|>user\n").unwrap());
+            p.extend(model.tokenizer.encode(&format!("Turn {}. You moved.<|im_end|>\n", turn + 2)).unwrap());
+            p.extend(model.tokenizer.encode("<|im_start|>assistant\n").unwrap());
+        }
+        all.push(out);
+    }
+    all
+}
+
+fn engine(options: EngineOptions) -> Engine {
+    Engine::new(options).unwrap()
+}
+
+fn assert_same(a: &[Vec<Generation>], b: &[Vec<Generation>], tolerance: f32) {
+    for (turn, (x, y)) in a.iter().zip(b).enumerate() {
+        for (i, (g, h)) in x.iter().zip(y).enumerate() {
+            assert_eq!(g.token_ids, h.token_ids, "turn {turn} row {i}: different ids");
+            for (p, q) in g.logprobs.iter().zip(&h.logprobs) {
+                assert!((p - q).abs() <= tolerance, "turn {turn} row {i}: log-prob {p} vs {q}");
+            }
+        }
+    }
+}
+
+#[test]
+fn reuse_gives_the_ids_and_logprobs_of_a_full_prefill() {
+    let model = model();
+    let options = sampling(16);
+    let mut reusing = engine(EngineOptions::default());
+    let mut full = engine(EngineOptions { reuse: false, ..Default::default() });
+    let a = converse(&model, &mut reusing, 2, 3, 4, &options, &|_, _| 16);
+    let b = converse(&model, &mut full, 2, 3, 4, &options, &|_, _| 16);
+    assert_same(&a, &b, 1e-4);
+    let (s, f) = (reusing.stats(), full.stats());
+    assert_eq!(s.prompt_tokens, f.prompt_tokens);
+    assert_eq!(f.saved_tokens(), 0);
+    assert_eq!(f.prefilled_tokens, f.prompt_tokens);
+    assert_eq!(s.prefilled_tokens + s.saved_tokens(), s.prompt_tokens);
+    assert_eq!(s.fallbacks, 0);
+    // Later turns prefill only what is new: far less than the whole history.
+    assert!(s.prefilled_tokens * 3 < f.prefilled_tokens, "{s:?} vs {f:?}");
+}
+
+#[test]
+fn a_group_prefills_its_shared_prompt_once() {
+    let model = model();
+    let mut e = engine(EngineOptions::default());
+    let out = converse(&model, &mut e, 2, 4, 1, &sampling(8), &|_, _| 8);
+    let s = e.stats();
+    let prompt = s.prompt_tokens / 8;
+    let first = |g: usize| {
+        let system = Message::system("You are a FrozenLake solver. Answer with <answer>Left</answer>.");
+        model.encode_chat(&[system, Message::user(format!("Turn 1. The lake, seed {g}: _P__\n_O_G"))], true).unwrap()
+    };
+    let across = first(0).iter().zip(&first(1)).take_while(|(a, b)| a == b).count();
+    // The first member of group 0 prefills the prompt; group 1's first copies what the two
+    // groups' prompts share; each sibling copies all of its group's prompt but the last
+    // token, whose logits start its answer.
+    assert_eq!(s.shared_tokens, 2 * 3 * (prompt - 1) + across, "{s:?}");
+    assert_eq!(s.prefilled_tokens, 2 * prompt - across + 2 * 3);
+    assert_eq!(s.prefill_calls, 3, "group 0's first, then the other first and group 0's siblings, then group 1's");
+    // Siblings draw from their own streams.
+    let distinct: std::collections::BTreeSet<&Vec<u32>> = out[0][..4].iter().map(|g| &g.token_ids).collect();
+    assert!(distinct.len() > 1);
+}
+
+#[test]
+fn batching_decisions_do_not_change_the_samples() {
+    let model = model();
+    let options = sampling(12);
+    // Caps that differ per row and turn: rows end at different steps.
+    let caps = |turn: usize, i: usize| 3 + (turn * 5 + i * 7) % 10;
+    let mut one = engine(EngineOptions { max_batch: 1, ..Default::default() });
+    let mut few = engine(EngineOptions { max_batch: 3, max_prefill_tokens: 64, ..Default::default() });
+    let mut all = engine(EngineOptions::default());
+    let a = converse(&model, &mut one, 2, 3, 3, &options, &caps);
+    let b = converse(&model, &mut few, 2, 3, 3, &options, &caps);
+    let c = converse(&model, &mut all, 2, 3, 3, &options, &caps);
+    assert_same(&a, &b, 1e-4);
+    assert_same(&a, &c, 1e-4);
+    for (turn, gens) in a.iter().enumerate() {
+        for (i, g) in gens.iter().enumerate() {
+            assert!(g.token_ids.len() <= caps(turn, i));
+        }
+    }
+    // Three at a time: rows that reach their cap leave and waiting requests take the slot.
+    let s = few.stats();
+    assert!(s.freed_at_length > 0 && s.joined_running > 0, "{s:?}");
+    assert_eq!(one.stats().joined_running, 0);
+}
+
+#[test]
+fn a_prompt_that_does_not_extend_the_cache_falls_back_and_is_counted() {
+    let model = model();
+    let options = sampling(6);
+    let system = Message::system("You are a Sokoban solver.");
+    let turn = |k: usize| Message::user(format!("Observation {k}: #P_X#"));
+    let answer = Message::assistant("<answer>Up</answer>");
+    let first = model.encode_chat(&[system.clone(), turn(1)], true).unwrap();
+    let whole = model.encode_chat(&[system.clone(), turn(1), answer.clone(), turn(2)], true).unwrap();
+    // A history window of one turn leaves out turn 1: the cache (system + turn 1) is no
+    // prefix of this prompt.
+    let windowed = model.encode_chat(&[system.clone(), turn(2)], true).unwrap();
+    let request = |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), max_new_tokens: 6, seed: 1 };
+    let mut e = engine(EngineOptions::default());
+    model.generate_with(&mut e, &[request(&first)], &options).unwrap();
+    let before = e.stats();
+    let reused = model.generate_with(&mut e, &[request(&windowed)], &options).unwrap();
+    let s = e.stats();
+    assert_eq!(s.fallbacks, before.fallbacks + 1, "{s:?}");
+    // What still matches (the system prompt) is reused; the rest is prefilled.
+    assert!(s.reused_tokens > 0 && s.reused_tokens < first.len());
+    let fresh = model.generate_with(&mut engine(EngineOptions::default()), &[request(&windowed)], &options).unwrap();
+    assert_eq!(reused[0].token_ids, fresh[0].token_ids);
+    // The full history extends the cache of the windowed turn only as far as the system
+    // prompt, so a third turn falls back again.
+    model.generate_with(&mut e, &[request(&whole)], &options).unwrap();
+    assert_eq!(e.stats().fallbacks, before.fallbacks + 2);
+}
+
+#[test]
+fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
+    let model = model();
+    let options = sampling(8);
+    let full = converse(&model, &mut engine(EngineOptions::default()), 2, 4, 3, &options, &|_, _| 8);
+    // 1 MiB holds 64 positions per MiB... enough for a few rows of this conversation only.
+    let mut tight = engine(EngineOptions { kv_cache_mib: 1, max_batch: 2, ..Default::default() });
+    let evicting = converse(&model, &mut tight, 2, 4, 3, &options, &|_, _| 8);
+    assert_same(&full, &evicting, 1e-4);
+    let s = tight.stats();
+    assert!(s.evictions > 0, "{s:?}");
+    assert!(s.peak_kv_bytes <= 1 << 20, "{s:?}");
+
+    let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
+    let mut tiny = engine(EngineOptions { kv_cache_mib: 1, ..Default::default() });
+    let request = EngineRequest { key: 0, ids: long, max_new_tokens: 8, seed: 0 };
+    let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
+    assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
+}
+
+#[test]
+fn the_engine_refuses_bad_requests() {
+    let model = model();
+    let mut e = engine(EngineOptions::default());
+    let r = |key, ids: Vec<u32>| EngineRequest { key, ids, max_new_tokens: 4, seed: 0 };
+    let err = model.generate_with(&mut e, &[r(1, vec![5, 6]), r(1, vec![7])], &sampling(4)).unwrap_err();
+    assert!(err.to_string().contains("trajectory 1"), "{err}");
+    let err = model.generate_with(&mut e, &[r(1, vec![])], &sampling(4)).unwrap_err();
+    assert!(err.to_string().contains("no tokens"), "{err}");
+    assert!(Engine::new(EngineOptions { max_batch: 0, ..Default::default() }).is_err());
+    // The engine is still usable after a refused call.
+    let g = model.generate_with(&mut e, &[r(1, vec![5, 6])], &sampling(4)).unwrap();
+    assert!(!g[0].token_ids.is_empty() && g[0].finish != FinishReason::Stop);
+}
