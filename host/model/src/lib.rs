@@ -46,7 +46,7 @@ pub use default_model::{
     DEFAULT_SEED, default_config, default_model, default_vl_config, default_vl_model, random_model, random_vl_model,
 };
 pub use device::{DType, parse_device};
-pub use engine::{Engine, EngineOptions, EngineRequest, EngineStats};
+pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats};
 pub use error::{Error, Result};
 pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,

@@ -1,7 +1,9 @@
 //! The model as a rollout policy: requests rendered through its chat template (as the
 //! training layout lays turns out), answered by batched generation with log-probs.
 
-use crate::{GenerateOptions, Model, Prompt};
+use crate::{
+    Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt,
+};
 use std::rc::Rc;
 use vagen_rollout::{
     AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError,
@@ -49,13 +51,32 @@ pub struct ModelPolicy {
     /// later one ends its episode as a prompt past the window does (or, with
     /// [`ContextOverflow::DropOldest`], drops the oldest turns with their images).
     pub max_image_tokens: usize,
+    /// The rollout engine (keys and values kept across turns, continuous batching); `None`:
+    /// one static batch per turn. A VL model's prompts take the static path.
+    engine: Option<Engine>,
 }
 
 impl ModelPolicy {
-    /// The whole of the model's window (`max_position_embeddings`).
+    /// The whole of the model's window (`max_position_embeddings`), the continuous engine
+    /// with its default options.
     pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
         let context_window = model.lm.config().max_position_embeddings;
-        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End, max_image_tokens: 0 }
+        let engine = Some(Engine::new(EngineOptions::default()).expect("the default engine options are valid"));
+        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End, max_image_tokens: 0, engine }
+    }
+
+    /// Generation by the engine `options` name.
+    pub fn with_engine(mut self, options: &EngineOptions) -> crate::Result<Self> {
+        self.engine = match options.kind {
+            EngineKind::Continuous => Some(Engine::new(options.clone())?),
+            EngineKind::Static => None,
+        };
+        Ok(self)
+    }
+
+    /// What the engine did over this policy's rollouts (`None` on the static path).
+    pub fn engine_stats(&self) -> Option<EngineStats> {
+        self.engine.as_ref().map(Engine::stats)
     }
 
     /// A smaller window (e.g. the longest sequence training lays out); never past the
@@ -122,6 +143,11 @@ impl Policy for ModelPolicy {
     fn name(&self) -> &'static str {
         "model"
     }
+    fn begin_rollout(&mut self) {
+        if let Some(e) = &mut self.engine {
+            e.clear();
+        }
+    }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
         let window = self.context_window;
@@ -135,9 +161,29 @@ impl Policy for ModelPolicy {
             max_new_tokens_per_prompt: fits.iter().map(|&i| room[i].min(self.options.max_new_tokens)).collect(),
             ..self.options.clone()
         };
-        let batch: Vec<Prompt> = fits.iter().map(|&i| self.model_prompt(&prompts[i])).collect::<Result<_, _>>()?;
-        let mut generations =
-            self.model.generate_vl(&batch, &options).map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
+        let generations = match &mut self.engine {
+            Some(engine) if self.model.vision.is_none() => {
+                let batch: Vec<EngineRequest> = fits
+                    .iter()
+                    .map(|&i| EngineRequest {
+                        key: requests[i].trajectory as u64,
+                        ids: prompts[i].ids.clone(),
+                        max_new_tokens: room[i].min(self.options.max_new_tokens),
+                        // Each request's own stream: what it samples does not depend on
+                        // which requests share its batch.
+                        seed: self.options.seed.rotate_left(5) ^ requests[i].seed,
+                    })
+                    .collect();
+                self.model.generate_with(engine, &batch, &options)
+            }
+            _ => {
+                let batch: Vec<Prompt> =
+                    fits.iter().map(|&i| self.model_prompt(&prompts[i])).collect::<Result<_, _>>()?;
+                self.model.generate_vl(&batch, &options)
+            }
+        };
+        let mut generations: std::vec::IntoIter<Generation> =
+            generations.map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
         Ok((0..prompts.len())
             .map(|i| {
                 if room[i] == 0 {

@@ -155,6 +155,7 @@ pub fn rollout(
     config: &RolloutConfig,
     policy: &mut dyn Policy,
 ) -> Result<Vec<Trajectory>, RolloutError> {
+    policy.begin_rollout();
     let mut play = Play::start(plugin, env_config, seeds, config)?;
     let asked = u32::try_from(config.max_turns).unwrap_or(u32::MAX);
     for turn in 0..plugin.max_turns(Some(asked)) as usize {

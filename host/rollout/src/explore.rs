@@ -43,6 +43,9 @@ impl<P: Policy> Policy for Exploring<P> {
     fn needs_oracle(&self) -> bool {
         self.inner.needs_oracle()
     }
+    fn begin_rollout(&mut self) {
+        self.inner.begin_rollout()
+    }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let picks = match self.at {
             ExploreAt::Turn => self.per_turn(requests),

@@ -115,6 +115,9 @@ pub trait Policy {
         false
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError>;
+    /// A rollout starts: its requests are new trajectories (what a policy kept for earlier
+    /// ones, such as cached keys and values, no longer applies: the weights may have moved).
+    fn begin_rollout(&mut self) {}
 }
 
 /// 1..=max actions per turn drawn from the env's action names.

@@ -20,6 +20,8 @@ pub struct Collected {
     pub rollout: RolloutMetrics,
     /// Turns whose answer exploration replaced.
     pub explored_turns: usize,
+    /// What the generation engine did (`None` for the static engine).
+    pub engine: Option<vagen_model::EngineStats>,
 }
 
 impl Trainer {
@@ -41,7 +43,7 @@ impl Trainer {
             ..Default::default()
         };
         let mut policy = Exploring {
-            inner: crate::train::model_policy(cfg, self.actor.clone(), options),
+            inner: crate::train::model_policy(cfg, self.actor.clone(), options)?,
             format: cfg.rollout.format,
             rate: cfg.rollout.explore,
             at: cfg.rollout.explore_at,
@@ -51,7 +53,8 @@ impl Trainer {
             self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let rollout = vagen_rollout::metrics(&trajs);
-        Ok(Collected { batch: lay_out(cfg, self.actor.as_ref(), &trajs)?, rollout, explored_turns })
+        let engine = policy.inner.engine_stats();
+        Ok(Collected { batch: lay_out(cfg, self.actor.as_ref(), &trajs)?, rollout, explored_turns, engine })
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

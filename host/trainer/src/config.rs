@@ -17,6 +17,11 @@ pub struct TrainConfig {
     pub model: ModelSection,
     #[serde(default)]
     pub rollout: RolloutConfig,
+    /// The generation engine for rollouts: `kind` (`continuous`, default, or `static`),
+    /// `max_batch` (64), `max_prefill_tokens` (16384), `kv_cache_mib` (4096), `reuse`
+    /// (true); each documented in `vagen_model::EngineOptions`.
+    #[serde(default)]
+    pub engine: vagen_model::EngineOptions,
     #[serde(default)]
     pub algorithm: AlgorithmSection,
     #[serde(default)]
@@ -376,6 +381,16 @@ impl TrainConfig {
         }
         if r.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        let e = &self.engine;
+        for (field, v) in [
+            ("engine.max_batch", e.max_batch),
+            ("engine.max_prefill_tokens", e.max_prefill_tokens),
+            ("engine.kv_cache_mib", e.kv_cache_mib),
+        ] {
+            if v == 0 {
+                return bad(field, "must be at least 1".into());
+            }
         }
         Ok(())
     }

@@ -62,6 +62,18 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
     ] {
         m.values.insert(k.into(), v);
     }
+    if let Some(e) = &collected.engine {
+        for (k, v) in [
+            ("rollout/prefill_tokens", e.prefilled_tokens as f64),
+            ("rollout/prefill_tokens_saved", e.saved_tokens() as f64),
+            ("rollout/kv_fallbacks", e.fallbacks as f64),
+            ("rollout/kv_evictions", e.evictions as f64),
+            ("rollout/kv_peak_mib", e.peak_kv_bytes as f64 / (1 << 20) as f64),
+            ("rollout/rows_freed_early", e.rows_freed_early as f64),
+        ] {
+            m.values.insert(k.into(), v);
+        }
+    }
     m
 }
 
@@ -124,7 +136,13 @@ mod tests {
             advantages: vec![0.0; 8],
             ..Default::default()
         });
-        let collected = Collected { batch, rollout: Default::default(), explored_turns: 1 };
+        let engine = vagen_model::EngineStats {
+            prefilled_tokens: 30,
+            reused_tokens: 50,
+            shared_tokens: 20,
+            ..Default::default()
+        };
+        let collected = Collected { batch, rollout: Default::default(), explored_turns: 1, engine: Some(engine) };
         let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0, vision: 0.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;
         assert_eq!(m["rollout/logprob_diff_mean"], 0.25);
@@ -135,6 +153,8 @@ mod tests {
         assert_eq!(m["throughput/response_tokens"], 4.0);
         assert_eq!(m["rollout/kept_trajectories"], 2.0);
         assert_eq!(m["rollout/explored_turns"], 1.0);
+        assert_eq!(m["rollout/prefill_tokens"], 30.0);
+        assert_eq!(m["rollout/prefill_tokens_saved"], 70.0);
         let m = log(7, &collected, &Updated::default(), t, false).values;
         assert!(!m.contains_key("rollout/logprob_diff_mean"), "generation's own log-probs are not compared");
     }

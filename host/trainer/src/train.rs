@@ -466,17 +466,18 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
         seed: cfg.schedule.seed,
         ..Default::default()
     };
-    let mut policy = model_policy(cfg, model, options);
+    let mut policy = model_policy(cfg, model, options)?;
     let (env_config, config) = (cfg.env_config_json(), rollout_config(cfg, 1));
     Ok(episodes(cfg, plugin, &env_config, &config).run(&seeds, &mut policy, &mut |_| Ok(()))?)
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.
-pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> ModelPolicy {
-    ModelPolicy::new(model, options)
+pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> Result<ModelPolicy> {
+    Ok(ModelPolicy::new(model, options)
         .with_context_window(cfg.rollout.max_sequence_tokens)
         .with_overflow(cfg.rollout.context_overflow)
         .with_max_image_tokens(cfg.rollout.max_image_tokens)
+        .with_engine(&cfg.engine)?)
 }
 
 /// The episode loop with the run's failure policy (`env.max_failure_rate`), all groups at

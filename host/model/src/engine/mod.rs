@@ -24,10 +24,24 @@ use slots::SlotStore;
 use std::collections::VecDeque;
 use tch::{Kind, Tensor};
 
-/// How the engine batches and how much it may cache.
+/// Which generation engine answers rollout requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum EngineKind {
+    /// This module's engine: keys and values kept across turns, shared prompts prefilled
+    /// once, rows leaving and joining the decode batch as they end.
+    #[default]
+    Continuous,
+    /// One left-padded batch per turn, every prompt prefilled whole, ended rows feeding
+    /// padding until the longest ends (the engine before the continuous one; a baseline).
+    Static,
+}
+
+/// How the engine batches and how much it may cache (`[engine]` in a training config).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineOptions {
+    pub kind: EngineKind,
     /// Rows decoded together at most; requests past it wait and join as rows end.
     pub max_batch: usize,
     /// Prompt tokens one prefill forward takes at most (rows × longest new part, padding
@@ -43,7 +57,13 @@ pub struct EngineOptions {
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { max_batch: 64, max_prefill_tokens: 16384, kv_cache_mib: 4096, reuse: true }
+        EngineOptions {
+            kind: EngineKind::Continuous,
+            max_batch: 64,
+            max_prefill_tokens: 16384,
+            kv_cache_mib: 4096,
+            reuse: true,
+        }
     }
 }
 
