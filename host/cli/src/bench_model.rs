@@ -51,13 +51,13 @@ struct Figures {
     decode: f64,
 }
 
-enum Shape {
+pub(crate) enum Shape {
     Text(Qwen2Config),
     Vl(Qwen2VlConfig),
 }
 
 /// Where transformers finds the same model: a config for random weights, or a folder.
-enum HfSource {
+pub(crate) enum HfSource {
     Config(tempfile::NamedTempFile),
     Folder(PathBuf),
     Saved(tempfile::TempDir),
@@ -67,32 +67,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     if !a.image_size.is_multiple_of(28) || a.image_size == 0 {
         bail!("--image-size {}: use a positive multiple of 28 (patch 14 x merge 2)", a.image_size);
     }
-    let (mut model, source) = match &a.config {
-        Some(shape) => {
-            let started = Instant::now();
-            let (model, raw) = match shape_config(shape)? {
-                Shape::Text(c) => (vagen_model::random_model(c.clone(), 0, a.model.options()?)?, c.raw),
-                Shape::Vl(c) => {
-                    let processor = ImageProcessor::default();
-                    (vagen_model::random_vl_model(c.clone(), processor, 0, a.model.options()?)?, c.raw)
-                }
-            };
-            eprintln!("random weights ready in {:.1} s", started.elapsed().as_secs_f64());
-            (model, HfSource::Config(tempfile_with(&raw.to_string())?))
-        }
-        None => {
-            let model = a.model.load()?;
-            let source = if a.transformers && a.model.model.starts_with("default") {
-                // The embedded models have no folder: transformers reads the one saved here.
-                let dir = tempfile::tempdir()?;
-                model.save(dir.path())?;
-                HfSource::Saved(dir)
-            } else {
-                HfSource::Folder(a.model.model.clone().into())
-            };
-            (model, source)
-        }
-    };
+    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.transformers)?;
     let images = if model.vision.is_some() { a.images } else { 0 };
     // Every row generates exactly new_tokens, as on the transformers side.
     model.eos_token_ids.clear();
@@ -228,17 +203,59 @@ impl Bench {
     }
 }
 
+/// The model to benchmark (random weights of a shape, or `--model`) and where transformers
+/// finds the same one.
+pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool) -> Result<(Model, HfSource)> {
+    Ok(match config {
+        Some(shape) => {
+            let started = Instant::now();
+            let (model, raw) = match shape_config(shape)? {
+                Shape::Text(c) => (vagen_model::random_model(c.clone(), 0, args.options()?)?, c.raw),
+                Shape::Vl(c) => {
+                    let processor = ImageProcessor::default();
+                    (vagen_model::random_vl_model(c.clone(), processor, 0, args.options()?)?, c.raw)
+                }
+            };
+            eprintln!("random weights ready in {:.1} s", started.elapsed().as_secs_f64());
+            (model, HfSource::Config(tempfile_with(&raw.to_string())?))
+        }
+        None => {
+            let model = args.load()?;
+            let source = if transformers && args.model.starts_with("default") {
+                // The embedded models have no folder: transformers reads the one saved here.
+                let dir = tempfile::tempdir()?;
+                model.save(dir.path())?;
+                HfSource::Saved(dir)
+            } else {
+                HfSource::Folder(args.model.clone().into())
+            };
+            (model, source)
+        }
+    })
+}
+
+impl HfSource {
+    /// The reference scripts' arguments naming the model.
+    pub(crate) fn args(&self) -> [&std::ffi::OsStr; 2] {
+        match self {
+            HfSource::Config(f) => ["--config".as_ref(), f.path().as_os_str()],
+            HfSource::Folder(dir) => ["--model".as_ref(), dir.as_os_str()],
+            HfSource::Saved(dir) => ["--model".as_ref(), dir.path().as_os_str()],
+        }
+    }
+}
+
+/// The Python that runs the transformers side: `--python`, else `VAGEN_PYTHON`, else `python3`.
+pub(crate) fn python(arg: &Option<PathBuf>) -> PathBuf {
+    let python = arg.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
+    python.unwrap_or_else(|| "python3".into())
+}
+
 fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Result<Vec<Figures>> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference/bench_transformers.py");
-    let python = a.python.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
-    let python = python.unwrap_or_else(|| "python3".into());
+    let python = python(&a.python);
     let mut cmd = std::process::Command::new(&python);
-    cmd.arg(&script);
-    match source {
-        HfSource::Config(f) => cmd.arg("--config").arg(f.path()),
-        HfSource::Folder(dir) => cmd.arg("--model").arg(dir),
-        HfSource::Saved(dir) => cmd.arg("--model").arg(dir.path()),
-    };
+    cmd.arg(&script).args(source.args());
     cmd.args(["--images", &images.to_string(), "--image-size", &a.image_size.to_string()]);
     let batches = a.batch.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
     cmd.args([
@@ -270,7 +287,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
         .collect())
 }
 
-fn shape_config(shape: &str) -> Result<Shape> {
+pub(crate) fn shape_config(shape: &str) -> Result<Shape> {
     let text = match shape {
         "qwen2.5-0.5b" => QWEN2_5_0_5B.to_string(),
         "qwen2.5-vl-3b" => QWEN2_5_VL_3B.to_string(),
@@ -287,7 +304,7 @@ fn shape_config(shape: &str) -> Result<Shape> {
     })
 }
 
-fn tempfile_with(text: &str) -> Result<tempfile::NamedTempFile> {
+pub(crate) fn tempfile_with(text: &str) -> Result<tempfile::NamedTempFile> {
     use std::io::Write;
     let mut f = tempfile::Builder::new().suffix(".json").tempfile()?;
     f.write_all(text.as_bytes())?;

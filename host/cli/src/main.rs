@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_model;
+mod bench_rollout;
 mod check;
 mod eval;
 mod fuzz;
@@ -49,6 +50,9 @@ enum Command {
     /// Measure generation throughput (prefill and decode tokens/s), optionally next to
     /// transformers on the same shape (prints figures).
     BenchModel(bench_model::BenchModelArgs),
+    /// Time a multi-turn rollout workload (groups x members x turns, growing history) on
+    /// the static engine, the continuous engine and transformers' `generate` (prints figures).
+    BenchRollout(bench_rollout::BenchRolloutArgs),
     /// Train a model on an env plugin: SFT warm start, then PPO/GRPO (the main job).
     Train(train::TrainArgs),
     /// Only the supervised warm start of a training config, then a held-out evaluation.
@@ -104,6 +108,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Bench(a)), _) => bench::bench(a),
         (Some(Command::Generate(a)), _) => generate::generate(a),
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
+        (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),

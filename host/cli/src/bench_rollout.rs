@@ -1,0 +1,265 @@
+//! `vagen-host bench-rollout`: a multi-turn rollout workload (groups × members × turns, each
+//! turn's prompt the last one plus its answer and a new observation) timed on the static
+//! engine, the continuous engine, and transformers' `generate` turn by turn, in one run.
+//! Every row generates exactly `--new-tokens` a turn (end-of-sequence ignored), so the
+//! three do the same work whatever they sample.
+
+use crate::bench_model::{HfSource, python, subject};
+use crate::model_args::ModelArgs;
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use std::path::PathBuf;
+use std::time::Instant;
+use vagen_model::{Engine, EngineOptions, EngineRequest, GenerateOptions, Message, Model};
+
+#[derive(Args)]
+pub struct BenchRolloutArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Random weights of this shape instead of `--model` (as `bench-model --config`; text
+    /// models only).
+    #[arg(long)]
+    config: Option<String>,
+    #[arg(long, default_value_t = 8)]
+    groups: usize,
+    /// Members per group: they share their first prompt.
+    #[arg(long, default_value_t = 8)]
+    members: usize,
+    #[arg(long, default_value_t = 5)]
+    turns: usize,
+    /// Tokens each row generates a turn.
+    #[arg(long, default_value_t = 64)]
+    new_tokens: usize,
+    /// Rows the continuous engine decodes together at most.
+    #[arg(long, default_value_t = 64)]
+    max_batch: usize,
+    /// Also time transformers (host/model/reference/bench_rollout_transformers.py) with
+    /// `--python`, else `VAGEN_PYTHON`, else `python3`.
+    #[arg(long)]
+    transformers: bool,
+    #[arg(long)]
+    python: Option<PathBuf>,
+}
+
+/// The prompts: every row's first, and what follows each turn's answer in each row.
+#[derive(Clone, serde::Serialize)]
+struct Workload {
+    first: Vec<Vec<u32>>,
+    /// `between[turn][row]`: the end of the answer's turn, the next observation, the
+    /// generation prompt.
+    between: Vec<Vec<Vec<u32>>>,
+    new_tokens: usize,
+    turns: usize,
+    dtype: String,
+    device: String,
+}
+
+struct Figures {
+    name: &'static str,
+    seconds: f64,
+    generated: usize,
+    prefilled: usize,
+    saved: usize,
+    peak_kv_mib: Option<f64>,
+}
+
+pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
+    if a.groups == 0 || a.members == 0 || a.turns == 0 || a.new_tokens == 0 {
+        bail!("--groups, --members, --turns and --new-tokens must be at least 1");
+    }
+    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.transformers)?;
+    if model.vision.is_some() {
+        bail!("bench-rollout times text prompts: give a Qwen2 model or shape");
+    }
+    // Every row generates exactly new_tokens, as on the transformers side.
+    model.eos_token_ids.clear();
+    let w = workload(&model, &a)?;
+    let rows = w.first.len();
+    let c = model.config();
+    println!(
+        "model: hidden {} x {} layers, {:?} on {:?}; {} groups x {} members x {} turns, {} new tokens a turn; \
+         first prompt {} tokens, last turn's about {}",
+        c.hidden_size,
+        c.num_hidden_layers,
+        model.dtype,
+        model.device(),
+        a.groups,
+        a.members,
+        a.turns,
+        a.new_tokens,
+        w.first[0].len(),
+        w.first[0].len() + (a.turns - 1) * (a.new_tokens + w.between[0][0].len()),
+    );
+    let warm = Workload { first: w.first[..1].to_vec(), between: vec![], turns: 1, new_tokens: 2, ..w.clone() };
+    run_static(&model, &warm)?;
+    run_engine(&model, &warm, a.max_batch)?;
+    let mut figures = vec![run_static(&model, &w)?, run_engine(&model, &w, a.max_batch)?];
+    drop(model);
+    if a.transformers {
+        figures.push(run_transformers(&a, &source, &w)?);
+    }
+    println!(
+        "{:>13} | {:>8} {:>11} {:>15} {:>14} {:>12} {:>14}",
+        "engine", "seconds", "gen tok/s", "prefill tokens", "tokens saved", "peak KV MiB", "vs static"
+    );
+    let base = figures[0].seconds;
+    for f in &figures {
+        println!(
+            "{:>13} | {:>8.2} {:>11.0} {:>15} {:>14} {:>12} {:>13.2}x",
+            f.name,
+            f.seconds,
+            f.generated as f64 / f.seconds,
+            f.prefilled,
+            f.saved,
+            f.peak_kv_mib.map_or("-".into(), |m| format!("{m:.1}")),
+            base / f.seconds
+        );
+    }
+    if let Some(f) = figures.iter().find(|f| f.generated != rows * a.turns * a.new_tokens) {
+        bail!("{} generated {} tokens, not {}", f.name, f.generated, rows * a.turns * a.new_tokens);
+    }
+    Ok(())
+}
+
+const SYSTEM: &str = "You are a Sokoban solver. The map is a grid: # is a wall, _ is floor, O is a target, \
+X is a box, P is you, √ is a box on a target. Push every box onto a target. You can move Up, Down, Left or \
+Right; you push a box by walking into it, and cannot pull. Think step by step, then answer in the form \
+<think>...</think><answer>Up</answer>.";
+
+/// A 6 × 6 grid drawn from `rng`, as a Sokoban observation reads.
+fn grid(rng: &mut ChaCha8Rng) -> String {
+    let cells = ['_', '_', '_', '#', 'O', 'X'];
+    let mut s = String::new();
+    for r in 0..6 {
+        for c in 0..6 {
+            let wall = r == 0 || r == 5 || c == 0 || c == 5;
+            s.push(if wall { '#' } else { cells[(rng.next_u64() % cells.len() as u64) as usize] });
+        }
+        s.push('\n');
+    }
+    s
+}
+
+fn workload(model: &Model, a: &BenchRolloutArgs) -> Result<Workload> {
+    let mut first = vec![];
+    let mut between = vec![vec![]; a.turns.saturating_sub(1)];
+    for g in 0..a.groups {
+        let mut rng = ChaCha8Rng::seed_from_u64(g as u64);
+        let user = Message::user(format!("Turn 1. Your map:\n{}Your move?", grid(&mut rng)));
+        let prompt = model.encode_chat(&[Message::system(SYSTEM), user], true)?;
+        for m in 0..a.members {
+            first.push(prompt.clone());
+            let mut rng = ChaCha8Rng::seed_from_u64(((g as u64) << 32) | m as u64);
+            for (t, b) in between.iter_mut().enumerate() {
+                let text = format!(
+                    "<|im_end|>\n<|im_start|>user\nYour move changed the map. Turn {}. Your map:\n{}Your move?<|im_end|>\n<|im_start|>assistant\n",
+                    t + 2,
+                    grid(&mut rng)
+                );
+                b.push(model.tokenizer.encode(&text)?);
+            }
+        }
+    }
+    let dtype = a.model.dtype.clone();
+    Ok(Workload { first, between, new_tokens: a.new_tokens, turns: a.turns, dtype, device: a.model.device.clone() })
+}
+
+fn sampling(w: &Workload, turn: usize) -> GenerateOptions {
+    GenerateOptions { max_new_tokens: w.new_tokens, temperature: 1.0, seed: turn as u64, ..Default::default() }
+}
+
+/// The engine before the continuous one: one left-padded batch per turn, every prompt
+/// prefilled whole.
+fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
+    let c = model.config();
+    let element = if model.lm.model.kind() == tch::Kind::Float { 4 } else { 2 };
+    let per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * element;
+    let mut prompts = w.first.clone();
+    let (mut prefilled, mut peak) = (0, 0);
+    let started = Instant::now();
+    for turn in 0..w.turns {
+        let out = model.generate(&prompts, &sampling(w, turn))?;
+        let longest = prompts.iter().map(Vec::len).max().unwrap_or(0);
+        prefilled += prompts.iter().map(Vec::len).sum::<usize>();
+        peak = peak.max(prompts.len() * (longest + w.new_tokens) * per_position);
+        extend(&mut prompts, &out, w, turn);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let generated = w.first.len() * w.turns * w.new_tokens;
+    Ok(Figures { name: "static", seconds, generated, prefilled, saved: 0, peak_kv_mib: Some(mib(peak)) })
+}
+
+fn run_engine(model: &Model, w: &Workload, max_batch: usize) -> Result<Figures> {
+    let mut engine = Engine::new(EngineOptions { max_batch, ..Default::default() })?;
+    let mut prompts = w.first.clone();
+    let started = Instant::now();
+    for turn in 0..w.turns {
+        let requests: Vec<EngineRequest> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| EngineRequest {
+                key: i as u64,
+                ids: p.clone(),
+                max_new_tokens: w.new_tokens,
+                seed: (turn * prompts.len() + i) as u64,
+            })
+            .collect();
+        let out = model.generate_with(&mut engine, &requests, &sampling(w, turn))?;
+        extend(&mut prompts, &out, w, turn);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    let s = engine.stats();
+    Ok(Figures {
+        name: "continuous",
+        seconds,
+        generated: s.generated_tokens,
+        prefilled: s.prefilled_tokens,
+        saved: s.saved_tokens(),
+        peak_kv_mib: Some(mib(s.peak_kv_bytes)),
+    })
+}
+
+fn extend(prompts: &mut [Vec<u32>], out: &[vagen_model::Generation], w: &Workload, turn: usize) {
+    if let Some(next) = w.between.get(turn) {
+        for ((p, g), b) in prompts.iter_mut().zip(out).zip(next) {
+            p.extend(&g.token_ids);
+            p.extend(b);
+        }
+    }
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1 << 20) as f64
+}
+
+fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Result<Figures> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference/bench_rollout_transformers.py");
+    let mut spec = tempfile::Builder::new().suffix(".json").tempfile()?;
+    serde_json::to_writer(&mut spec, w)?;
+    let python = python(&a.python);
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args(source.args())
+        .arg("--workload")
+        .arg(spec.path())
+        .output()
+        .with_context(|| format!("starting {} {}", python.display(), script.display()))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!("bench_rollout_transformers.py failed: {}", err.lines().last().unwrap_or(""));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rfind(|l| l.starts_with('{')).context("bench_rollout_transformers.py printed no figures")?;
+    let r: serde_json::Value = serde_json::from_str(line)?;
+    let number = |k: &str| r[k].as_f64().with_context(|| format!("bench_rollout_transformers.py: no {k}"));
+    Ok(Figures {
+        name: "transformers",
+        seconds: number("seconds")?,
+        generated: number("generated_tokens")? as usize,
+        prefilled: number("prefill_tokens")? as usize,
+        saved: 0,
+        peak_kv_mib: None,
+    })
+}
