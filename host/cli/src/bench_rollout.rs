@@ -202,6 +202,7 @@ fn run_engine(model: &Model, w: &Workload, max_batch: usize) -> Result<Figures> 
             .map(|(i, p)| EngineRequest {
                 key: i as u64,
                 ids: p.clone(),
+                images: vec![],
                 max_new_tokens: w.new_tokens,
                 seed: (turn * prompts.len() + i) as u64,
             })
@@ -251,7 +252,8 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
         bail!("bench_rollout_transformers.py failed: {}", err.lines().last().unwrap_or(""));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rfind(|l| l.starts_with('{')).context("bench_rollout_transformers.py printed no figures")?;
+    let line =
+        text.lines().rfind(|l| l.starts_with('{')).context("bench_rollout_transformers.py printed no figures")?;
     let r: serde_json::Value = serde_json::from_str(line)?;
     let number = |k: &str| r[k].as_f64().with_context(|| format!("bench_rollout_transformers.py: no {k}"));
     Ok(Figures {

@@ -163,7 +163,7 @@ impl Model {
         requests: &[crate::EngineRequest],
         options: &crate::GenerateOptions,
     ) -> Result<Vec<crate::Generation>> {
-        engine.generate(&self.lm, &self.tokenizer, &self.eos_token_ids, requests, options)
+        engine.generate(&self.lm, self.vision.as_ref(), &self.tokenizer, &self.eos_token_ids, requests, options)
     }
 
     /// The vision half, or an error saying this is a text-only model.

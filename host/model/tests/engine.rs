@@ -40,6 +40,7 @@ fn converse(
             .map(|i| EngineRequest {
                 key: i as u64,
                 ids: prompts[i].clone(),
+                images: vec![],
                 max_new_tokens: caps(turn, i),
                 seed: 1000 * turn as u64 + i as u64,
             })
@@ -150,7 +151,8 @@ fn a_prompt_that_does_not_extend_the_cache_falls_back_and_is_counted() {
     // A history window of one turn leaves out turn 1: the cache (system + turn 1) is no
     // prefix of this prompt.
     let windowed = model.encode_chat(&[system.clone(), turn(2)], true).unwrap();
-    let request = |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), max_new_tokens: 6, seed: 1 };
+    let request =
+        |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), images: vec![], max_new_tokens: 6, seed: 1 };
     let mut e = engine(EngineOptions::default());
     model.generate_with(&mut e, &[request(&first)], &options).unwrap();
     let before = e.stats();
@@ -182,7 +184,7 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
 
     let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
     let mut tiny = engine(EngineOptions { kv_cache_mib: 1, ..Default::default() });
-    let request = EngineRequest { key: 0, ids: long, max_new_tokens: 8, seed: 0 };
+    let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0 };
     let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
     assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
 }
@@ -191,7 +193,7 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
 fn the_engine_refuses_bad_requests() {
     let model = model();
     let mut e = engine(EngineOptions::default());
-    let r = |key, ids: Vec<u32>| EngineRequest { key, ids, max_new_tokens: 4, seed: 0 };
+    let r = |key, ids: Vec<u32>| EngineRequest { key, ids, images: vec![], max_new_tokens: 4, seed: 0 };
     let err = model.generate_with(&mut e, &[r(1, vec![5, 6]), r(1, vec![7])], &sampling(4)).unwrap_err();
     assert!(err.to_string().contains("trajectory 1"), "{err}");
     let err = model.generate_with(&mut e, &[r(1, vec![])], &sampling(4)).unwrap_err();
@@ -200,4 +202,131 @@ fn the_engine_refuses_bad_requests() {
     // The engine is still usable after a refused call.
     let g = model.generate_with(&mut e, &[r(1, vec![5, 6])], &sampling(4)).unwrap();
     assert!(!g[0].token_ids.is_empty() && g[0].finish != FinishReason::Stop);
+}
+
+/// A 56 × 56 picture: colour bands that differ by `seed`.
+fn picture(seed: u8) -> vagen_model::Image {
+    let rgb =
+        (0..56 * 56).flat_map(|i| [(i as u8).wrapping_mul(seed), seed.wrapping_mul(37), (i / 56) as u8]).collect();
+    vagen_model::Image { width: 56, height: 56, rgb }
+}
+
+/// Two groups whose prompts differ only in their pictures, two members each, three turns,
+/// a new picture every turn: the prompts and their images, turn by turn.
+fn converse_vl(
+    model: &Model,
+    engine: &mut Engine,
+    options: &GenerateOptions,
+) -> (Vec<Vec<Generation>>, Vec<vagen_model::Prompt>) {
+    let v = model.vision().unwrap();
+    let first = |g: u8| {
+        let messages = [Message::system("Navigate."), Message::user("<image>Where is the goal?")];
+        model.encode_chat_images(&messages, &[picture(g + 1)], true).unwrap()
+    };
+    let mut prompts: Vec<vagen_model::Prompt> = (0..4).map(|i| first(i as u8 / 2)).collect();
+    let mut all = vec![];
+    for turn in 0..3u8 {
+        let requests: Vec<EngineRequest> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| EngineRequest {
+                key: i as u64,
+                ids: p.ids.clone(),
+                images: p
+                    .images
+                    .iter()
+                    .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
+                    .collect(),
+                max_new_tokens: 6,
+                seed: 10 * turn as u64 + i as u64,
+            })
+            .collect();
+        let out = model.generate_with(engine, &requests, options).unwrap();
+        for (i, (p, g)) in prompts.iter_mut().zip(&out).enumerate() {
+            let text = format!(
+                "<|im_end|>\n<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Turn {}<|im_end|>\n<|im_start|>assistant\n",
+                turn + 2
+            );
+            let pixels = v.processor.process(&picture(10 * (turn + 1) + i as u8 / 2)).unwrap();
+            let next = v.expand(&model.tokenizer.encode(&text).unwrap(), vec![pixels]).unwrap();
+            p.ids.extend(&g.token_ids);
+            p.ids.extend(next.ids);
+            p.images.extend(next.images);
+        }
+        all.push(out);
+    }
+    (all, prompts)
+}
+
+#[test]
+fn images_are_part_of_the_reused_prefix() {
+    let model = vagen_model::default_vl_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
+    let options = sampling(6);
+    let mut reusing = engine(EngineOptions::default());
+    let mut full = engine(EngineOptions { reuse: false, ..Default::default() });
+    let (a, _) = converse_vl(&model, &mut reusing, &options);
+    let (b, _) = converse_vl(&model, &mut full, &options);
+    // Same ids and log-probs: the groups' prompts are the same tokens until their pictures,
+    // so a prefix shared past a picture would show here.
+    assert_same(&a, &b, 1e-4);
+    let s = reusing.stats();
+    assert!(s.reused_tokens > 0 && s.shared_tokens > 0, "{s:?}");
+    // The generation log-probs are a training forward's over the whole conversation.
+    let v = model.vision().unwrap();
+    let (gens, prompts) = converse_vl(&model, &mut engine(EngineOptions::default()), &options);
+    let scored = vagen_model::sequence_logprobs_vl(&model.lm, v, &prompts, 1.0).unwrap();
+    for (i, (p, s)) in prompts.iter().zip(&scored).enumerate() {
+        // The last turn's answer sits before the last observation's tokens.
+        let answer = &gens[2][i];
+        let end = p.ids.len() - (p.ids.len() - p.ids.iter().rposition(|_| true).unwrap()) + 1;
+        let _ = end;
+        let tail_start = p.ids.windows(answer.token_ids.len()).rposition(|w| w == answer.token_ids.as_slice()).unwrap();
+        let recomputed = &s[tail_start - 1..tail_start - 1 + answer.token_ids.len()];
+        for (x, y) in answer.logprobs.iter().zip(recomputed) {
+            assert!((x - y).abs() <= 1e-4 * y.abs().max(1.0), "row {i}: generation {x} vs training forward {y}");
+        }
+    }
+}
+
+#[test]
+fn a_trajectory_may_start_from_a_row_its_owner_moves_on_from() {
+    // One sequence per turn (no history): B's new prompt is A's last one (B reached the
+    // state A left), while A's new prompt shares only the system prompt with its own row.
+    let model = model();
+    let options = sampling(5);
+    let prompt = |obs: &str| {
+        model.encode_chat(&[Message::system("FrozenLake. Reach the goal."), Message::user(obs)], true).unwrap()
+    };
+    let (p1, p2, p3) = (prompt("You are at row 1, column 2."), prompt("You are at row 3."), prompt("Goal ahead."));
+    let turns = [vec![(0, p1.clone()), (1, p2)], vec![(0, p3), (1, p1)]];
+    let run = |e: &mut Engine| -> Vec<Vec<Generation>> {
+        turns
+            .iter()
+            .map(|turn| {
+                let requests: Vec<EngineRequest> = turn
+                    .iter()
+                    .map(|(k, ids)| EngineRequest {
+                        key: *k,
+                        ids: ids.clone(),
+                        images: vec![],
+                        max_new_tokens: 5,
+                        seed: *k,
+                    })
+                    .collect();
+                model.generate_with(e, &requests, &options).unwrap()
+            })
+            .collect()
+    };
+    let mut reusing = engine(EngineOptions::default());
+    let a = run(&mut reusing);
+    let b = run(&mut engine(EngineOptions { reuse: false, ..Default::default() }));
+    assert_same(&a, &b, 1e-4);
+    let s = reusing.stats();
+    assert!(s.shared_tokens >= p2_shared(&model), "{s:?}");
+    assert_eq!(s.fallbacks, 2, "neither new prompt extends its own row: {s:?}");
+}
+
+/// At least the system prompt is shared whenever a prompt starts from another's row.
+fn p2_shared(model: &Model) -> usize {
+    model.encode_chat(&[Message::system("FrozenLake. Reach the goal.")], false).unwrap().len() - 1
 }

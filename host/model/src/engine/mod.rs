@@ -15,8 +15,10 @@
 mod slots;
 
 use crate::generate::{Ends, Row, validate};
+use crate::image_processor::PixelValues;
 use crate::sampling::{Sampler, uniform};
-use crate::{Error, GenerateOptions, Generation, Qwen2ForCausalLM, Result, Tokenizer};
+use crate::vl::MropePositions;
+use crate::{Error, GenerateOptions, Generation, Qwen2ForCausalLM, Result, Tokenizer, Vision};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use serde::{Deserialize, Serialize};
@@ -83,11 +85,15 @@ impl EngineOptions {
 }
 
 /// One prompt to continue.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct EngineRequest {
     /// The trajectory the prompt belongs to: its cached sequence is extended in place.
     pub key: u64,
+    /// Token ids; for a VL model with each image's pad token expanded to its token count
+    /// (as [`Vision::expand`] leaves them).
     pub ids: Vec<u32>,
+    /// A VL model's images, in the order of their pad runs in `ids`.
+    pub images: Vec<PixelValues>,
     /// Tokens to generate at most (within the options' `max_new_tokens`).
     pub max_new_tokens: usize,
     /// Seeds this request's own draw stream.
@@ -189,6 +195,7 @@ impl Engine {
     pub fn generate(
         &mut self,
         lm: &Qwen2ForCausalLM,
+        vision: Option<&Vision>,
         tokenizer: &Tokenizer,
         eos: &[u32],
         requests: &[EngineRequest],
@@ -202,6 +209,7 @@ impl Engine {
         if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
             return Err(Error::Invalid(format!("two requests of one call continue trajectory {}", w[0])));
         }
+        let prompts = requests.iter().map(|r| Prompted::new(vision, r)).collect::<Result<Vec<_>>>()?;
         let _guard = tch::no_grad_guard();
         self.calls += 1;
         let store = self.store.get_or_insert_with(|| {
@@ -210,6 +218,8 @@ impl Engine {
         store.budget = self.options.kv_cache_mib << 20;
         let mut call = Call {
             lm,
+            vision,
+            prompts,
             ends: Ends { eos, stop: &options.stop, tokenizer },
             sampler: Sampler::new(options.temperature, options.top_p, options.top_k, 0),
             requests,
@@ -231,9 +241,63 @@ impl Engine {
     }
 }
 
+/// A request's prompt as the engine compares and positions it.
+struct Prompted {
+    /// The prompt's content keys (what a cached row's `ids` are compared with).
+    content: Vec<u64>,
+    /// A VL prompt's M-RoPE positions.
+    mrope: Option<MropePositions>,
+    /// Each image's pad run `[start, end)` in the prompt.
+    runs: Vec<(usize, usize)>,
+}
+
+impl Prompted {
+    fn new(vision: Option<&Vision>, r: &EngineRequest) -> Result<Self> {
+        let Some(v) = vision else {
+            if !r.images.is_empty() {
+                return Err(Error::Invalid("a text-only model (no vision tower) cannot take images".into()));
+            }
+            return Ok(Prompted { content: r.ids.iter().map(|&t| t as u64).collect(), mrope: None, runs: vec![] });
+        };
+        let grids: Vec<[usize; 3]> = r.images.iter().map(|p| p.grid).collect();
+        let mrope = v.positions(&r.ids, &grids)?;
+        let pad = v.config.image_token_id;
+        let merge = v.config.vision.spatial_merge_size;
+        let mut content: Vec<u64> = r.ids.iter().map(|&t| t as u64).collect();
+        let mut runs = vec![];
+        let mut at = 0;
+        for image in &r.images {
+            let start = at + r.ids[at..].iter().position(|&t| t == pad).expect("positions checked the pads");
+            let end = start + image.tokens(merge);
+            let key = image_key(image)?;
+            for (k, c) in content[start..end].iter_mut().enumerate() {
+                *c = IMAGE_CONTENT | (key.wrapping_add(k as u64) >> 1);
+            }
+            runs.push((start, end));
+            at = end;
+        }
+        Ok(Prompted { content, mrope: Some(mrope), runs })
+    }
+}
+
+/// Content keys of image tokens have the top bit set (token ids never do).
+const IMAGE_CONTENT: u64 = 1 << 63;
+
+/// A key of an image's pixels and grid.
+fn image_key(image: &PixelValues) -> Result<u64> {
+    use std::hash::{Hash, Hasher};
+    let values = Vec::<f32>::try_from(image.values.flatten(0, -1).to_kind(Kind::Float))?;
+    let mut h = std::hash::DefaultHasher::new();
+    image.grid.hash(&mut h);
+    values.iter().for_each(|v| v.to_bits().hash(&mut h));
+    Ok(h.finish())
+}
+
 /// One `generate` call's state.
 struct Call<'a> {
     lm: &'a Qwen2ForCausalLM,
+    vision: Option<&'a Vision>,
+    prompts: Vec<Prompted>,
     ends: Ends<'a>,
     sampler: Sampler,
     requests: &'a [EngineRequest],
@@ -270,10 +334,11 @@ impl Call<'_> {
             return None;
         }
         let req = &self.requests[r];
-        let limit = req.ids.len() - 1;
+        let content = &self.prompts[r].content;
+        let limit = content.len() - 1;
         let mut best: Option<Source> = None;
         for slot in self.store.slots.iter().filter(|s| s.owner.is_some()) {
-            let len = common_prefix(&slot.ids, &req.ids).min(limit);
+            let len = common_prefix(&slot.ids, content).min(limit);
             let own = slot.owner == Some(req.key);
             let better = match best {
                 None => len > 0 || own,
@@ -302,7 +367,7 @@ impl Call<'_> {
                 let cached = self.source(r);
                 let in_wave = wave
                     .iter()
-                    .map(|&(q, _)| common_prefix(&self.requests[q].ids, &self.requests[r].ids))
+                    .map(|&(q, _)| common_prefix(&self.prompts[q].content, &self.prompts[r].content))
                     .max()
                     .unwrap_or(0)
                     .min(self.requests[r].ids.len() - 1);
@@ -314,7 +379,15 @@ impl Call<'_> {
             }
             self.queue = deferred;
             let running = !self.active.is_empty();
-            let placed = self.place(&wave)?;
+            let mut placed = self.place(&wave)?;
+            if placed == 0 && !running && wave.len() > 1 {
+                // Later members' sources may hold the only rows: the first goes alone.
+                for &(r, _) in wave[1..].iter().rev() {
+                    self.queue.push_front(r);
+                }
+                wave.truncate(1);
+                placed = self.place(&wave)?;
+            }
             if placed == 0 {
                 if !running {
                     return Err(self.store.over_budget(self.store.rows() + 1, self.store.capacity()));
@@ -349,7 +422,7 @@ impl Call<'_> {
                     let at = self.store.find(s.serial).expect("a source row is kept");
                     self.store.swap(at, target);
                     let cached = self.store.slots[target].ids.len();
-                    if common_prefix(&self.store.slots[target].ids, &req.ids) < cached {
+                    if common_prefix(&self.store.slots[target].ids, &self.prompts[r].content) < cached {
                         self.stats.fallbacks += 1;
                     }
                     self.store.slots[target].ids.truncate(s.len);
@@ -371,19 +444,25 @@ impl Call<'_> {
                             self.store.claim(target, req.key, self.now);
                             if let Some(s) = source {
                                 let from = self.store.find(s.serial).expect("a source row is kept");
-                                self.store.copy_prefix(from, target, s.len);
-                                self.stats.shared_tokens += s.len;
+                                let len = self.still_shared(from, r, s.len);
+                                self.store.copy_prefix(from, target, len);
+                                self.stats.shared_tokens += len;
                             }
                         }
                         // No row to copy into: the request takes the cached row it shares a
                         // prefix with (its owner's next turn starts over).
-                        (None, Some(s)) if self.store.find(s.serial).is_some_and(|at| at >= target) => {
+                        (None, Some(s))
+                            if !needed[j + 1..].contains(&Some(s.serial))
+                                && self.store.find(s.serial).is_some_and(|at| at >= target) =>
+                        {
                             let at = self.store.find(s.serial).expect("just found");
+                            let len = self.still_shared(at, r, s.len);
                             self.store.swap(at, target);
-                            let held = std::mem::take(&mut self.store.slots[target].ids);
+                            let mut held = std::mem::take(&mut self.store.slots[target].ids);
+                            held.truncate(len);
                             self.store.claim(target, req.key, self.now);
-                            self.store.slots[target].ids = held[..s.len].to_vec();
-                            self.stats.shared_tokens += s.len;
+                            self.store.slots[target].ids = held;
+                            self.stats.shared_tokens += len;
                             self.stats.evictions += 1;
                         }
                         (None, _) => return Ok(j),
@@ -400,6 +479,12 @@ impl Call<'_> {
             });
         }
         Ok(wave.len())
+    }
+
+    /// What row `row` still shares with request `r`'s prompt, at most `planned`: an earlier
+    /// member of the wave may have cut the row back to its own shared part since.
+    fn still_shared(&self, row: usize, r: usize, planned: usize) -> usize {
+        common_prefix(&self.store.slots[row].ids, &self.prompts[r].content).min(planned)
     }
 
     /// A row at or after `first` for a new sequence: the request's own old row, a free
@@ -487,9 +572,9 @@ impl Call<'_> {
         let device = self.lm.model.device();
         let requests = self.requests;
         let rows: Vec<usize> = (start..end).collect();
+        let reqs: Vec<usize> = rows.iter().map(|&i| self.active[i].request).collect();
         let past: Vec<usize> = rows.iter().map(|&i| self.store.slots[i].ids.len()).collect();
-        let parts: Vec<&[u32]> =
-            rows.iter().zip(&past).map(|(&i, &p)| &requests[self.active[i].request].ids[p..]).collect();
+        let parts: Vec<&[u32]> = reqs.iter().zip(&past).map(|(&r, &p)| &requests[r].ids[p..]).collect();
         let t = parts.iter().map(|p| p.len()).max().unwrap_or(1);
         let n = rows.len() as i64;
         let mut ids = Vec::with_capacity(rows.len() * t);
@@ -498,29 +583,87 @@ impl Call<'_> {
         }
         let ids = Tensor::from_slice(&ids).view([n, t as i64]).to_device(device);
         let starts = Tensor::from_slice(&past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
-        let positions = starts.view([n, 1]) + Tensor::arange(t as i64, (Kind::Int64, device)).view([1, -1]);
+        let steps = starts.view([n, 1]) + Tensor::arange(t as i64, (Kind::Int64, device)).view([1, -1]);
         let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
         let keys = past.iter().zip(&lens).map(|(p, l)| p + l).max().unwrap_or(0);
-        // Query i of a row sits at its position and sees every key up to it. A padding
-        // query's keys are never kept; it sees real ones, so no attention row is empty.
+        // Query i of a row sits at its place in the cache and sees every key up to it. A
+        // padding query's keys are never kept; it sees real ones, so no attention row is
+        // empty.
         let mask = Tensor::arange(keys as i64, (Kind::Int64, device))
             .view([1, 1, 1, -1])
-            .le_tensor(&positions.unsqueeze(1).unsqueeze(-1));
-        let embeds = self.lm.model.embed(&ids);
+            .le_tensor(&steps.unsqueeze(1).unsqueeze(-1));
+        let (embeds, positions) = match self.vision {
+            None => (self.lm.model.embed(&ids), steps),
+            Some(v) => (self.vl_embeds(v, &ids, &reqs, &past)?, self.vl_positions(&reqs, &past, t)),
+        };
         let hidden = {
             let mut view = self.store.view(start, &past, &lens, keys);
             self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
         };
-        let last: Vec<i64> = parts.iter().map(|p| p.len() as i64 - 1).collect();
+        let last: Vec<i64> = lens.iter().map(|&l| l as i64 - 1).collect();
         let last = Tensor::from_slice(&last).to_device(device);
         let hidden = hidden.gather(1, &last.view([n, 1, 1]).expand([n, 1, hidden.size()[2]], false), false);
-        let logits = self.lm.logits(&hidden.squeeze_dim(1));
-        for (&i, p) in rows.iter().zip(&parts) {
-            self.store.slots[i].ids.extend_from_slice(p);
+        let logits = self.logits(&hidden.squeeze_dim(1));
+        for ((&i, &r), &p) in rows.iter().zip(&reqs).zip(&past) {
+            let new = &self.prompts[r].content[p..];
+            self.store.slots[i].ids.extend_from_slice(new);
         }
         self.stats.prefill_calls += 1;
-        self.stats.prefilled_tokens += parts.iter().map(|p| p.len()).sum::<usize>();
+        self.stats.prefilled_tokens += lens.iter().sum::<usize>();
         self.sample(start, end, &logits)
+    }
+
+    /// The head, with a VL model's placeholder tokens out of reach.
+    fn logits(&self, hidden: &Tensor) -> Tensor {
+        let logits = self.lm.logits(hidden);
+        match self.vision {
+            Some(v) => v.suppress_placeholders(&logits),
+            None => logits,
+        }
+    }
+
+    /// Embeddings of the new parts `ids` `[rows, t]` (request `reqs[i]` from position
+    /// `past[i]` on), image tokens taking their features: every image with a token in a
+    /// new part goes through the tower once, and its features past the cached part are used.
+    fn vl_embeds(&self, v: &Vision, ids: &Tensor, reqs: &[usize], past: &[usize]) -> Result<Tensor> {
+        let embeds = self.lm.model.embed(ids);
+        let mut images: Vec<&PixelValues> = vec![];
+        let mut slices: Vec<(usize, i64, i64)> = vec![];
+        for (&r, &p) in reqs.iter().zip(past) {
+            for (k, &(a, b)) in self.prompts[r].runs.iter().enumerate() {
+                if b > p {
+                    slices.push((images.len(), (p.max(a) - a) as i64, (b - p.max(a)) as i64));
+                    images.push(&self.requests[r].images[k]);
+                }
+            }
+        }
+        if images.is_empty() {
+            return Ok(embeds);
+        }
+        let pixels = Tensor::cat(&images.iter().map(|p| &p.values).collect::<Vec<_>>(), 0);
+        let grids: Vec<[usize; 3]> = images.iter().map(|p| p.grid).collect();
+        let features = v.tower.forward(&pixels, &grids).to_kind(embeds.kind());
+        let merge = v.config.vision.spatial_merge_size;
+        let sizes: Vec<i64> = images.iter().map(|p| p.tokens(merge) as i64).collect();
+        let per_image = features.split_with_sizes(&sizes, 0);
+        let used: Vec<Tensor> = slices.iter().map(|&(k, from, len)| per_image[k].narrow(0, from, len)).collect();
+        let mask = ids.eq(v.config.image_token_id as i64);
+        Ok(embeds.masked_scatter(&mask.unsqueeze(-1).expand_as(&embeds), &Tensor::cat(&used, 0)))
+    }
+
+    /// `[3, rows, t]` M-RoPE positions of the new parts (padding at 0).
+    fn vl_positions(&self, reqs: &[usize], past: &[usize], t: usize) -> Tensor {
+        let n = reqs.len();
+        let mut data = vec![0i64; 3 * n * t];
+        for (row, (&r, &p)) in reqs.iter().zip(past).enumerate() {
+            let m = self.prompts[r].mrope.as_ref().expect("a VL prompt has M-RoPE positions");
+            for (j, pos) in m.positions[p..].iter().enumerate() {
+                for (axis, &v) in pos.iter().enumerate() {
+                    data[(axis * n + row) * t + j] = v;
+                }
+            }
+        }
+        Tensor::from_slice(&data).view([3, n as i64, t as i64]).to_device(self.lm.model.device())
     }
 
     /// One token for every row of the decode batch.
@@ -531,20 +674,30 @@ impl Call<'_> {
         let past: Vec<usize> = (0..m).map(|i| self.store.slots[i].ids.len()).collect();
         let keys = past.iter().max().unwrap_or(&0) + 1;
         let pos = Tensor::from_slice(&past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
-        let positions = pos.view([m as i64, 1]);
         let mask = Tensor::arange(keys as i64, (Kind::Int64, device))
             .view([1, 1, 1, -1])
             .le_tensor(&pos.view([m as i64, 1, 1, 1]));
+        // A generated token's position continues its prompt's: its place plus the M-RoPE
+        // delta, on all three axes.
+        let positions = match self.vision {
+            None => pos.view([m as i64, 1]),
+            Some(_) => {
+                let delta = |a: &Active| self.prompts[a.request].mrope.as_ref().map_or(0, |p| p.delta);
+                let deltas: Vec<i64> = self.active.iter().map(delta).collect();
+                let with = pos + Tensor::from_slice(&deltas).to_device(device);
+                with.view([1, m as i64, 1]).expand([3, m as i64, 1], false)
+            }
+        };
         let embeds = self.lm.model.embed(&Tensor::from_slice(&feed).view([m as i64, 1]).to_device(device));
         let hidden = {
             let mut view = self.store.view(0, &past, &vec![1; m], keys);
             self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
         };
         for (i, &t) in feed.iter().enumerate() {
-            self.store.slots[i].ids.push(t as u32);
+            self.store.slots[i].ids.push(t as u64);
         }
         self.stats.decode_steps += 1;
-        let logits = self.lm.logits(&hidden.select(1, 0));
+        let logits = self.logits(&hidden.select(1, 0));
         self.sample(0, m, &logits)
     }
 
@@ -584,6 +737,6 @@ impl Call<'_> {
     }
 }
 
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+fn common_prefix(a: &[u64], b: &[u64]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

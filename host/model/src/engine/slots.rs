@@ -16,8 +16,10 @@ use tch::{Device, Kind, Tensor};
 /// What a row holds.
 #[derive(Clone, Default)]
 pub(crate) struct Slot {
-    /// The tokens whose keys and values the row holds, position by position.
-    pub ids: Vec<u32>,
+    /// What the row holds, position by position: token ids, and for an image's tokens a key
+    /// of the image's pixels and the token's place in it (see `engine::content`), so two
+    /// prompts that differ only in an image's pixels share nothing past it.
+    pub ids: Vec<u64>,
     /// The request key (trajectory) the row was last extended for; `None`: free.
     pub owner: Option<u64>,
     /// When the row was last used (the engine's call counter), for eviction.
