@@ -94,6 +94,36 @@ fn bench_model_prints_a_row_per_batch_size() {
 }
 
 #[test]
+fn bench_rollout_times_three_engines_on_the_same_work() {
+    let o = host(&[
+        "bench-rollout",
+        "--groups",
+        "2",
+        "--members",
+        "2",
+        "--turns",
+        "2",
+        "--new-tokens",
+        "4",
+        "--transformers",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let row = |name: &str| -> Vec<f64> {
+        let line = text.lines().find(|l| l.trim_start().starts_with(&format!("{name} |"))).expect(name);
+        line.split_whitespace().filter_map(|w| w.trim_end_matches('x').parse().ok()).collect()
+    };
+    let (old, new, hf) = (row("static"), row("continuous"), row("transformers"));
+    // seconds, tokens/s, prefill tokens, tokens saved, [peak KV MiB], speed-up
+    assert!(old[0] > 0.0 && new[0] > 0.0 && hf[0] > 0.0, "{text}");
+    assert_eq!(old[2], hf[2], "the static engine and transformers prefill every prompt whole: {text}");
+    assert_eq!(new[2] + new[3], old[2], "the continuous engine prefills or reuses each prompt token: {text}");
+    assert!(new[3] > 0.0, "{text}");
+    let o = host(&["bench-rollout", "--turns", "0"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--turns"));
+}
+
+#[test]
 fn generate_with_images_is_seeded_and_checks_its_input() {
     // Two images, then the text, in one user message (the model-side parity with
     // transformers is host/model/tests/vl.rs): same arguments, same tokens.
