@@ -13,7 +13,7 @@ fn root() -> PathBuf {
 /// `target/examples` or `target/test-plugins`.
 pub fn plugin_path(name: &str) -> PathBuf {
     let file = if name.ends_with(".so") { name.to_string() } else { format!("{name}.wasm") };
-    for dir in ["target/plugins", "target/examples", "target/test-plugins"] {
+    for dir in ["target/plugins", "target/examples", "target/test-plugins", "target/rewards"] {
         let p = root().join(dir).join(&file);
         if p.is_file() {
             return p;
@@ -28,7 +28,8 @@ pub fn reference_plugins() -> Vec<(String, PathBuf, PathBuf)> {
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("plugins/ exists")
         .flatten()
-        .filter(|e| e.path().join("Cargo.toml").is_file())
+        // Environments only: a reward function (`reward = true`) is another kind of component.
+        .filter(|e| std::fs::read_to_string(e.path().join("Cargo.toml")).is_ok_and(|t| !t.contains("reward = true")))
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();

@@ -54,6 +54,7 @@ mod limits;
 mod native;
 mod pool;
 mod random_answer;
+pub mod reward;
 mod runtime;
 mod sandbox;
 mod types;

@@ -45,6 +45,7 @@ impl Runtime {
         // these functions grants nothing (see sandbox.rs).
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)
             .and_then(|()| crate::sandbox::add_virtual_timers(&mut linker))
+            .and_then(|()| crate::reward::add_judge(&mut linker))
             .map_err(|e| internal(format!("linking WASI: {e}")))?;
         spawn_ticker(&engine);
         let cache = cache_dir.map(|dir| CodeCache::new(dir, &engine));

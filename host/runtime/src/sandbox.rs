@@ -23,6 +23,11 @@ pub(crate) struct Sandbox {
     table: ResourceTable,
     clock: VirtualClock,
     pub(crate) memory: MemoryCap,
+    /// A reward component's judge (`None` for environments).
+    pub(crate) judge: Option<std::sync::Arc<dyn crate::reward::Judge>>,
+    /// Epoch ticks the host spent answering the judge during the current call: credited
+    /// back to the call's deadline.
+    pub(crate) judge_ticks: u64,
 }
 
 /// Handles the host keeps to re-seed an instance's world at every `reset`.
@@ -69,6 +74,8 @@ impl Sandbox {
             table: ResourceTable::new(),
             clock: clock.clone(),
             memory: MemoryCap::new(memory_cap, pool),
+            judge: None,
+            judge_ticks: 0,
         };
         (sandbox, Determinism { random, clock, stderr })
     }
@@ -110,6 +117,7 @@ const GRANTS: &[(&str, &str, &str)] = &[
     ("wasi:sockets/udp", "denied", "no UDP socket can be created"),
     ("wasi:sockets/ip-name-lookup", "denied", "lookups not allowed: permanent-resolver-failure"),
     ("vagen:env/types", "granted", "the environment world's own types; no functions"),
+    ("vagen:env/judge", "granted", "a reward function's judge: the run's language model, or an error when it has none"),
 ];
 
 /// `(access, how)` for an imported interface (`name@version`); see [`Import`](crate::types::Import).

@@ -139,7 +139,7 @@ fn build_inputs(bytes: &[u8]) -> Option<String> {
 }
 
 /// Says what a file is when it is not a component, before wasmtime gets to see it.
-fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(crate) fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
     let not_wasm = |what: &str| Err(Error::NotWasm { path: path.into(), what: what.into() });
     if bytes.len() < 8 {
         return not_wasm(&format!("only {} bytes long", bytes.len()));
@@ -208,7 +208,7 @@ fn read_manifest(runtime: &Runtime, pre: &Pre) -> Result<Manifest, Error> {
     Ok(manifest)
 }
 
-fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
+pub(crate) fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
     let limits = &runtime.inner.limits;
     let (sandbox, det) = Sandbox::new(limits.memory_bytes(), runtime.inner.memory.clone(), limits.output_bytes);
     let mut store = Store::new(&runtime.inner.engine, sandbox);
@@ -230,7 +230,7 @@ fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
 }
 
 /// Turns a wasmtime error into the typed error that says what happened.
-fn classify(
+pub(crate) fn classify(
     e: wasmtime::Error,
     call: &'static str,
     store: &Store<Sandbox>,

@@ -230,10 +230,11 @@ fn setup_guest_target() -> Result<()> {
     }
 }
 
-/// Guest crates under `dir` (one level down), by package name. A crate marked
-/// `[package.metadata.vagen] host-program = true` (`examples/embed-rust`) is left out: it
-/// runs plugins rather than being one.
-fn crates_in(dir: &Path) -> Result<Vec<String>> {
+/// Guest crates under `dir` (one level down), by package name, each with whether it is a
+/// reward function (`[package.metadata.vagen] reward = true`). A crate marked
+/// `host-program = true` (`examples/embed-rust`) is left out: it runs plugins rather than
+/// being one.
+fn crates_in(dir: &Path) -> Result<Vec<(String, bool)>> {
     let mut names = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
     for entry in entries.flatten() {
@@ -253,15 +254,16 @@ fn crates_in(dir: &Path) -> Result<Vec<String>> {
                     .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
             })
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
-        names.push(name);
+        names.push((name, text.contains("reward = true")));
     }
     names.sort();
     Ok(names)
 }
 
-/// Builds `plugins/*` into `target/plugins/`, `examples/*` into `target/examples/` and the
-/// test suite's fixtures into `target/test-plugins/`, all for wasm32-wasip2 in release mode,
-/// and each also as a native `.so`; `only`: just these crates, and only as `.wasm`.
+/// Builds `plugins/*` into `target/plugins/` (reward functions into `target/rewards/`),
+/// `examples/*` into `target/examples/` and the test suite's fixtures into
+/// `target/test-plugins/`, all for wasm32-wasip2 in release mode, and each environment also
+/// as a native `.so`; `only`: just these crates, and only as `.wasm`.
 fn plugins(only: Option<&[&str]>) -> Result<()> {
     let root = root();
     let groups = [
@@ -282,12 +284,13 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
     }
     let mut all = Vec::new();
     for (src, dst) in &groups {
-        for name in crates_in(src)? {
+        for (name, reward) in crates_in(src)? {
             if only.is_some_and(|only| !only.contains(&name.as_str())) {
                 continue;
             }
             cmd.args(["-p", &name]);
-            all.push((name, dst.clone()));
+            let dst = if reward { root.join("target/rewards") } else { dst.clone() };
+            all.push((name, dst, reward));
         }
     }
     run(cmd)?;
@@ -295,14 +298,15 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
     if only.is_none() {
         let mut native = cargo();
         native.args(["build", "--release"]);
-        for (name, _) in &all {
+        // Reward functions are components only: the native ABI is an environment's.
+        for (name, ..) in all.iter().filter(|(.., reward)| !reward) {
             native.args(["-p", name]);
         }
         run(native)?;
     }
     let built = root.join("target").join(GUEST_TARGET).join("release");
     let native_dir = root.join("target").join("release");
-    for (name, dst) in all {
+    for (name, dst, reward) in all {
         std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
         // A cdylib is written with underscores, a binary with the package's own name.
         let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
@@ -313,7 +317,7 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
         copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
         let so = native_dir.join(format!("lib{}.so", name.replace('-', "_")));
         // Not after a `.wasm`-only build: an `.so` there would be from an earlier one.
-        if only.is_none() && so.is_file() {
+        if only.is_none() && !reward && so.is_file() {
             copy(&so, &dst.join(format!("{name}.so")), &root)?;
         }
     }

@@ -12,6 +12,9 @@ mod export;
 #[doc(hidden)]
 pub mod native;
 mod render;
+pub mod reward;
+#[cfg(target_family = "wasm")]
+mod reward_export;
 mod rng;
 mod session;
 mod words;
@@ -169,9 +172,14 @@ pub mod __private {
     pub use crate::export::Plugin;
     #[cfg(not(target_family = "wasm"))]
     pub use crate::native;
+    pub use crate::reward::RewardPackage;
+    #[cfg(target_family = "wasm")]
+    pub use crate::reward_export::RewardComponent;
     pub use crate::session::Package;
     #[cfg(target_family = "wasm")]
     pub use bindings::export;
+    #[cfg(target_family = "wasm")]
+    pub use reward_bindings::export as export_reward_world;
 
     #[cfg(target_family = "wasm")]
     #[allow(missing_docs, clippy::all)]
@@ -181,6 +189,17 @@ pub mod __private {
             path: "../../wit/v0.2.0",
             pub_export_macro: true,
             default_bindings_module: "vagen_sdk::__private::bindings",
+        });
+    }
+
+    #[cfg(target_family = "wasm")]
+    #[allow(missing_docs, clippy::all)]
+    pub mod reward_bindings {
+        wit_bindgen::generate!({
+            world: "reward-function",
+            path: "../../wit/v0.3.0",
+            pub_export_macro: true,
+            default_bindings_module: "vagen_sdk::__private::reward_bindings",
         });
     }
 }

@@ -1,0 +1,143 @@
+//! Reward functions as components: loaded and scored as the contract says, and contained
+//! when they misbehave, with the judge as their only capability.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest, Turn};
+use vagen_runtime::{Error, Limits};
+use vagen_tests::{plugin_path, runtime};
+
+fn turns(n: usize) -> Vec<Turn> {
+    (0..n)
+        .map(|i| Turn {
+            env_name: "frozenlake".into(),
+            format: "grounding".into(),
+            response: format!("<observation>goal below</observation><answer>Down</answer> #{i}"),
+            observation: Some("The goal is below you".into()),
+            answer: Some("Down".into()),
+            format_ok: i % 2 == 0,
+            env_reward: i as f64,
+            state_before: "The goal is below you.".into(),
+            state_after: "You are on the goal.".into(),
+            ..Turn::default()
+        })
+        .collect()
+}
+
+fn limits() -> Limits {
+    Limits { call_timeout_ms: 500, memory_mib: 64, ..Limits::default() }
+}
+
+#[test]
+fn the_rule_based_reward_scores_grounding_for_turns_in_format() {
+    let (rt, _dir) = runtime(limits());
+    let plugin = rt.load_reward(plugin_path("state-match")).unwrap();
+    let m = plugin.manifest();
+    assert_eq!(m.name, "state-match");
+    assert!(m.default_config.contains("grounding_weight"), "{m:?}");
+    let mut scorer = plugin.create("{}", None).unwrap();
+    let scores = scorer.score(&turns(4)).unwrap();
+    assert_eq!(scores.len(), 4);
+    for (i, s) in scores.iter().enumerate() {
+        let s = s.as_ref().unwrap();
+        let grounding = s.metrics.iter().find(|m| m.name == "grounding").unwrap().value;
+        // "the goal is below you" against "The goal is below you.": every word matches.
+        assert!((grounding - 1.0).abs() < 1e-12);
+        let expected = if i % 2 == 0 { 0.5 } else { 0.0 };
+        assert!((s.reward - expected).abs() < 1e-12, "turn {i}: {s:?}");
+    }
+    let err = plugin.create(r#"{"threshold": 3}"#, None).err().unwrap();
+    assert!(matches!(&err, Error::BadConfig(m) if m.contains("threshold")), "{err}");
+    let err = plugin.create(r#"{"grounding": 1}"#, None).err().unwrap();
+    assert!(matches!(&err, Error::BadConfig(m) if m.contains("grounding")), "{err}");
+}
+
+#[test]
+fn a_hostile_reward_is_contained_with_a_typed_error_and_the_next_call_works() {
+    let (rt, _dir) = runtime(limits());
+    let plugin = rt.load_reward(plugin_path("hostile-reward")).unwrap();
+    let cases: [(&str, fn(&Error) -> bool); 4] = [
+        ("loop", |e| matches!(e, Error::Timeout { call: "score", .. })),
+        ("memory", |e| matches!(e, Error::OutOfMemory { call: "score", .. })),
+        (
+            "trap",
+            |e| matches!(e, Error::Trap { call: "score", message, .. } if message.contains("unreachable") || message.contains("panic")),
+        ),
+        (
+            "short",
+            |e| matches!(e, Error::Malformed { call: "score", detail } if detail.contains("2 scores for 3 turns")),
+        ),
+    ];
+    for (mode, expected) in cases {
+        let mut scorer = plugin.create(&format!(r#"{{"mode": "{mode}"}}"#), None).unwrap();
+        let started = Instant::now();
+        let err = scorer.score(&turns(3)).unwrap_err();
+        assert!(expected(&err), "{mode}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "{mode} took {:?}", started.elapsed());
+    }
+    // Turn-level failures are per turn, never a silent 0.
+    let mut nan = plugin.create(r#"{"mode": "nan"}"#, None).unwrap();
+    for s in nan.score(&turns(2)).unwrap() {
+        assert!(s.unwrap_err().contains("not a finite number"));
+    }
+    let mut refuse = plugin.create(r#"{"mode": "refuse"}"#, None).unwrap();
+    assert!(refuse.score(&turns(2)).unwrap()[1].as_ref().unwrap_err().contains("cannot score"));
+    // After a fault the scorer is re-created and scores again.
+    let mut trap = plugin.create(r#"{"mode": "trap"}"#, None).unwrap();
+    assert!(trap.score(&turns(1)).is_err());
+    let mut echo = plugin.create(r#"{"mode": "echo"}"#, None).unwrap();
+    let s = echo.score(&turns(3)).unwrap();
+    assert_eq!(s[2].as_ref().unwrap().reward, 2.0);
+    let err = plugin.create(r#"{"mode": "fly"}"#, None).err().unwrap();
+    assert!(matches!(&err, Error::BadConfig(m) if m.contains("fly")), "{err}");
+}
+
+/// A judge that answers YES to odd turns, counts its calls, and can take its time.
+struct Scripted {
+    calls: AtomicUsize,
+    asked: Mutex<Vec<String>>,
+    delay: Duration,
+}
+
+impl Judge for Scripted {
+    fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        std::thread::sleep(self.delay);
+        requests
+            .iter()
+            .map(|r| {
+                let JudgePart::Text(t) = &r.messages[0].content[0] else { return Err("no text".into()) };
+                self.asked.lock().unwrap().push(t.clone());
+                let odd = t.trim_end().ends_with(['1', '3', '5', '7', '9']);
+                Ok(if odd { "YES".into() } else { "NO".into() })
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn the_judge_is_asked_once_per_batch_and_its_time_is_not_the_components() {
+    let (rt, _dir) = runtime(limits());
+    let plugin = rt.load_reward(plugin_path("hostile-reward")).unwrap();
+    // The judge takes three times the component's deadline: its time is the host's.
+    let judge = Arc::new(Scripted { calls: 0.into(), asked: Mutex::new(vec![]), delay: Duration::from_millis(1500) });
+    let mut scorer = plugin.create(r#"{"mode": "judge"}"#, Some(judge.clone())).unwrap();
+    let scores = scorer.score(&turns(4)).unwrap();
+    assert_eq!(judge.calls.load(Ordering::SeqCst), 1, "one judge call for the batch");
+    assert_eq!(judge.asked.lock().unwrap().len(), 4);
+    let rewards: Vec<f64> = scores.iter().map(|s| s.as_ref().unwrap().reward).collect();
+    assert_eq!(rewards, [0.0, 1.0, 0.0, 1.0]);
+    // Without a judge every request is an error, and so every turn.
+    let mut alone = plugin.create(r#"{"mode": "judge"}"#, None).unwrap();
+    for s in alone.score(&turns(2)).unwrap() {
+        assert!(s.unwrap_err().contains("no judge"));
+    }
+}
+
+#[test]
+fn an_environment_is_not_a_reward_function() {
+    let (rt, _dir) = runtime(limits());
+    let err = rt.load_reward(plugin_path("frozenlake")).err().unwrap();
+    assert!(err.to_string().contains("vagen:env/reward@0.3.0"), "{err}");
+}
