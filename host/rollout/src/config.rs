@@ -150,6 +150,11 @@ pub struct RolloutConfig {
     /// Actions an episode may send in all; 0 for no limit. The caller's.
     #[serde(skip)]
     pub max_actions_per_episode: usize,
+    /// Keep the env's `describe_state` before and after every step in the turn records
+    /// (what reward functions compare the agent's observation and prediction with). The
+    /// caller's: the trainer sets it when it has reward functions.
+    #[serde(skip)]
+    pub record_states: bool,
 }
 
 impl RolloutConfig {
@@ -189,6 +194,7 @@ impl Default for RolloutConfig {
             max_turns: 0,
             max_actions_per_turn: 0,
             max_actions_per_episode: 0,
+            record_states: false,
         }
     }
 }

@@ -49,6 +49,15 @@ pub struct TurnRecord {
     pub valid_actions: u32,
     pub effective_actions: u32,
     pub metrics: Vec<(String, f64)>,
+    /// The env's `describe_state` before and after the step (`RolloutConfig::record_states`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_before: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_after: Option<String>,
+    /// What each reward function paid this turn (before its weight), by name; already in
+    /// `reward` (weighted).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub component_rewards: Vec<(String, f64)>,
 }
 
 impl TurnRecord {
@@ -182,6 +191,8 @@ struct Play<'a> {
     /// What each episode still going shows the policy next; `None` once it has ended.
     current: Vec<Option<Shown>>,
     actions_sent: Vec<usize>,
+    /// This turn's state descriptions before and after the step, per instance.
+    states_seen: Vec<Option<(String, String)>>,
 }
 
 /// A turn's answers: what goes to `step`, and the parse it came from.
@@ -208,8 +219,18 @@ impl<'a> Play<'a> {
             .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
         let mut pool = EnvPool::new(envs);
         let spaces = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
-        let mut play =
-            Play { config, manifest, seeds, g, pool, spaces, trajs, current: vec![], actions_sent: vec![0; n] };
+        let mut play = Play {
+            config,
+            manifest,
+            seeds,
+            g,
+            pool,
+            spaces,
+            trajs,
+            current: vec![],
+            actions_sent: vec![0; n],
+            states_seen: vec![None; n],
+        };
         play.reset_all();
         Ok(play)
     }
@@ -382,7 +403,17 @@ impl<'a> Play<'a> {
 
     /// Every answered instance stepped in parallel (with its next state description).
     fn step(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<StepResult, vagen_runtime::Error>>> {
+        let before = self.states(answers);
         let mut results = self.pool.step_all(answers);
+        let after = self.states(answers);
+        for (i, ((r, b), a)) in results.iter_mut().zip(before).zip(after).enumerate() {
+            match (b, a) {
+                (Some(Ok(b)), Some(Ok(a))) => self.states_seen[i] = Some((b, a)),
+                // A state the records need and cannot have fails the episode, as a step would.
+                (Some(Err(e)), _) | (_, Some(Err(e))) if matches!(r, Some(Ok(_))) => *r = Some(Err(e)),
+                _ => {}
+            }
+        }
         if self.config.describe_state {
             let states = self.pool.for_each(|i, env| match &results[i] {
                 Some(Ok(step)) if !step.done => Some(env.describe_state()),
@@ -399,6 +430,14 @@ impl<'a> Play<'a> {
             }
         }
         results
+    }
+
+    /// Every answered instance's state description, when the records keep them.
+    fn states(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<String, vagen_runtime::Error>>> {
+        if !self.config.record_states {
+            return answers.iter().map(|_| None).collect();
+        }
+        self.pool.for_each(|i, env| answers[i].as_ref().map(|_| env.describe_state()))
     }
 
     /// The turn's records: the format reward, the next observation for episodes going on,
@@ -463,6 +502,9 @@ impl<'a> Play<'a> {
                 valid_actions: step.valid_actions,
                 effective_actions: step.effective_actions,
                 metrics: step.metrics.into_iter().map(|m| (m.name, m.value)).collect(),
+                state_before: self.states_seen[i].as_ref().map(|(b, _)| b.clone()),
+                state_after: self.states_seen[i].take().map(|(_, a)| a),
+                component_rewards: vec![],
             });
         }
     }

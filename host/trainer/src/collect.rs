@@ -22,6 +22,8 @@ pub struct Collected {
     pub explored_turns: usize,
     /// What the generation engine did (`None` for the static engine).
     pub engine: Option<vagen_model::EngineStats>,
+    /// The reward functions' figures (`reward/<name>/<metric>`).
+    pub reward_metrics: std::collections::BTreeMap<String, f64>,
 }
 
 impl Trainer {
@@ -49,12 +51,22 @@ impl Trainer {
             at: cfg.rollout.explore_at,
         };
         let n = self.state.step + 1;
-        let trajs =
+        let mut trajs =
             self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
-        let rollout = vagen_rollout::metrics(&trajs);
         let engine = policy.inner.engine_stats();
-        Ok(Collected { batch: lay_out(cfg, self.actor.as_ref(), &trajs)?, rollout, explored_turns, engine })
+        let scored = crate::rewards::score(&self.rewards, &mut trajs, cfg.rollout.format, cfg.env.max_failure_rate)?;
+        // After scoring: `train/reward` includes what the reward functions paid.
+        let rollout = vagen_rollout::metrics(&trajs);
+        // A trajectory with a turn no reward could score has no return to learn from.
+        let kept: Vec<Trajectory> = trajs
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| scored.unscored.binary_search(i).is_err())
+            .map(|(_, t)| t)
+            .collect();
+        let batch = lay_out(cfg, self.actor.as_ref(), &kept)?;
+        Ok(Collected { batch, rollout, explored_turns, engine, reward_metrics: scored.metrics })
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

@@ -22,6 +22,10 @@ pub struct TrainConfig {
     /// (true); each documented in `vagen_model::EngineOptions`.
     #[serde(default)]
     pub engine: vagen_model::EngineOptions,
+    /// Reward functions (`[[reward]]` entries), each scoring every turn of a step's
+    /// episodes; see `rewards.rs`.
+    #[serde(default, rename = "reward")]
+    pub rewards: Vec<RewardSection>,
     #[serde(default)]
     pub algorithm: AlgorithmSection,
     #[serde(default)]
@@ -45,6 +49,24 @@ pub struct TrainConfig {
     /// `--allow-native` sets it.
     #[serde(skip)]
     pub allow_native: bool,
+}
+
+/// A reward function and how much its turn rewards count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RewardSection {
+    /// The component (`.wasm` exporting `vagen:env/reward`), relative to the working folder.
+    pub plugin: PathBuf,
+    /// Its config, as a TOML table (sent to the component as JSON).
+    #[serde(default)]
+    pub config: toml::Table,
+    /// Multiplies its turn rewards before they join the env's (1).
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 /// Which environment, with which seeds, in which batch shape.
@@ -381,6 +403,14 @@ impl TrainConfig {
         }
         if r.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        for r in &self.rewards {
+            if !r.plugin.is_file() {
+                return bad("reward.plugin", format!("{} does not exist", r.plugin.display()));
+            }
+            if !r.weight.is_finite() {
+                return bad("reward.weight", format!("{} is not a finite number", r.weight));
+            }
         }
         let e = &self.engine;
         for (field, v) in [

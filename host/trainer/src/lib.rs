@@ -18,6 +18,7 @@ mod micro;
 mod optimizer;
 mod policy_loss;
 mod report;
+mod rewards;
 mod score;
 mod step_batch;
 mod tensorboard;

@@ -62,6 +62,7 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
     ] {
         m.values.insert(k.into(), v);
     }
+    m.values.extend(collected.reward_metrics.iter().map(|(k, v)| (k.clone(), *v)));
     if let Some(e) = &collected.engine {
         for (k, v) in [
             ("rollout/prefill_tokens", e.prefilled_tokens as f64),
@@ -142,7 +143,9 @@ mod tests {
             shared_tokens: 20,
             ..Default::default()
         };
-        let collected = Collected { batch, rollout: Default::default(), explored_turns: 1, engine: Some(engine) };
+        let reward_metrics = [("reward/state-match/grounding".to_string(), 0.5)].into();
+        let collected =
+            Collected { batch, rollout: Default::default(), explored_turns: 1, engine: Some(engine), reward_metrics };
         let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0, vision: 0.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;
         assert_eq!(m["rollout/logprob_diff_mean"], 0.25);
@@ -155,6 +158,7 @@ mod tests {
         assert_eq!(m["rollout/explored_turns"], 1.0);
         assert_eq!(m["rollout/prefill_tokens"], 30.0);
         assert_eq!(m["rollout/prefill_tokens_saved"], 70.0);
+        assert_eq!(m["reward/state-match/grounding"], 0.5);
         let m = log(7, &collected, &Updated::default(), t, false).values;
         assert!(!m.contains_key("rollout/logprob_diff_mean"), "generation's own log-probs are not compared");
     }

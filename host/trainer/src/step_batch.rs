@@ -290,6 +290,9 @@ pub(crate) mod tests {
             valid_actions: 1,
             effective_actions: 1,
             metrics: vec![],
+            state_before: None,
+            state_after: None,
+            component_rewards: vec![],
         }
     }
 

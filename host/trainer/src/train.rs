@@ -38,6 +38,8 @@ pub struct Trainer {
     pub state: TrainerState,
     metrics: MetricsLog,
     _runtime: Runtime,
+    /// The `[[reward]]` functions, scoring every RL step's turns.
+    pub(crate) rewards: Vec<crate::rewards::RewardComponent>,
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
     skipped_in_a_row: usize,
@@ -151,6 +153,7 @@ impl Trainer {
             (actor_opt, critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay)))
         });
         let metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
+        let rewards = crate::rewards::load(&cfg, &runtime)?;
         Ok(Trainer {
             cfg,
             run_dir: run_dir.to_path_buf(),
@@ -163,6 +166,7 @@ impl Trainer {
             state,
             metrics,
             _runtime: runtime,
+            rewards,
             skipped_in_a_row: 0,
         })
     }
@@ -498,6 +502,7 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
         group_size,
         max_turns: cfg.env.max_turns,
         max_actions_per_turn: cfg.env.max_actions_per_turn,
+        record_states: !cfg.rewards.is_empty(),
         ..cfg.rollout.clone()
     }
 }

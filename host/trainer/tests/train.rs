@@ -281,3 +281,24 @@ fn train_config_applies_to_training_episodes_only_and_is_checked_up_front() {
     assert!(err.contains("env.train_config") && err.contains("sideways"), "{err}");
     assert!(!dir.path().join("metrics.jsonl").exists());
 }
+
+#[test]
+fn reward_functions_join_the_turn_rewards_and_are_logged() {
+    let reward = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rewards/hostile-reward.wasm");
+    assert!(reward.is_file(), "{} is not built: run `cargo xtask test`", reward.display());
+    let extra = format!(
+        "[[reward]]\nplugin = {:?}\nweight = 2.0\nconfig = {{ mode = \"constant\", value = 0.25 }}\n",
+        reward.display().to_string()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&config("bi-level-gae", &extra), &["schedule.steps=1"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    let m = step_line(dir.path(), 1);
+    assert_eq!(m["reward/hostile-reward/mean"], 0.25, "{m}");
+    assert_eq!(m["reward/hostile-reward/paid"], 1.0);
+    assert_eq!(m["reward/hostile-reward/failed_turns"], 0.0);
+    assert!(m["critic/vf_loss"].as_f64().unwrap().is_finite());
+    let missing = extra.replace("hostile-reward.wasm", "no-such-reward.wasm");
+    let err = parse(&config("grpo", &missing), &[]).and_then(|c| c.validate().map_err(|e| e.to_string())).unwrap_err();
+    assert!(err.contains("reward.plugin") && err.contains("no-such-reward.wasm"), "{err}");
+}

@@ -9,8 +9,9 @@ use vagen_sdk::reward::{Judge, JudgeRequest, Message, Reward, Turn, TurnScore};
 pub struct Config {
     /// `echo` (the env reward back), `loop`, `memory`, `trap`, `short` (one score too
     /// few), `nan`, `refuse` (every turn an error), `judge` (asks the judge once per call,
-    /// one request per turn, and pays 1 for a `YES`).
+    /// one request per turn, and pays 1 for a `YES`), `constant` (`value` on every turn).
     pub mode: String,
+    pub value: f64,
 }
 
 pub struct Hostile(Config);
@@ -20,8 +21,12 @@ impl Reward for Hostile {
 
     fn new(c: Config) -> Result<Self, String> {
         match c.mode.as_str() {
-            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" => Ok(Hostile(c)),
-            other => Err(format!("mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge")),
+            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" | "constant" => {
+                Ok(Hostile(c))
+            }
+            other => Err(format!(
+                "mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge, constant"
+            )),
         }
     }
 
@@ -43,6 +48,7 @@ impl Reward for Hostile {
             "trap" => panic!("the hostile reward panics on purpose"),
             "short" => turns.iter().skip(1).map(|t| Ok(TurnScore::new(t.env_reward))).collect(),
             "nan" => turns.iter().map(|_| Ok(TurnScore::new(f64::NAN))).collect(),
+            "constant" => turns.iter().map(|_| Ok(TurnScore::new(self.0.value).with("paid", 1.0))).collect(),
             "refuse" => turns.iter().map(|t| Err(format!("cannot score {:?}", t.response))).collect(),
             "judge" => {
                 let requests: Vec<JudgeRequest> = turns
