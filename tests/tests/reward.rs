@@ -141,3 +141,57 @@ fn an_environment_is_not_a_reward_function() {
     let err = rt.load_reward(plugin_path("frozenlake")).err().unwrap();
     assert!(err.to_string().contains("vagen:env/reward@0.3.0"), "{err}");
 }
+
+/// Says YES to grounding questions and NO to world-modeling ones, counting the images it
+/// is shown.
+struct Grader {
+    calls: AtomicUsize,
+    requests: AtomicUsize,
+    images: AtomicUsize,
+}
+
+impl Judge for Grader {
+    fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.requests.fetch_add(requests.len(), Ordering::SeqCst);
+        requests
+            .iter()
+            .map(|r| {
+                let user = &r.messages[1].content;
+                let images = user.iter().filter(|p| matches!(p, JudgePart::Image(_))).count();
+                self.images.fetch_add(images, Ordering::SeqCst);
+                let Some(JudgePart::Text(text)) = user.last() else { return Err("no question".into()) };
+                assert!(text.contains("The goal is below you.") || text.contains("You are on the goal."), "{text}");
+                Ok(if text.contains("agent's observation") { "YES".into() } else { "NO".into() })
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn the_visual_reasoning_reward_asks_the_judge_for_turns_in_format() {
+    let (rt, _dir) = runtime(limits());
+    let plugin = rt.load_reward(plugin_path("visual-reasoning")).unwrap();
+    let judge = Arc::new(Grader { calls: 0.into(), requests: 0.into(), images: 0.into() });
+    let mut scorer = plugin.create(r#"{"images": true}"#, Some(judge.clone())).unwrap();
+    let mut t = turns(4);
+    for turn in &mut t {
+        turn.prediction = Some("I reach the goal".into());
+        turn.images_before = vec![Arc::new(vagen_runtime::Image { width: 1, height: 1, rgb: vec![0, 0, 0] })];
+    }
+    let scores = scorer.score(&t).unwrap();
+    // Turns 0 and 2 are in format: a grounding and a world-modeling question each, in one call.
+    assert_eq!(judge.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(judge.requests.load(Ordering::SeqCst), 4);
+    assert_eq!(judge.images.load(Ordering::SeqCst), 2, "the picture before the move, with each grounding question");
+    for (i, s) in scores.iter().enumerate() {
+        let s = s.as_ref().unwrap();
+        let m: Vec<(&str, f64)> = s.metrics.iter().map(|m| (m.name.as_str(), m.value)).collect();
+        if i % 2 == 0 {
+            assert_eq!(s.reward, 0.5);
+            assert_eq!(m, [("grounding", 1.0), ("worldmodeling", 0.0), ("unparsed", 0.0)]);
+        } else {
+            assert_eq!(s.reward, 0.0, "a turn out of format is not judged");
+        }
+    }
+}

@@ -27,6 +27,7 @@ mod engine;
 mod error;
 mod generate;
 mod image_processor;
+mod judge;
 mod kv_cache;
 mod policy;
 mod qwen2;
@@ -52,6 +53,7 @@ pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
 };
 pub use image_processor::{ImageProcessor, PixelValues};
+pub use judge::LocalJudge;
 pub use kv_cache::KvCache;
 pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};

@@ -161,27 +161,32 @@ impl Policy for ModelPolicy {
             max_new_tokens_per_prompt: fits.iter().map(|&i| room[i].min(self.options.max_new_tokens)).collect(),
             ..self.options.clone()
         };
-        let generations = if self.engine.is_some() {
-            let batch: Vec<EngineRequest> = fits
-                .iter()
-                .map(|&i| {
-                    let prompt = self.model_prompt(&prompts[i])?;
-                    Ok(EngineRequest {
-                        key: requests[i].trajectory as u64,
-                        ids: prompt.ids,
-                        images: prompt.images,
-                        max_new_tokens: room[i].min(self.options.max_new_tokens),
-                        // Each request's own stream: what it samples does not depend on
-                        // which requests share its batch.
-                        seed: self.options.seed.rotate_left(5) ^ requests[i].seed,
+        let requests_for_engine = match self.engine {
+            Some(_) => Some(
+                fits.iter()
+                    .map(|&i| {
+                        let prompt = self.model_prompt(&prompts[i])?;
+                        Ok(EngineRequest {
+                            key: requests[i].trajectory as u64,
+                            ids: prompt.ids,
+                            images: prompt.images,
+                            max_new_tokens: room[i].min(self.options.max_new_tokens),
+                            // Each request's own stream: what it samples does not depend on
+                            // which requests share its batch.
+                            seed: self.options.seed.rotate_left(5) ^ requests[i].seed,
+                        })
                     })
-                })
-                .collect::<Result<_, PolicyError>>()?;
-            let engine = self.engine.as_mut().expect("checked above");
-            self.model.generate_with(engine, &batch, &options)
-        } else {
-            let batch: Vec<Prompt> = fits.iter().map(|&i| self.model_prompt(&prompts[i])).collect::<Result<_, _>>()?;
-            self.model.generate_vl(&batch, &options)
+                    .collect::<Result<Vec<_>, PolicyError>>()?,
+            ),
+            None => None,
+        };
+        let generations = match (requests_for_engine, &mut self.engine) {
+            (Some(batch), Some(engine)) => self.model.generate_with(engine, &batch, &options),
+            _ => {
+                let batch: Vec<Prompt> =
+                    fits.iter().map(|&i| self.model_prompt(&prompts[i])).collect::<Result<_, _>>()?;
+                self.model.generate_vl(&batch, &options)
+            }
         };
         let mut generations: std::vec::IntoIter<Generation> =
             generations.map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();

@@ -55,7 +55,7 @@ impl Trainer {
             self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let engine = policy.inner.engine_stats();
-        let scored = crate::rewards::score(&self.rewards, &mut trajs, cfg.rollout.format, cfg.env.max_failure_rate)?;
+        let scored = self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.format, cfg.env.max_failure_rate)?;
         // After scoring: `train/reward` includes what the reward functions paid.
         let rollout = vagen_rollout::metrics(&trajs);
         // A trajectory with a turn no reward could score has no return to learn from.

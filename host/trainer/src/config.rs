@@ -26,6 +26,9 @@ pub struct TrainConfig {
     /// episodes; see `rewards.rs`.
     #[serde(default, rename = "reward")]
     pub rewards: Vec<RewardSection>,
+    /// The judge reward functions may ask (`[judge]`); without one their requests fail.
+    #[serde(default)]
+    pub judge: Option<JudgeSection>,
     #[serde(default)]
     pub algorithm: AlgorithmSection,
     #[serde(default)]
@@ -67,6 +70,35 @@ pub struct RewardSection {
 
 fn one() -> f64 {
     1.0
+}
+
+/// Who answers reward functions' judge requests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "backend", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum JudgeSection {
+    /// A model of ours through the rollout engine, every request of a call in one batch.
+    Local {
+        /// A Hugging Face folder, `default` or `default-vl`.
+        #[serde(default = "default_judge_model")]
+        model: String,
+        /// `auto`, `cpu`, `cuda` or `cuda:N`: the judge's own device.
+        #[serde(default = "auto_device")]
+        device: String,
+        #[serde(default = "f32_dtype")]
+        dtype: String,
+    },
+}
+
+fn default_judge_model() -> String {
+    "default".into()
+}
+
+fn auto_device() -> String {
+    "auto".into()
+}
+
+fn f32_dtype() -> String {
+    "f32".into()
 }
 
 /// Which environment, with which seeds, in which batch shape.

@@ -5,13 +5,15 @@
 //! is left out of the update, counted, and more than `env.max_failure_rate` of the turns
 //! failed stops the run naming the component and the first error.
 
-use crate::config::{RewardSection, TrainConfig};
+use crate::config::{JudgeSection, RewardSection, TrainConfig};
 use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use vagen_model::{DType, LoadOptions, LocalJudge, Model};
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
-use vagen_runtime::reward::{Scorer, Turn};
+use vagen_runtime::reward::{Judge, Scorer, Turn};
 
 pub(crate) struct RewardComponent {
     pub name: String,
@@ -19,21 +21,56 @@ pub(crate) struct RewardComponent {
     scorer: RefCell<Scorer>,
 }
 
-/// The run's reward functions, loaded and configured.
-pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime) -> Result<Vec<RewardComponent>> {
-    cfg.rewards.iter().map(|r| RewardComponent::load(runtime, r)).collect()
+/// The run's reward functions, loaded and configured, and their judge.
+pub(crate) struct Rewards {
+    pub components: Vec<RewardComponent>,
+    local: Option<Arc<LocalJudge>>,
+    /// The local judge's counts at the last step's end.
+    seen: (usize, usize),
+}
+
+pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime) -> Result<Rewards> {
+    let mut local = None;
+    let judge: Option<Arc<dyn Judge>> = match &cfg.judge {
+        None => None,
+        Some(JudgeSection::Local { model, device, dtype }) => {
+            let options = LoadOptions { device: vagen_model::parse_device(device)?, dtype: dtype.parse::<DType>()? };
+            let model = Model::from_spec(model, options).with_context(|| format!("loading the judge model {model}"))?;
+            let judge = Arc::new(LocalJudge::new(model)?);
+            local = Some(judge.clone());
+            Some(judge)
+        }
+    };
+    let components =
+        cfg.rewards.iter().map(|r| RewardComponent::load(runtime, r, judge.clone())).collect::<Result<_>>()?;
+    Ok(Rewards { components, local, seen: (0, 0) })
 }
 
 impl RewardComponent {
-    fn load(runtime: &Runtime, r: &RewardSection) -> Result<Self> {
+    fn load(runtime: &Runtime, r: &RewardSection, judge: Option<Arc<dyn Judge>>) -> Result<Self> {
         let plugin = runtime
             .load_reward(&r.plugin)
             .with_context(|| format!("loading the reward function {}", r.plugin.display()))?;
         let config = serde_json::to_string(&r.config)?;
         let scorer = plugin
-            .create(&config, None)
+            .create(&config, judge)
             .with_context(|| format!("configuring the reward function {}", r.plugin.display()))?;
         Ok(RewardComponent { name: plugin.manifest().name.clone(), weight: r.weight, scorer: RefCell::new(scorer) })
+    }
+}
+
+impl Rewards {
+    /// [`score`] with every component, and the judge's work this step
+    /// (`reward/judge/calls`, `reward/judge/requests`).
+    pub fn score(&mut self, trajs: &mut [Trajectory], format: Format, max_failure_rate: f64) -> Result<Scored> {
+        let mut scored = score(&self.components, trajs, format, max_failure_rate)?;
+        if let Some(j) = &self.local {
+            let now = (j.calls(), j.requests());
+            scored.metrics.insert("reward/judge/calls".into(), (now.0 - self.seen.0) as f64);
+            scored.metrics.insert("reward/judge/requests".into(), (now.1 - self.seen.1) as f64);
+            self.seen = now;
+        }
+        Ok(scored)
     }
 }
 
@@ -164,7 +201,7 @@ mod tests {
             value = 0.25 },
             weight: 2.0,
         };
-        let components = vec![RewardComponent::load(&runtime, &section).unwrap()];
+        let components = vec![RewardComponent::load(&runtime, &section, None).unwrap()];
         let env = built("target/plugins/frozenlake.wasm");
         let plugin = runtime.load(&env).unwrap();
         let model = Rc::new(default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap());
@@ -215,12 +252,12 @@ mod tests {
         let mut t = Trajectory::empty("frozenlake", 0, 0, 0);
         t.turns = vec![crate::step_batch::tests::turn("a", 0.0, vagen_rollout::AnswerOrigin::Model)];
         let mut trajs = vec![t.clone(), t];
-        let refusing = vec![RewardComponent::load(&runtime, &section("refuse")).unwrap()];
+        let refusing = vec![RewardComponent::load(&runtime, &section("refuse"), None).unwrap()];
         let scored = score(&refusing, &mut trajs, Format::NoThink, 1.0).unwrap();
         assert_eq!(scored.unscored, vec![0, 1]);
         assert_eq!(scored.metrics["reward/hostile-reward/failed_turns"], 2.0);
         assert_eq!(trajs[0].turns[0].reward, 0.0, "nothing added for an unscored turn");
-        let looping = vec![RewardComponent::load(&runtime, &section("loop")).unwrap()];
+        let looping = vec![RewardComponent::load(&runtime, &section("loop"), None).unwrap()];
         let err = score(&looping, &mut trajs, Format::NoThink, 0.5).unwrap_err().to_string();
         assert!(err.contains("hostile-reward") && err.contains("2 of 2 turns") && err.contains("timed out"), "{err}");
     }

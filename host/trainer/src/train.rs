@@ -14,6 +14,7 @@ use crate::step_batch::split;
 use crate::update::{Optimizers, Updated, update};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -39,7 +40,7 @@ pub struct Trainer {
     metrics: MetricsLog,
     _runtime: Runtime,
     /// The `[[reward]]` functions, scoring every RL step's turns.
-    pub(crate) rewards: Vec<crate::rewards::RewardComponent>,
+    pub(crate) rewards: RefCell<crate::rewards::Rewards>,
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
     skipped_in_a_row: usize,
@@ -166,7 +167,7 @@ impl Trainer {
             state,
             metrics,
             _runtime: runtime,
-            rewards,
+            rewards: RefCell::new(rewards),
             skipped_in_a_row: 0,
         })
     }

@@ -302,3 +302,26 @@ fn reward_functions_join_the_turn_rewards_and_are_logged() {
     let err = parse(&config("grpo", &missing), &[]).and_then(|c| c.validate().map_err(|e| e.to_string())).unwrap_err();
     assert!(err.contains("reward.plugin") && err.contains("no-such-reward.wasm"), "{err}");
 }
+
+#[test]
+fn the_local_judge_answers_a_steps_requests_in_one_generation() {
+    let reward = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rewards/hostile-reward.wasm");
+    let extra = format!(
+        "[judge]\nbackend = \"local\"\nmodel = \"default\"\ndevice = \"cpu\"\n[[reward]]\nplugin = {:?}\nconfig = {{ mode = \"judge\" }}\n",
+        reward.display().to_string()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&config("grpo", &extra), &["schedule.steps=2"]).unwrap();
+    Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+    for step in [1, 2] {
+        let m = step_line(dir.path(), step);
+        // Every turn asks once; the step's requests go to the engine together.
+        let turns = m["train/turns"].as_f64().unwrap() * 4.0;
+        assert_eq!(m["reward/judge/calls"], 1.0, "{m}");
+        assert_eq!(m["reward/judge/requests"].as_f64().unwrap(), turns, "{m}");
+        assert_eq!(m["reward/hostile-reward/failed_turns"], 0.0);
+    }
+    let bad = extra.replace("backend = \"local\"", "backend = \"oracle\"");
+    let err = parse(&config("grpo", &bad), &[]).unwrap_err();
+    assert!(err.contains("oracle") && err.contains("local"), "{err}");
+}
