@@ -16,6 +16,7 @@ mod record;
 mod run;
 mod run_output;
 mod sdk_tools;
+mod serve;
 mod train;
 
 use anyhow::Result;
@@ -53,6 +54,9 @@ enum Command {
     /// Time a multi-turn rollout workload (groups x members x turns, growing history) on
     /// the static engine, the continuous engine and transformers' `generate` (prints figures).
     BenchRollout(bench_rollout::BenchRolloutArgs),
+    /// Serve a model (ours or a checkpoint) over an OpenAI-compatible HTTP API
+    /// (`/v1/chat/completions`, streaming included), batching concurrent requests.
+    Serve(serve::ServeArgs),
     /// Train a model on an env plugin: SFT warm start, then PPO/GRPO (the main job).
     Train(train::TrainArgs),
     /// Only the supervised warm start of a training config, then a held-out evaluation.
@@ -109,6 +113,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Generate(a)), _) => generate::generate(a),
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
         (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
+        (Some(Command::Serve(a)), _) => serve::serve(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),

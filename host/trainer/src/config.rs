@@ -87,6 +87,52 @@ pub enum JudgeSection {
         #[serde(default = "f32_dtype")]
         dtype: String,
     },
+    /// An OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, SGLang, `vagen-host
+    /// serve`, a hosted API), answers cached in `RUN/judge-cache/`.
+    Openai {
+        /// The base URL, e.g. `http://127.0.0.1:8000/v1`.
+        url: String,
+        /// The `model` field of every request.
+        model: String,
+        /// The environment variable holding the API key (unset: no key sent).
+        #[serde(default = "openai_key_env")]
+        api_key_env: String,
+        /// Requests in flight at once.
+        #[serde(default = "eight")]
+        concurrency: usize,
+        /// 0: no limit.
+        #[serde(default)]
+        requests_per_minute: usize,
+        #[serde(default = "sixty")]
+        timeout_s: f64,
+        /// Attempts after the first (connection errors, timeouts, 429, 5xx), waiting
+        /// 0.5 s, 1 s, 2 s, ... between them.
+        #[serde(default = "three")]
+        retries: usize,
+        /// Keep answers in `RUN/judge-cache/` (a resumed run asks nothing twice).
+        #[serde(default = "yes")]
+        cache: bool,
+    },
+}
+
+fn openai_key_env() -> String {
+    "OPENAI_API_KEY".into()
+}
+
+fn eight() -> usize {
+    8
+}
+
+fn sixty() -> f64 {
+    60.0
+}
+
+fn three() -> usize {
+    3
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_judge_model() -> String {
@@ -435,6 +481,14 @@ impl TrainConfig {
         }
         if r.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        if let Some(JudgeSection::Openai { concurrency, timeout_s, .. }) = &self.judge {
+            if *concurrency == 0 {
+                return bad("judge.concurrency", "must be at least 1".into());
+            }
+            if !(timeout_s.is_finite() && *timeout_s > 0.0) {
+                return bad("judge.timeout_s", format!("{timeout_s} must be a positive number of seconds"));
+            }
         }
         for r in &self.rewards {
             if !r.plugin.is_file() {

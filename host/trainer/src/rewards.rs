@@ -6,10 +6,13 @@
 //! failed stops the run naming the component and the first error.
 
 use crate::config::{JudgeSection, RewardSection, TrainConfig};
+use crate::openai_judge::{OpenAiJudge, OpenAiOptions};
 use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 use vagen_model::{DType, LoadOptions, LocalJudge, Model};
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
@@ -24,26 +27,73 @@ pub(crate) struct RewardComponent {
 /// The run's reward functions, loaded and configured, and their judge.
 pub(crate) struct Rewards {
     pub components: Vec<RewardComponent>,
-    local: Option<Arc<LocalJudge>>,
-    /// The local judge's counts at the last step's end.
-    seen: (usize, usize),
+    judge: Option<JudgeHandle>,
+    /// The judge's counts at the last step's end.
+    seen: Vec<usize>,
 }
 
-pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime) -> Result<Rewards> {
-    let mut local = None;
-    let judge: Option<Arc<dyn Judge>> = match &cfg.judge {
+/// The judge, typed, for its figures.
+enum JudgeHandle {
+    Local(Arc<LocalJudge>),
+    OpenAi(Arc<OpenAiJudge>),
+}
+
+impl JudgeHandle {
+    /// Running totals, by metric name.
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        match self {
+            JudgeHandle::Local(j) => vec![("calls", j.calls()), ("requests", j.requests())],
+            JudgeHandle::OpenAi(j) => {
+                let c = &j.counts;
+                let get = |a: &std::sync::atomic::AtomicUsize| a.load(std::sync::atomic::Ordering::SeqCst);
+                vec![
+                    ("sent", get(&c.sent)),
+                    ("cache_hits", get(&c.cache_hits)),
+                    ("retries", get(&c.retries)),
+                    ("failed", get(&c.failed)),
+                ]
+            }
+        }
+    }
+}
+
+pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Result<Rewards> {
+    let handle = match &cfg.judge {
         None => None,
         Some(JudgeSection::Local { model, device, dtype }) => {
             let options = LoadOptions { device: vagen_model::parse_device(device)?, dtype: dtype.parse::<DType>()? };
             let model = Model::from_spec(model, options).with_context(|| format!("loading the judge model {model}"))?;
-            let judge = Arc::new(LocalJudge::new(model)?);
-            local = Some(judge.clone());
-            Some(judge)
+            Some(JudgeHandle::Local(Arc::new(LocalJudge::new(model)?)))
         }
+        Some(JudgeSection::Openai {
+            url,
+            model,
+            api_key_env,
+            concurrency,
+            requests_per_minute,
+            timeout_s,
+            retries,
+            cache,
+        }) => Some(JudgeHandle::OpenAi(Arc::new(OpenAiJudge::new(OpenAiOptions {
+            url: url.clone(),
+            model: model.clone(),
+            api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
+            concurrency: *concurrency,
+            requests_per_minute: *requests_per_minute,
+            timeout: Duration::from_secs_f64(*timeout_s),
+            retries: *retries,
+            backoff: Duration::from_millis(500),
+            cache: cache.then(|| run_dir.join("judge-cache")),
+        })?))),
     };
+    let judge: Option<Arc<dyn Judge>> = handle.as_ref().map(|h| match h {
+        JudgeHandle::Local(j) => j.clone() as Arc<dyn Judge>,
+        JudgeHandle::OpenAi(j) => j.clone() as Arc<dyn Judge>,
+    });
     let components =
         cfg.rewards.iter().map(|r| RewardComponent::load(runtime, r, judge.clone())).collect::<Result<_>>()?;
-    Ok(Rewards { components, local, seen: (0, 0) })
+    let seen = handle.as_ref().map_or(vec![], |h| h.counts().iter().map(|c| c.1).collect());
+    Ok(Rewards { components, judge: handle, seen })
 }
 
 impl RewardComponent {
@@ -61,14 +111,16 @@ impl RewardComponent {
 
 impl Rewards {
     /// [`score`] with every component, and the judge's work this step
-    /// (`reward/judge/calls`, `reward/judge/requests`).
+    /// (`reward/judge/calls`, `requests` for the local judge; `sent`, `cache_hits`,
+    /// `retries`, `failed` for an endpoint).
     pub fn score(&mut self, trajs: &mut [Trajectory], format: Format, max_failure_rate: f64) -> Result<Scored> {
         let mut scored = score(&self.components, trajs, format, max_failure_rate)?;
-        if let Some(j) = &self.local {
-            let now = (j.calls(), j.requests());
-            scored.metrics.insert("reward/judge/calls".into(), (now.0 - self.seen.0) as f64);
-            scored.metrics.insert("reward/judge/requests".into(), (now.1 - self.seen.1) as f64);
-            self.seen = now;
+        if let Some(j) = &self.judge {
+            let now = j.counts();
+            for ((name, n), before) in now.iter().zip(&self.seen) {
+                scored.metrics.insert(format!("reward/judge/{name}"), (n - before) as f64);
+            }
+            self.seen = now.iter().map(|c| c.1).collect();
         }
         Ok(scored)
     }

@@ -154,7 +154,7 @@ impl Trainer {
             (actor_opt, critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay)))
         });
         let metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
-        let rewards = crate::rewards::load(&cfg, &runtime)?;
+        let rewards = crate::rewards::load(&cfg, &runtime, run_dir)?;
         Ok(Trainer {
             cfg,
             run_dir: run_dir.to_path_buf(),

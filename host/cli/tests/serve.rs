@@ -1,0 +1,181 @@
+//! `vagen-host serve` as an OpenAI-compatible endpoint, and the trainer's `openai` judge
+//! backend against it and against endpoints that misbehave.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
+use vagen_trainer::{OpenAiJudge, OpenAiOptions};
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+            .args(["serve", "--port", "0", "--device", "cpu"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("first line: {line:?}"));
+        Server { child, url: format!("{addr}/v1") }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let url = self.url.replace("/v1", "/stats");
+        ureq::get(&url).call().unwrap().body_mut().read_json().unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn options(url: &str, cache: Option<std::path::PathBuf>) -> OpenAiOptions {
+    OpenAiOptions {
+        url: url.into(),
+        model: "default".into(),
+        api_key: Some("test-key".into()),
+        concurrency: 8,
+        requests_per_minute: 0,
+        timeout: Duration::from_secs(20),
+        retries: 2,
+        backoff: Duration::from_millis(50),
+        cache,
+    }
+}
+
+fn requests(n: usize) -> Vec<JudgeRequest> {
+    (0..n)
+        .map(|i| JudgeRequest {
+            messages: vec![JudgeMessage {
+                role: "user".into(),
+                content: vec![JudgePart::Text(format!("Is the goal below the player in map {i}? Answer YES or NO."))],
+            }],
+            max_tokens: 6,
+            temperature: 0.0,
+        })
+        .collect()
+}
+
+#[test]
+fn the_openai_judge_batches_through_serve_caches_and_reports_a_dead_server() {
+    let server = Server::start(&["--batch-wait-ms", "500"]);
+    let cache = tempfile::tempdir().unwrap();
+    let judge = OpenAiJudge::new(options(&server.url, Some(cache.path().into()))).unwrap();
+    let answers = judge.complete(&requests(5));
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let stats = server.stats();
+    assert_eq!(stats["requests"], 5);
+    assert_eq!(stats["generation_calls"], 1, "concurrent requests share one generation: {stats}");
+    // A resumed run (a new judge, the same cache) pays nothing twice.
+    let again = OpenAiJudge::new(options(&server.url, Some(cache.path().into()))).unwrap();
+    assert_eq!(again.complete(&requests(5)), answers);
+    assert_eq!(again.counts.cache_hits.load(Ordering::SeqCst), 5);
+    assert_eq!(server.stats()["requests"], 5);
+    // The server killed: each request fails after its retries, naming the endpoint.
+    let url = server.url.clone();
+    drop(server);
+    let judge = OpenAiJudge::new(options(&url, None)).unwrap();
+    let started = Instant::now();
+    for a in judge.complete(&requests(2)) {
+        let e = a.unwrap_err();
+        assert!(e.contains(&url), "{e}");
+    }
+    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 4);
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// An endpoint that answers each connection with the next of `replies` (`None`: accept and
+/// never answer).
+fn fake_endpoint(replies: Vec<Option<(u16, &'static str)>>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        let mut held = vec![];
+        for reply in replies {
+            let Ok((mut conn, _)) = listener.accept() else { return };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            match reply {
+                Some((status, body)) => {
+                    let head = format!(
+                        "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes());
+                    let _ = conn.write_all(body.as_bytes());
+                }
+                None => held.push(conn),
+            }
+        }
+        std::thread::sleep(Duration::from_secs(30));
+    });
+    url
+}
+
+const OK: &str = r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"YES"},"finish_reason":"stop"}]}"#;
+
+#[test]
+fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request() {
+    let url = fake_endpoint(vec![Some((503, r#"{"error":"busy"}"#)), Some((429, "{}")), Some((200, OK))]);
+    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
+    assert_eq!(judge.complete(&requests(1)), vec![Ok("YES".to_string())]);
+    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 2);
+
+    let url = fake_endpoint(vec![None, None]);
+    let judge = OpenAiJudge::new(OpenAiOptions {
+        concurrency: 1,
+        timeout: Duration::from_millis(300),
+        retries: 1,
+        ..options(&url, None)
+    })
+    .unwrap();
+    let started = Instant::now();
+    let e = judge.complete(&requests(1)).remove(0).unwrap_err();
+    assert!(e.to_lowercase().contains("timeout") || e.to_lowercase().contains("timed out"), "{e}");
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+
+    let url = fake_endpoint(vec![Some((400, r#"{"error":{"message":"bad model"}}"#)), Some((200, OK))]);
+    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
+    let e = judge.complete(&requests(1)).remove(0).unwrap_err();
+    assert!(e.contains("HTTP 400") && e.contains("bad model"), "{e}");
+    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 0, "a 400 is not asked again");
+}
+
+#[test]
+fn serve_refuses_bad_requests_with_openai_errors() {
+    let server = Server::start(&[]);
+    let url = format!("{}/chat/completions", server.url);
+    for (body, needle) in [
+        (r#"{"messages": []}"#, "messages is empty"),
+        (r#"not json"#, "not JSON"),
+        (r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#, "n: only 1"),
+        (
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}"#,
+            "no vision tower",
+        ),
+    ] {
+        let mut r = ureq::post(&url)
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .header("content-type", "application/json")
+            .send(body)
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        let v: serde_json::Value = r.body_mut().read_json().unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{body}: {v}");
+    }
+}

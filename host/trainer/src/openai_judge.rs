@@ -1,0 +1,219 @@
+//! The `openai` judge backend: reward functions' judge requests sent to an OpenAI-compatible
+//! `/v1/chat/completions` endpoint (vLLM, SGLang, `vagen-host serve`, a hosted API), at most
+//! `concurrency` at a time and `requests_per_minute`, each with a timeout and bounded retries
+//! with backoff; answers are kept in an on-disk cache keyed by the request, so a resumed run
+//! pays for nothing twice. A request that still fails is that turn's error, with the reason.
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest};
+
+/// Where and how to ask.
+#[derive(Debug, Clone)]
+pub struct OpenAiOptions {
+    /// The server's base URL, e.g. `http://127.0.0.1:8000/v1`.
+    pub url: String,
+    /// The `model` field of each request.
+    pub model: String,
+    /// A bearer token, when the server wants one.
+    pub api_key: Option<String>,
+    pub concurrency: usize,
+    /// 0: no limit.
+    pub requests_per_minute: usize,
+    pub timeout: Duration,
+    /// Attempts after the first, for connection errors, timeouts, 429 and 5xx answers.
+    pub retries: usize,
+    /// The first retry waits this long, each next one twice as long.
+    pub backoff: Duration,
+    /// Answers kept by request; `None`: no cache.
+    pub cache: Option<PathBuf>,
+}
+
+/// What the backend did, summed since it was made.
+#[derive(Debug, Default)]
+pub struct OpenAiCounts {
+    pub sent: AtomicUsize,
+    pub cache_hits: AtomicUsize,
+    pub retries: AtomicUsize,
+    pub failed: AtomicUsize,
+}
+
+pub struct OpenAiJudge {
+    options: OpenAiOptions,
+    agent: ureq::Agent,
+    /// When the last requests were sent, for `requests_per_minute`.
+    sent_at: Mutex<std::collections::VecDeque<Instant>>,
+    pub counts: OpenAiCounts,
+}
+
+impl OpenAiJudge {
+    pub fn new(options: OpenAiOptions) -> Result<Self> {
+        if let Some(dir) = &options.cache {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating the judge cache {}", dir.display()))?;
+        }
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(options.timeout))
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Ok(OpenAiJudge { options, agent, sent_at: Mutex::new(Default::default()), counts: OpenAiCounts::default() })
+    }
+
+    fn body(&self, r: &JudgeRequest) -> Value {
+        let messages: Vec<Value> = r
+            .messages
+            .iter()
+            .map(|m| {
+                let only_text: Option<String> = m
+                    .content
+                    .iter()
+                    .map(|p| match p {
+                        JudgePart::Text(t) => Some(t.as_str()),
+                        JudgePart::Image(_) => None,
+                    })
+                    .collect::<Option<Vec<&str>>>()
+                    .map(|parts| parts.concat());
+                let content = match only_text {
+                    Some(text) => json!(text),
+                    None => Value::Array(m.content.iter().map(part).collect()),
+                };
+                json!({ "role": m.role, "content": content })
+            })
+            .collect();
+        json!({
+            "model": self.options.model,
+            "messages": messages,
+            "max_tokens": r.max_tokens,
+            "temperature": r.temperature,
+        })
+    }
+
+    fn cache_path(&self, body: &Value) -> Option<PathBuf> {
+        let dir = self.options.cache.as_ref()?;
+        let key = hex::encode(Sha256::digest(format!("{}\n{body}", self.options.url).as_bytes()));
+        Some(dir.join(format!("{key}.txt")))
+    }
+
+    /// Waits until one more request fits in the last minute's budget.
+    fn pace(&self) {
+        let limit = self.options.requests_per_minute;
+        if limit == 0 {
+            return;
+        }
+        loop {
+            let mut sent = self.sent_at.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            while sent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60)) {
+                sent.pop_front();
+            }
+            if sent.len() < limit {
+                sent.push_back(now);
+                return;
+            }
+            let wait = Duration::from_secs(60).saturating_sub(now.duration_since(sent[0]));
+            drop(sent);
+            std::thread::sleep(wait.min(Duration::from_millis(200)));
+        }
+    }
+
+    /// One request with its retries.
+    fn ask(&self, body: &Value) -> Result<String, String> {
+        if let Some(path) = self.cache_path(body)
+            && let Ok(text) = std::fs::read_to_string(&path)
+        {
+            self.counts.cache_hits.fetch_add(1, Ordering::SeqCst);
+            return Ok(text);
+        }
+        let url = format!("{}/chat/completions", self.options.url.trim_end_matches('/'));
+        let mut last = String::new();
+        for attempt in 0..=self.options.retries {
+            if attempt > 0 {
+                self.counts.retries.fetch_add(1, Ordering::SeqCst);
+                std::thread::sleep(self.options.backoff * (1 << (attempt - 1).min(10)));
+            }
+            self.pace();
+            self.counts.sent.fetch_add(1, Ordering::SeqCst);
+            let mut req = self.agent.post(&url);
+            if let Some(key) = &self.options.api_key {
+                req = req.header("Authorization", &format!("Bearer {key}"));
+            }
+            match req.send_json(body) {
+                Err(e) => last = format!("{url}: {e}"),
+                Ok(mut response) => {
+                    let status = response.status().as_u16();
+                    let text = response.body_mut().read_to_string().unwrap_or_default();
+                    if status == 200 {
+                        let answer = serde_json::from_str::<Value>(&text)
+                            .ok()
+                            .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_string));
+                        return match answer {
+                            Some(answer) => {
+                                if let Some(path) = self.cache_path(body) {
+                                    let tmp = path.with_extension("tmp");
+                                    if std::fs::write(&tmp, &answer).is_ok() {
+                                        let _ = std::fs::rename(&tmp, &path);
+                                    }
+                                }
+                                Ok(answer)
+                            }
+                            None => Err(format!("{url}: an answer without choices[0].message.content")),
+                        };
+                    }
+                    last = format!("{url}: HTTP {status}: {}", text.chars().take(200).collect::<String>());
+                    // The request itself is wrong: asking again gives the same answer.
+                    if status != 429 && status < 500 {
+                        break;
+                    }
+                }
+            }
+        }
+        self.counts.failed.fetch_add(1, Ordering::SeqCst);
+        Err(last)
+    }
+}
+
+fn part(p: &JudgePart) -> Value {
+    match p {
+        JudgePart::Text(t) => json!({ "type": "text", "text": t }),
+        JudgePart::Image(i) => {
+            let mut png = vec![];
+            let ok = image::RgbImage::from_raw(i.width, i.height, i.rgb.clone())
+                .map(|img| img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).is_ok());
+            let url = if ok == Some(true) {
+                format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png))
+            } else {
+                String::new()
+            };
+            json!({ "type": "image_url", "image_url": { "url": url } })
+        }
+    }
+}
+
+impl Judge for OpenAiJudge {
+    fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>> {
+        let bodies: Vec<Value> = requests.iter().map(|r| self.body(r)).collect();
+        let answers: Vec<Mutex<Option<Result<String, String>>>> = bodies.iter().map(|_| Mutex::new(None)).collect();
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..self.options.concurrency.max(1).min(bodies.len()) {
+                s.spawn(|| {
+                    loop {
+                        let i = next.fetch_add(1, Ordering::SeqCst);
+                        let Some(body) = bodies.get(i) else { break };
+                        *answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(self.ask(body));
+                    }
+                });
+            }
+        });
+        answers
+            .into_iter()
+            .map(|a| a.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| Err("not asked".into())))
+            .collect()
+    }
+}
