@@ -55,7 +55,7 @@ fn another_wit_version_is_named_with_both_versions() {
     let e = rt.load(plugin_path("future-wit")).err().expect("vagen:env@9.0.0 is not ours");
     assert!(matches!(e, Error::WrongWitVersion { .. }), "{e}");
     let s = one_line(&e);
-    assert!(s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0 or 0.2.0"), "{s}");
+    assert!(s.contains("speaks vagen:env@9.0.0") && s.contains("supports vagen:env@0.1.0 or 0.2.0 or 0.3.0"), "{s}");
 }
 
 #[test]
@@ -117,6 +117,17 @@ fn an_instance_reports_the_action_space_its_config_set() {
     // Native builds say the same through their ABI.
     let (native, _cache) = load("frozenlake.so", Limits::default());
     assert_eq!(native.create(r#"{"preset": "ragen"}"#).unwrap().action_space(), &ragen);
+}
+
+#[test]
+fn a_0_3_0_environment_loads_and_says_its_action_space() {
+    let (plugin, _cache) = load("wit-0-3", Limits::default());
+    assert_eq!(plugin.info().wit_version, "0.3.0");
+    let mut env = plugin.create(r#"{"separator": ";"}"#).unwrap();
+    assert_eq!(env.action_space().action_separator, ";");
+    assert_eq!(env.reset(3).unwrap().text, "turn 0");
+    let s = env.step("A; B").unwrap();
+    assert_eq!((s.valid_actions, s.done), (2, false));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! Host bindings for every WIT version the host loads (`wit/v0.1.0`, `wit/v0.2.0`), each
+//! Host bindings for every WIT version the host loads (`wit/v0.1.0` to `wit/v0.3.0`), each
 //! in its own module with the same conversions into the host's types, and the enums that
 //! hold a component of either version.
 
@@ -77,9 +77,10 @@ macro_rules! wit_version {
 
 wit_version!(v0_1, "../../wit/v0.1.0");
 wit_version!(v0_2, "../../wit/v0.2.0");
+wit_version!(v0_3, "../../wit/v0.3.0");
 
 /// The versions this host loads, oldest first; components are written against the last.
-pub(crate) const VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+pub(crate) const VERSIONS: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
 
 pub(crate) fn action_space(a: v0_2::wit::ActionSpace) -> ActionSpace {
     ActionSpace {
@@ -93,12 +94,15 @@ pub(crate) fn action_space(a: v0_2::wit::ActionSpace) -> ActionSpace {
 pub(crate) enum Pre {
     V0_1(v0_1::EnvironmentPre<Sandbox>),
     V0_2(v0_2::EnvironmentPre<Sandbox>),
+    /// 0.3.0's environment contract is 0.2.0's (0.3.0 adds reward functions).
+    V0_3(v0_3::EnvironmentPre<Sandbox>),
 }
 
 /// One instantiated component.
 pub(crate) enum Bindings {
     V0_1(v0_1::Environment),
     V0_2(v0_2::Environment),
+    V0_3(v0_3::Environment),
 }
 
 /// Evaluates `$body` with `$v` naming the component's version module and `$env` its
@@ -115,6 +119,12 @@ macro_rules! with_env {
             $crate::bindings::Bindings::V0_2(b) => {
                 #[allow(unused_imports)] // calls that convert nothing leave it unused
                 use $crate::bindings::v0_2 as $v;
+                let $env = b.vagen_env_env().environment();
+                $body
+            }
+            $crate::bindings::Bindings::V0_3(b) => {
+                #[allow(unused_imports)] // calls that convert nothing leave it unused
+                use $crate::bindings::v0_3 as $v;
                 let $env = b.vagen_env_env().environment();
                 $body
             }

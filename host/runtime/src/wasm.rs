@@ -2,7 +2,7 @@
 //! that live in their own sandboxed store, and fault handling that discards and
 //! re-creates an instance.
 
-use crate::bindings::{self, Bindings, Pre, v0_1, v0_2, with_env};
+use crate::bindings::{self, Bindings, Pre, v0_1, v0_2, v0_3, with_env};
 use crate::cache::sha256_hex;
 use crate::checks;
 use crate::runtime::{EPOCH_TICK, Runtime};
@@ -72,7 +72,8 @@ impl WasmPlugin {
         };
         let pre = match wit_version.as_str() {
             "0.1.0" => Pre::V0_1(v0_1::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
-            _ => Pre::V0_2(v0_2::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
+            "0.2.0" => Pre::V0_2(v0_2::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
+            _ => Pre::V0_3(v0_3::EnvironmentPre::new(instance_pre).map_err(mismatch)?),
         };
         let info = PluginInfo {
             path: path.into(),
@@ -99,6 +100,13 @@ impl WasmPlugin {
         let space = env.call("action-space", |s, b, h| match b {
             Bindings::V0_1(_) => Ok(None),
             Bindings::V0_2(b) => b.vagen_env_env().environment().call_action_space(s, h).map(Some),
+            Bindings::V0_3(b) => b.vagen_env_env().environment().call_action_space(s, h).map(|a| {
+                Some(v0_2::wit::ActionSpace {
+                    action_names: a.action_names,
+                    action_separator: a.action_separator,
+                    max_actions_per_turn: a.max_actions_per_turn,
+                })
+            }),
         })?;
         if let Some(space) = space {
             let space = bindings::action_space(space);
@@ -202,6 +210,10 @@ fn read_manifest(runtime: &Runtime, pre: &Pre) -> Result<Manifest, Error> {
             .instantiate(&mut store)
             .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
             .map(v0_2::manifest),
+        Pre::V0_3(pre) => pre
+            .instantiate(&mut store)
+            .and_then(|b| b.vagen_env_env().call_get_manifest(&mut store))
+            .map(v0_3::manifest),
     }
     .map_err(|e| classify(e, "manifest", &store, &det, limits.create_timeout(), limits.fuel_per_call()))?;
     checks::manifest(&manifest)?;
@@ -309,6 +321,7 @@ impl WasmEnv {
         let bindings = match &self.shared.pre {
             Pre::V0_1(pre) => pre.instantiate(&mut store).map(Bindings::V0_1),
             Pre::V0_2(pre) => pre.instantiate(&mut store).map(Bindings::V0_2),
+            Pre::V0_3(pre) => pre.instantiate(&mut store).map(Bindings::V0_3),
         };
         let created = bindings.and_then(|bindings| {
             let created = with_env!(&bindings, |v, env| env
