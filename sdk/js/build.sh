@@ -14,6 +14,13 @@ if [ ! -f "$env_dir/app.js" ]; then
     echo "$env_dir has no app.js" >&2
     exit 2
 fi
+# An app that exports a reward function becomes a `vagen:env/reward` component (the 0.3.0
+# package); an environment keeps the 0.1.0 contract it was written against.
+if grep -q "exportReward" "$env_dir/app.js"; then
+    wit=v0.3.0 world=reward-function entry='export { reward } from "./vagen-reward.js";'
+else
+    wit=v0.1.0 world=environment entry='export { env } from "vagen";'
+fi
 for tool in node npm; do
     command -v $tool >/dev/null || { echo "$tool is needed to build JavaScript environments" >&2; exit 2; }
 done
@@ -35,14 +42,14 @@ flock -s 9
 # build (esbuild writes each module's path, relative to its working folder, into the bundle).
 build=$(mktemp -d "$tools/build.XXXXXX")
 trap 'rm -rf "$build"' EXIT
-cp -r "$root/wit/v0.1.0" "$build/wit"
+cp -r "$root/wit/$wit" "$build/wit"
 cp -r "$env_dir" "$build/env"
-cp "$here/vagen.js" "$build/vagen.js"
-printf 'import "./env/app.js";\nexport { env } from "vagen";\n' > "$build/entry.js"
+cp "$here/vagen.js" "$here/vagen-reward.js" "$build/"
+printf 'import "./env/app.js";\n%s\n' "$entry" > "$build/entry.js"
 (
     cd "$build"
     "$tools/node_modules/.bin/esbuild" entry.js --bundle --format=esm --platform=neutral \
-        --alias:vagen=./vagen.js --outfile=bundle.js --log-level=warning
-    VAGEN_PRELOAD=$preload node "$here/componentize.mjs" "$tools" bundle.js wit "$out"
+        --alias:vagen=./vagen.js --external:vagen:env/* --outfile=bundle.js --log-level=warning
+    VAGEN_PRELOAD=$preload node "$here/componentize.mjs" "$tools" bundle.js wit "$out" "$world"
 )
 echo "built $out"

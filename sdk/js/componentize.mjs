@@ -1,6 +1,6 @@
 // Runs componentize-js (installed by build.sh) on a bundle so that the same bundle always
 // gives the same component, wherever and whenever it is built:
-//   node componentize.mjs TOOLS_DIR BUNDLE.js WIT_DIR OUT.wasm   (cwd: the build folder)
+//   node componentize.mjs TOOLS_DIR BUNDLE.js WIT_DIR OUT.wasm [WORLD]   (cwd: the build folder)
 // componentize-js snapshots SpiderMonkey after running the module's top level (wizer), and
 // the snapshot keeps what the engine was given and read. So:
 // - the build folder is the guest's "/" and the engine's arguments name files under it, not
@@ -16,7 +16,7 @@ import { syncBuiltinESMExports } from "node:module";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 
-const [tools, bundle, wit, out] = process.argv.slice(2);
+const [tools, bundle, wit, out, world = "environment"] = process.argv.slice(2);
 const build = process.cwd();
 const epoch = Number(process.env.SOURCE_DATE_EPOCH || 315532800);
 
@@ -54,7 +54,7 @@ const { componentize } = await import(pathToFileURL(cjs));
 const { component } = await componentize({
   sourcePath: bundle,
   witPath: resolve(wit),
-  worldName: "environment",
+  worldName: world,
   // No WASI stdio, clocks, randomness or HTTP imports: the env gets nothing from outside.
   disableFeatures: ["stdio", "random", "clocks", "http", "fetch-event"],
 });

@@ -333,3 +333,42 @@ export const env = {
     }
   },
 };
+
+// ---- reward functions -------------------------------------------------------------------
+// Subclass Reward (only score is required), call exportReward(YourReward) in app.js, and build
+// with the same sdk/js/build.sh: an app that exports a reward becomes a `vagen:env/reward`
+// component (the glue is vagen-reward.js).
+
+// The judge gave no answer to one request (the reason is the message).
+export class JudgeFailed extends Error {}
+
+// A reward function: score(turns, judge) returns one entry per turn, {reward, metrics:
+// [[name, value], ...]} or a string saying why that turn could not be scored (the host counts
+// it, never reads it as 0). judge.complete(requests) answers [{messages: [{role, content:
+// [text or {width, height, rgb}]}], maxTokens, temperature}] with a string or a JudgeFailed
+// per request.
+export class Reward {
+  static NAME = "";
+  static VERSION = "0.1.0";
+  static DESCRIPTION = "";
+  static DEFAULT_CONFIG = {};
+  static PRESETS = {};
+  constructor(config) {
+    this.config = config;
+  }
+  score(_turns, _judge) {
+    throw new Failed("a Reward must implement score(turns, judge)");
+  }
+}
+
+let exportedReward = null;
+
+export function exportReward(cls) {
+  if (!(cls.prototype instanceof Reward)) throw new TypeError("exportReward takes a subclass of Reward");
+  exportedReward = cls;
+}
+
+export function rewardClass() {
+  if (!exportedReward) throw new Failed("no reward exported: call exportReward(YourReward)");
+  return exportedReward;
+}

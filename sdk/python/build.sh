@@ -32,6 +32,13 @@ if [ ! -f "$env_dir/app.py" ]; then
     echo "$env_dir has no app.py" >&2
     exit 2
 fi
+# An app that exports a reward function becomes a `vagen:env/reward` component (the 0.3.0
+# package); an environment keeps the 0.1.0 contract it was written against.
+if grep -q "export_reward" "$env_dir/app.py"; then
+    wit=$root/wit/v0.3.0 world=reward-function glue=reward.py
+else
+    wit=$root/wit/v0.1.0 world=environment glue=env.py
+fi
 toolchain=componentize-py==0.25.1
 python_tool "$toolchain" componentize_py
 deterministic_preload
@@ -48,7 +55,7 @@ copy() {
 }
 copy "$env_dir" "$stage/env"
 mkdir "$stage/sdk" "$stage/venv"
-cp "$here/vagen.py" "$here/env.py" "$stage/sdk/"
+cp "$here/vagen.py" "$here/$glue" "$stage/sdk/"
 paths=(-p "$stage/env" -p "$stage/sdk")
 for i in "${!extra[@]}"; do
     copy "${extra[$i]}" "$stage/path$i"
@@ -59,14 +66,14 @@ find "$stage" -exec touch -h -d "@${SOURCE_DATE_EPOCH:-315532800}" {} +
 (
     cd "$stage"
     VIRTUAL_ENV=$stage/venv PYTHONDONTWRITEBYTECODE=1 LD_PRELOAD=$preload \
-        "$venv/bin/componentize-py" --quiet -d "$root/wit/v0.1.0" -w environment componentize env \
+        "$venv/bin/componentize-py" --quiet -d "$wit" -w "$world" componentize "${glue%.py}" \
         "${paths[@]}" -o "$out"
 )
 
 # The custom section: sha256 over the toolchain, the preloaded library, this script and
 # build-args.sh, the WIT, and every file of the copied folders (by name under its folder).
 "$venv/bin/python" - "$out" "$toolchain" "${preload:-none}" "script=$0" "args=$here/../build-args.sh" \
-    "wit=$root/wit/v0.1.0" "$stage" <<'PY'
+    "wit=$wit" "$stage" <<'PY'
 import hashlib, os, sys
 
 out, toolchain, preload, *roots = sys.argv[1:]

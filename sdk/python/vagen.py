@@ -357,3 +357,95 @@ def relative_position(frm: Tuple[int, int], to: Tuple[int, int]) -> str:
     if v is None:
         return f"{h} of you (same row)"
     return f"{v} and {h} of you"
+
+
+# -- reward functions ------------------------------------------------------------------------
+#
+# Subclass `Reward` (only `score` is required), decorate it with `@export_reward`, and build
+# it with the same `sdk/python/build.sh`: an `app.py` that exports a reward becomes a
+# `vagen:env/reward` component.
+
+
+@dataclass
+class Turn:
+    """One turn of one episode, after the environment stepped its answer."""
+
+    env_name: str
+    format: str
+    response: str
+    think: Optional[str]
+    observation: Optional[str]
+    prediction: Optional[str]
+    answer: Optional[str]
+    format_ok: bool
+    env_reward: float
+    done: bool
+    success: bool
+    state_before: str
+    state_after: str
+    images_before: List[Image]
+    images_after: List[Image]
+
+
+@dataclass
+class TurnScore:
+    """A turn's reward and named figures (logged as `reward/<name>/<metric>`)."""
+
+    reward: float
+    metrics: List[Tuple[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class Message:
+    """A judge chat message: `content` is text and `Image`s, in order."""
+
+    role: str
+    content: list
+
+
+@dataclass
+class JudgeRequest:
+    messages: List[Message]
+    max_tokens: int = 16
+    temperature: float = 0.0
+
+
+class JudgeFailed(Exception):
+    """The judge gave no answer to one request (the reason is the message)."""
+
+
+class Reward:
+    """A reward function. `score` gets a batch of turns and the host's judge; it returns one
+    entry per turn: a `TurnScore`, or a string saying why that turn could not be scored
+    (the host counts it, never reads it as 0). `judge.complete(requests)` answers a list of
+    `JudgeRequest`s with, per request, the text or a `JudgeFailed`."""
+
+    NAME = ""
+    VERSION = "0.1.0"
+    DESCRIPTION = ""
+    DEFAULT_CONFIG: dict = {}
+    PRESETS: dict = {}
+
+    def __init__(self, config: dict):
+        self.config = config
+
+    def score(self, turns: List[Turn], judge) -> list:
+        raise NotImplementedError("a Reward must implement score(turns, judge)")
+
+
+_exported_reward = None
+
+
+def export_reward(cls):
+    """Marks `cls` as the module's reward function (use as a class decorator)."""
+    global _exported_reward
+    if not (isinstance(cls, type) and issubclass(cls, Reward)):
+        raise TypeError("export_reward takes a subclass of vagen.Reward")
+    _exported_reward = cls
+    return cls
+
+
+def exported_reward():
+    if _exported_reward is None:
+        raise Failed("no reward exported: decorate your Reward subclass with @vagen.export_reward")
+    return _exported_reward

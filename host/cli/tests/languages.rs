@@ -213,3 +213,58 @@ fn the_python_and_javascript_helpers_pass_their_own_tests() {
         Command::new("node").arg("--test").arg(root().join("sdk/js/test_vagen.mjs")).output().expect("node runs");
     ok(node, "node --test sdk/js/test_vagen.mjs");
 }
+
+/// Answers YES to every judge request, counting them.
+struct Yes(std::sync::atomic::AtomicUsize);
+
+impl vagen_runtime::reward::Judge for Yes {
+    fn complete(&self, requests: &[vagen_runtime::reward::JudgeRequest]) -> Vec<Result<String, String>> {
+        self.0.fetch_add(requests.len(), std::sync::atomic::Ordering::SeqCst);
+        requests.iter().map(|_| Ok("YES".to_string())).collect()
+    }
+}
+
+#[test]
+fn reward_functions_in_python_and_javascript_build_and_score() {
+    use std::sync::Arc;
+    use vagen_runtime::reward::Turn;
+    let dir = tempfile::tempdir().unwrap();
+    let rt = vagen_runtime::Runtime::with_cache_dir(vagen_runtime::Limits::default(), None).unwrap();
+    let turn = |think: &str, answer: Option<&str>| Turn {
+        env_name: "sokoban".into(),
+        think: Some(think.into()),
+        answer: answer.map(str::to_string),
+        state_before: "The box is left of you.".into(),
+        ..Turn::default()
+    };
+    let turns = [turn(&"word ".repeat(50), Some("Left")), turn("short", None)];
+
+    let py = dir.path().join("concise-py.wasm");
+    build("python", &root().join("examples/concise-py"), &py);
+    let plugin = rt.load_reward(&py).unwrap();
+    assert_eq!(plugin.manifest().name, "concise");
+    let judge = Arc::new(Yes(0.into()));
+    let mut scorer = plugin.create(r#"{"ask_judge": true}"#, Some(judge.clone())).unwrap();
+    let s = scorer.score(&turns).unwrap();
+    let first = s[0].as_ref().unwrap();
+    // 10 words over the budget at 0.01 each, and a sensible answer (+0.5).
+    assert!((first.reward - 0.4).abs() < 1e-9, "{first:?}");
+    assert_eq!(s[1].as_ref().unwrap().reward, 0.0);
+    assert_eq!(judge.0.load(std::sync::atomic::Ordering::SeqCst), 1, "only the turn with an answer is asked");
+    let err = plugin.create(r#"{"budget_words": -1}"#, None).err().unwrap().to_string();
+    assert!(err.contains("budget_words"), "{err}");
+    let err = plugin.create(r#"{"budget": 3}"#, None).err().unwrap().to_string();
+    assert!(err.contains("budget"), "{err}");
+
+    let js = dir.path().join("sensible-js.wasm");
+    build("js", &root().join("examples/sensible-js"), &js);
+    let plugin = rt.load_reward(&js).unwrap();
+    assert_eq!(plugin.manifest().name, "sensible");
+    let mut scorer = plugin.create(r#"{"weight": 2.0}"#, Some(Arc::new(Yes(0.into())))).unwrap();
+    let s = scorer.score(&turns).unwrap();
+    assert_eq!(s[0].as_ref().unwrap().reward, 2.0);
+    assert_eq!(s[1].as_ref().unwrap().reward, 0.0, "no answer, not asked");
+    // Without a judge each asked turn fails, with the reason.
+    let mut alone = plugin.create("{}", None).unwrap();
+    assert!(alone.score(&turns).unwrap()[0].as_ref().unwrap_err().contains("no judge"));
+}
