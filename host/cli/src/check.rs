@@ -24,9 +24,15 @@ pub struct CheckArgs {
     /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     limits: Vec<String>,
+    /// The plugin is a reward function (`--env-config` is then its config).
+    #[arg(long)]
+    reward: bool,
 }
 
 pub fn check(a: CheckArgs) -> Result<()> {
+    if a.reward {
+        return crate::reward_tools::check(&a.plugin, &a.env_config, limits_from(&a.limits)?);
+    }
     let plugin = load(&a.plugin, limits_from(&a.limits)?)?;
     let opts = CheckOptions {
         config: a.env_config,

@@ -39,9 +39,18 @@ pub struct FuzzArgs {
     /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     limits: Vec<String>,
+    /// The plugin is a reward function: score random batches of odd turns (`--iterations`
+    /// batches, 200 by default; `--env-config` is its config).
+    #[arg(long)]
+    reward: bool,
 }
 
 pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    if a.reward {
+        let batches = a.iterations.unwrap_or(200) as usize;
+        let limits = limits_from(&a.limits)?;
+        return crate::reward_tools::fuzz(&a.plugin, &a.env_config, limits, a.seed, batches, &a.out);
+    }
     let plugin = load(&a.plugin, limits_from(&a.limits)?)?;
     let duration = match (a.seconds, a.iterations) {
         (Some(s), _) => Some(Duration::from_secs_f64(s)),

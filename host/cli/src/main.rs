@@ -13,6 +13,7 @@ mod limits_arg;
 mod model_args;
 mod policy;
 mod record;
+mod reward_tools;
 mod run;
 mod run_output;
 mod sdk_tools;

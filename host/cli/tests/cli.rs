@@ -561,3 +561,33 @@ fn a_person_plays_one_episode_at_a_time_sees_each_reward_and_how_it_ended() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("one episode at a time"));
 }
+
+#[test]
+fn check_and_fuzz_take_reward_functions() {
+    let good = plugin("rewards", "state-match");
+    let o = host(&["check", "--reward", "--plugin", good.to_str().unwrap()]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("all 7 checks passed"), "{out}");
+    let hostile = plugin("rewards", "hostile-reward");
+    let o = host(&["check", "--reward", "--plugin", hostile.to_str().unwrap(), "--env-config", r#"{"mode": "trap"}"#]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success() && out.contains("FAIL score") && out.contains("trapped"), "{out}");
+    let o = host(&["fuzz", "--reward", "--plugin", good.to_str().unwrap(), "--iterations", "30"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("no findings"));
+    let dir = tempfile::tempdir().unwrap();
+    let o = host(&[
+        "fuzz",
+        "--reward",
+        "--plugin",
+        hostile.to_str().unwrap(),
+        "--env-config",
+        r#"{"mode": "short"}"#,
+        "--iterations",
+        "10",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success() && out.contains("FINDING malformed"), "{out}");
+    assert!(dir.path().join("reward-malformed.txt").is_file());
+}

@@ -4,6 +4,7 @@
 //! answers one entry per turn; a fault discards the instance, as for environments.
 
 mod bindings;
+pub mod conformance;
 
 pub(crate) use bindings::add_judge;
 
