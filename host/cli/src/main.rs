@@ -3,6 +3,7 @@
 
 mod bench;
 mod bench_model;
+mod bench_reward;
 mod bench_rollout;
 mod check;
 mod eval;
@@ -55,6 +56,9 @@ enum Command {
     /// Time a multi-turn rollout workload (groups x members x turns, growing history) on
     /// the static engine, the continuous engine and transformers' `generate` (prints figures).
     BenchRollout(bench_rollout::BenchRolloutArgs),
+    /// What a reward component costs per turn, and judge throughput locally and through
+    /// `serve` (prints figures).
+    BenchReward(bench_reward::BenchRewardArgs),
     /// Serve a model (ours or a checkpoint) over an OpenAI-compatible HTTP API
     /// (`/v1/chat/completions`, streaming included), batching concurrent requests.
     Serve(serve::ServeArgs),
@@ -115,6 +119,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
         (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
         (Some(Command::Serve(a)), _) => serve::serve(a),
+        (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),

@@ -179,3 +179,21 @@ fn serve_refuses_bad_requests_with_openai_errors() {
         assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{body}: {v}");
     }
 }
+
+#[test]
+fn bench_reward_prints_the_cost_per_turn_and_judge_throughput() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let plugin = root.join("target/rewards/state-match.wasm");
+    let o = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+        .args(["bench-reward", "--plugin", plugin.to_str().unwrap(), "--device", "cpu", "--judgments", "4"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let number = |after: &str| -> f64 {
+        let rest = &out[out.find(after).unwrap_or_else(|| panic!("{after:?} in {out}")) + after.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    assert!(number("state-match: ") > 0.0);
+    assert!(number("local ") > 0.0 && number("via serve ") > 0.0, "{out}");
+}
