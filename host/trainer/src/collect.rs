@@ -56,6 +56,7 @@ impl Trainer {
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let engine = policy.inner.engine_stats();
         let scored = self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.format, cfg.env.max_failure_rate)?;
+        crate::report::save_rewards(&self.run_dir, n, &scored)?;
         // After scoring: `train/reward` includes what the reward functions paid.
         let rollout = vagen_rollout::metrics(&trajs);
         // A trajectory with a turn no reward could score has no return to learn from.

@@ -60,6 +60,42 @@ pub fn save_samples(run_dir: &Path, step: usize, trajs: &[Trajectory]) -> Result
     Ok(())
 }
 
+/// The reward functions' last step: the judge's exchanges and a few scored turns
+/// (`samples/rewards.html`, replaced every step).
+pub(crate) fn save_rewards(run_dir: &Path, step: usize, scored: &crate::rewards::Scored) -> Result<()> {
+    if scored.judged.is_empty() && scored.examples.is_empty() {
+        return Ok(());
+    }
+    let mut html = format!("<p>RL step {step}</p>");
+    for (name, response, paid) in &scored.examples {
+        let paid = match paid {
+            Ok(r) => format!("paid {r:.3}"),
+            Err(e) => format!("unscored: {}", escape(e)),
+        };
+        let _ = write!(
+            html,
+            "<div class=turn><b>{}</b> {paid}<pre class=response>{}</pre></div>",
+            escape(name),
+            escape(response)
+        );
+    }
+    for (prompt, answer) in &scored.judged {
+        let answer = match answer {
+            Ok(a) => escape(a),
+            Err(e) => format!("<i>failed: {}</i>", escape(e)),
+        };
+        let _ = write!(
+            html,
+            "<div class=turn><b>judge</b><pre>{}</pre><pre class=response>{answer}</pre></div>",
+            escape(prompt)
+        );
+    }
+    let dir = run_dir.join("samples");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("rewards.html"), html)?;
+    Ok(())
+}
+
 pub fn write(run_dir: &Path) -> Result<()> {
     let rows = crate::metrics::read(run_dir)?;
     let mut html = String::from(
@@ -83,8 +119,9 @@ pub fn write(run_dir: &Path) -> Result<()> {
         }
     }
     html.push_str("</div><h2>Held-out trajectories</h2>");
-    let mut samples: Vec<_> =
-        std::fs::read_dir(run_dir.join("samples")).map(|d| d.flatten().collect()).unwrap_or_default();
+    let mut samples: Vec<_> = std::fs::read_dir(run_dir.join("samples"))
+        .map(|d| d.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("step-")).collect())
+        .unwrap_or_default();
     samples.sort_by_key(|e: &std::fs::DirEntry| e.file_name());
     // The first and the last evaluation (one, when there was only one).
     let last = samples.last().filter(|_| samples.len() > 1);
@@ -92,6 +129,9 @@ pub fn write(run_dir: &Path) -> Result<()> {
         let name = s.file_name().to_string_lossy().trim_end_matches(".html").to_string();
         let body = std::fs::read_to_string(s.path())?;
         let _ = write!(html, "<h3>{name}</h3>{body}");
+    }
+    if let Ok(body) = std::fs::read_to_string(run_dir.join("samples/rewards.html")) {
+        let _ = write!(html, "<h2>Reward functions and the judge (the last step)</h2>{body}");
     }
     let path = run_dir.join("report.html");
     std::fs::write(&path, html).with_context(|| format!("writing {}", path.display()))

@@ -11,12 +11,12 @@ use anyhow::{Context, Result, bail};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vagen_model::{DType, LoadOptions, LocalJudge, Model};
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
-use vagen_runtime::reward::{Judge, Scorer, Turn};
+use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest, Scorer, Turn};
 
 pub(crate) struct RewardComponent {
     pub name: String,
@@ -28,6 +28,8 @@ pub(crate) struct RewardComponent {
 pub(crate) struct Rewards {
     pub components: Vec<RewardComponent>,
     judge: Option<JudgeHandle>,
+    /// The judge as the components see it: keeps the last call's first exchanges.
+    recorder: Option<Arc<Recording>>,
     /// The judge's counts at the last step's end.
     seen: Vec<usize>,
 }
@@ -86,14 +88,18 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             cache: cache.then(|| run_dir.join("judge-cache")),
         })?))),
     };
-    let judge: Option<Arc<dyn Judge>> = handle.as_ref().map(|h| match h {
-        JudgeHandle::Local(j) => j.clone() as Arc<dyn Judge>,
-        JudgeHandle::OpenAi(j) => j.clone() as Arc<dyn Judge>,
+    let recorder = handle.as_ref().map(|h| {
+        let inner = match h {
+            JudgeHandle::Local(j) => j.clone() as Arc<dyn Judge>,
+            JudgeHandle::OpenAi(j) => j.clone() as Arc<dyn Judge>,
+        };
+        Arc::new(Recording { inner, last: Mutex::new(vec![]) })
     });
+    let judge = recorder.clone().map(|r| r as Arc<dyn Judge>);
     let components =
         cfg.rewards.iter().map(|r| RewardComponent::load(runtime, r, judge.clone())).collect::<Result<_>>()?;
     let seen = handle.as_ref().map_or(vec![], |h| h.counts().iter().map(|c| c.1).collect());
-    Ok(Rewards { components, judge: handle, seen })
+    Ok(Rewards { components, judge: handle, recorder, seen })
 }
 
 impl RewardComponent {
@@ -122,7 +128,50 @@ impl Rewards {
             }
             self.seen = now.iter().map(|c| c.1).collect();
         }
+        if let Some(r) = &self.recorder {
+            scored.judged = std::mem::take(&mut *r.last.lock().unwrap_or_else(|p| p.into_inner()));
+        }
         Ok(scored)
+    }
+}
+
+/// Judge exchanges kept for the report.
+const KEPT: usize = 6;
+
+/// A judge that keeps the first [`KEPT`] requests of its last call and their answers.
+struct Recording {
+    inner: Arc<dyn Judge>,
+    last: Mutex<Vec<(String, Result<String, String>)>>,
+}
+
+impl Judge for Recording {
+    fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>> {
+        let answers = self.inner.complete(requests);
+        let kept = requests
+            .iter()
+            .zip(&answers)
+            .take(KEPT)
+            .map(|(r, a)| {
+                let text: Vec<String> = r
+                    .messages
+                    .iter()
+                    .map(|m| {
+                        let parts: String = m
+                            .content
+                            .iter()
+                            .map(|p| match p {
+                                JudgePart::Text(t) => t.clone(),
+                                JudgePart::Image(i) => format!("[image {}x{}]", i.width, i.height),
+                            })
+                            .collect();
+                        format!("{}: {parts}", m.role)
+                    })
+                    .collect();
+                (text.join("\n"), a.clone())
+            })
+            .collect();
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+        answers
     }
 }
 
@@ -134,6 +183,10 @@ pub(crate) struct Scored {
     pub metrics: BTreeMap<String, f64>,
     /// Trajectories with a turn some component could not score.
     pub unscored: Vec<usize>,
+    /// For the report: the judge's last exchanges (prompt, answer), and per component a
+    /// few turns' responses with what it paid or why not.
+    pub judged: Vec<(String, Result<String, String>)>,
+    pub examples: Vec<(String, String, Result<f64, String>)>,
 }
 
 /// The turns of `trajs` (failed ones aside) as reward functions see them, with where each
@@ -193,6 +246,8 @@ pub(crate) fn score(
         };
         let mut sums: BTreeMap<String, f64> = BTreeMap::new();
         let (mut ok, mut first_error) = (0usize, None);
+        let examples: Vec<Result<f64, String>> =
+            results.iter().take(4).map(|r| r.as_ref().map(|s| s.reward).map_err(Clone::clone)).collect();
         for (&(i, k), r) in at.iter().zip(results) {
             match r {
                 Ok(s) => {
@@ -212,6 +267,10 @@ pub(crate) fn score(
             }
         }
         let failed = turns.len() - ok;
+        for (&(i, k), r) in at.iter().zip(&examples).take(4) {
+            let response = trajs[i].turns[k].response.clone();
+            scored.examples.push((c.name.clone(), response, r.clone()));
+        }
         for (name, sum) in sums {
             scored.metrics.insert(format!("reward/{}/{name}", c.name), sum / ok.max(1) as f64);
         }

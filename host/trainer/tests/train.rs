@@ -321,6 +321,10 @@ fn the_local_judge_answers_a_steps_requests_in_one_generation() {
         assert_eq!(m["reward/judge/requests"].as_f64().unwrap(), turns, "{m}");
         assert_eq!(m["reward/hostile-reward/failed_turns"], 0.0);
     }
+    // The report shows the last step's judged turns: the judge's prompt and its answer.
+    let report = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let section = &report[report.find("Reward functions and the judge").expect("a rewards section")..];
+    assert!(section.contains("Is this right?") && section.contains("hostile-reward"), "{section}");
     let bad = extra.replace("backend = \"local\"", "backend = \"oracle\"");
     let err = parse(&config("grpo", &bad), &[]).unwrap_err();
     assert!(err.contains("oracle") && err.contains("local"), "{err}");
