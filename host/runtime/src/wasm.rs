@@ -39,19 +39,7 @@ impl WasmPlugin {
         let sha256 = sha256_hex(&bytes);
         let started = Instant::now();
         let inner = &runtime.inner;
-        let cached = inner.cache.as_ref().and_then(|c| c.get(&inner.engine, &sha256));
-        let from_cache = cached.is_some();
-        let component = match cached {
-            Some(c) => c,
-            None => {
-                let c = Component::new(&inner.engine, &bytes)
-                    .map_err(|e| Error::Compile { path: path.into(), detail: format!("{e:#}") })?;
-                if let Some(cache) = &inner.cache {
-                    cache.put(&sha256, &c);
-                }
-                c
-            }
-        };
+        let (component, from_cache) = compile(&runtime, path, &bytes, &sha256)?;
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let wit_version = check_exports(path, &component, &inner.engine)?;
         let imports = component
@@ -133,6 +121,20 @@ impl Plugin for WasmPlugin {
     fn create(&self, config: &str) -> Result<Box<dyn Environment>, Error> {
         Ok(Box::new(self.instantiate(config)?))
     }
+}
+
+/// The component from the code cache, or compiled (and cached); whether it was cached.
+pub(crate) fn compile(runtime: &Runtime, path: &Path, bytes: &[u8], sha256: &str) -> Result<(Component, bool), Error> {
+    let inner = &runtime.inner;
+    if let Some(c) = inner.cache.as_ref().and_then(|c| c.get(&inner.engine, sha256)) {
+        return Ok((c, true));
+    }
+    let c = Component::new(&inner.engine, bytes)
+        .map_err(|e| Error::Compile { path: path.into(), detail: format!("{e:#}") })?;
+    if let Some(cache) = &inner.cache {
+        cache.put(sha256, &c);
+    }
+    Ok((c, false))
 }
 
 /// The payload of the component's `vagen-build-inputs` custom section, when it has one

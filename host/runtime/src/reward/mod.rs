@@ -11,13 +11,13 @@ pub(crate) use bindings::add_judge;
 use crate::cache::sha256_hex;
 use crate::runtime::{EPOCH_TICK, Runtime};
 use crate::sandbox::{Determinism, Sandbox};
-use crate::wasm::{check_header, classify, new_store};
+use crate::wasm::{check_header, classify, compile, new_store};
 use crate::{Error, Image, Metric, guest_text};
 use bindings::{RewardPre, wit};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use wasmtime::component::{Component, ResourceAny};
+use wasmtime::component::ResourceAny;
 use wasmtime::{Store, Trap, UpdateDeadline};
 
 /// The export a reward component must have.
@@ -112,18 +112,7 @@ impl RewardPlugin {
         let bytes = crate::runtime::read_plugin_file(path)?;
         check_header(path, &bytes)?;
         let inner = &runtime.inner;
-        let sha256 = sha256_hex(&bytes);
-        let component = match inner.cache.as_ref().and_then(|c| c.get(&inner.engine, &sha256)) {
-            Some(c) => c,
-            None => {
-                let c = Component::new(&inner.engine, &bytes)
-                    .map_err(|e| Error::Compile { path: path.into(), detail: format!("{e:#}") })?;
-                if let Some(cache) = &inner.cache {
-                    cache.put(&sha256, &c);
-                }
-                c
-            }
-        };
+        let (component, _) = compile(&runtime, path, &bytes, &sha256_hex(&bytes))?;
         let exports: Vec<String> =
             component.component_type().exports(&inner.engine).map(|(n, _)| n.to_string()).collect();
         if !exports.iter().any(|e| e == REWARD_EXPORT) {
