@@ -83,6 +83,11 @@ fn a_hostile_reward_is_contained_with_a_typed_error_and_the_next_call_works() {
     }
     let mut refuse = plugin.create(r#"{"mode": "refuse"}"#, None).unwrap();
     assert!(refuse.score(&turns(2)).unwrap()[1].as_ref().unwrap_err().contains("cannot score"));
+    // Huge answers: the error text is cut to a readable length, too many metrics refuse the turn.
+    let mut huge = plugin.create(r#"{"mode": "huge"}"#, None).unwrap();
+    let s = huge.score(&turns(2)).unwrap();
+    assert!(s[0].as_ref().unwrap_err().len() < 5_000, "the error is cut");
+    assert!(s[1].as_ref().unwrap_err().contains("max_metrics"), "{:?}", s[1].as_ref().err());
     // After a fault the scorer is re-created and scores again.
     let mut trap = plugin.create(r#"{"mode": "trap"}"#, None).unwrap();
     assert!(trap.score(&turns(1)).is_err());

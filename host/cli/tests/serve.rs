@@ -147,6 +147,22 @@ fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request(
     assert!(e.to_lowercase().contains("timeout") || e.to_lowercase().contains("timed out"), "{e}");
     assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
 
+    // A server that dies mid-request: the connection drops without an answer, then nothing
+    // listens any more. The request is asked again, then fails naming the endpoint.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let dying = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        if let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+        }
+        // The listener and the connection drop here: the server is gone.
+    });
+    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, retries: 2, ..options(&dying, None) }).unwrap();
+    let e = judge.complete(&requests(1)).remove(0).unwrap_err();
+    assert!(e.contains(&dying), "{e}");
+    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 2);
+
     let url = fake_endpoint(vec![Some((400, r#"{"error":{"message":"bad model"}}"#)), Some((200, OK))]);
     let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();

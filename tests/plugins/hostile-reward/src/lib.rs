@@ -9,7 +9,8 @@ use vagen_sdk::reward::{Judge, JudgeRequest, Message, Reward, Turn, TurnScore};
 pub struct Config {
     /// `echo` (the env reward back), `loop`, `memory`, `trap`, `short` (one score too
     /// few), `nan`, `refuse` (every turn an error), `judge` (asks the judge once per call,
-    /// one request per turn, and pays 1 for a `YES`), `constant` (`value` on every turn).
+    /// one request per turn, and pays 1 for a `YES`), `constant` (`value` on every turn),
+    /// `huge` (a 4 MiB error for the first turn, 100,000 metrics for the others).
     pub mode: String,
     pub value: f64,
 }
@@ -48,6 +49,18 @@ impl Reward for Hostile {
             "trap" => panic!("the hostile reward panics on purpose"),
             "short" => turns.iter().skip(1).map(|t| Ok(TurnScore::new(t.env_reward))).collect(),
             "nan" => turns.iter().map(|_| Ok(TurnScore::new(f64::NAN))).collect(),
+            "huge" => turns
+                .iter()
+                .enumerate()
+                .map(|(i, _)| {
+                    if i == 0 {
+                        return Err("x".repeat(4 << 20));
+                    }
+                    let mut s = TurnScore::new(1.0);
+                    s.metrics = (0..100_000).map(|k| (format!("m{k}"), 1.0)).collect();
+                    Ok(s)
+                })
+                .collect(),
             "constant" => turns.iter().map(|_| Ok(TurnScore::new(self.0.value).with("paid", 1.0))).collect(),
             "refuse" => turns.iter().map(|t| Err(format!("cannot score {:?}", t.response))).collect(),
             "judge" => {
