@@ -22,11 +22,11 @@ impl Reward for Hostile {
 
     fn new(c: Config) -> Result<Self, String> {
         match c.mode.as_str() {
-            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" | "constant" => {
+            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" | "constant" | "huge" => {
                 Ok(Hostile(c))
             }
             other => Err(format!(
-                "mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge, constant"
+                "mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge, constant, huge"
             )),
         }
     }
