@@ -43,9 +43,9 @@ pub fn sample_turns(n: usize, seed: u64) -> Vec<Turn> {
     let formats = ["free-think", "grounding", "world-modeling", "grounding-world-modeling", "no-think"];
     (0..n)
         .map(|i| {
-            let some = |rng: &mut ChaCha8Rng, text: &str| (rng.next_u32() % 3 != 0).then(|| text.to_string());
+            let some = |rng: &mut ChaCha8Rng, text: &str| (!rng.next_u32().is_multiple_of(3)).then(|| text.to_string());
             let image = |rng: &mut ChaCha8Rng| -> Vec<Arc<Image>> {
-                if rng.next_u32() % 2 == 0 {
+                if rng.next_u32().is_multiple_of(2) {
                     return vec![];
                 }
                 let side = 1 + rng.next_u32() % 8;
