@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use wasmtime::component::{Component, ResourceAny};
-use wasmtime::{Store, Trap};
+use wasmtime::{Store, Trap, UpdateDeadline};
 
 const EXPORT_PREFIX: &str = "vagen:env/env@";
 
@@ -231,12 +231,18 @@ pub(crate) fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
 }
 
 /// Sets the wall-clock deadline (and fuel) for the next call into the store.
-fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
+/// Time the host spends answering a reward function's judge is not the component's: it is
+/// credited back when the deadline comes (an environment has no judge, so no credit).
+pub(crate) fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
     // The epoch may advance right after this call, so one extra tick keeps the deadline
     // from firing early; it then fires within two ticks after the budget.
     let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
     store.set_epoch_deadline(ticks);
-    store.epoch_deadline_trap();
+    store.data_mut().judge_ticks = 0;
+    store.epoch_deadline_callback(|mut ctx| {
+        let credit = std::mem::take(&mut ctx.data_mut().judge_ticks);
+        if credit > 0 { Ok(UpdateDeadline::Continue(credit)) } else { Err(Trap::Interrupt.into()) }
+    });
     if let Some(fuel) = fuel {
         // Only fails when fuel is off in the engine, which `Runtime` ties to this option.
         let _ = store.set_fuel(fuel);

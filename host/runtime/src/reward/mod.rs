@@ -9,16 +9,15 @@ pub mod conformance;
 pub(crate) use bindings::add_judge;
 
 use crate::cache::sha256_hex;
-use crate::runtime::{EPOCH_TICK, Runtime};
+use crate::runtime::Runtime;
 use crate::sandbox::{Determinism, Sandbox};
-use crate::wasm::{check_header, classify, compile, new_store};
+use crate::wasm::{arm, check_header, classify, compile, new_store};
 use crate::{Error, Image, Metric, guest_text};
 use bindings::{RewardPre, wit};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use wasmtime::Store;
 use wasmtime::component::ResourceAny;
-use wasmtime::{Store, Trap, UpdateDeadline};
 
 /// The export a reward component must have.
 pub const REWARD_EXPORT: &str = "vagen:env/reward@0.3.0";
@@ -169,21 +168,6 @@ fn read_manifest(runtime: &Runtime, pre: &RewardPre<Sandbox>) -> Result<RewardMa
         return Err(Error::Malformed { call: "manifest", detail: "default-config is not a JSON object".into() });
     }
     Ok(manifest)
-}
-
-/// The call's deadline and fuel. Time the host spends answering the judge is not the
-/// component's: it is credited back when the deadline comes.
-fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
-    let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
-    store.set_epoch_deadline(ticks);
-    store.epoch_deadline_callback(|mut ctx| {
-        let credit = std::mem::take(&mut ctx.data_mut().judge_ticks);
-        if credit > 0 { Ok(UpdateDeadline::Continue(credit)) } else { Err(Trap::Interrupt.into()) }
-    });
-    store.data_mut().judge_ticks = 0;
-    if let Some(fuel) = fuel {
-        let _ = store.set_fuel(fuel);
-    }
 }
 
 /// One configured reward function in its own store.
