@@ -174,8 +174,7 @@ fn sampling(w: &Workload, turn: usize) -> GenerateOptions {
 /// prefilled whole.
 fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
     let c = model.config();
-    let element = if model.lm.model.kind() == tch::Kind::Float { 4 } else { 2 };
-    let per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * element;
+    let per_position = vagen_model::KvCache::bytes_per_position(c, model.lm.model.kind());
     let mut prompts = w.first.clone();
     let (mut prefilled, mut peak) = (0, 0);
     let started = Instant::now();

@@ -21,6 +21,11 @@ impl KvCache {
         KvCache { keys: make(), values: make(), len: 0, capacity }
     }
 
+    /// Bytes the keys and values of one position take over every layer.
+    pub fn bytes_per_position(config: &Qwen2Config, kind: Kind) -> usize {
+        2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * kind.elt_size_in_bytes()
+    }
+
     /// Positions stored so far.
     pub fn len(&self) -> usize {
         self.len

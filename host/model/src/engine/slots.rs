@@ -46,11 +46,6 @@ pub(crate) struct SlotStore {
 
 impl SlotStore {
     pub fn new(c: &Qwen2Config, kind: Kind, device: Device, budget: usize) -> Self {
-        let element = match kind {
-            Kind::Double => 8,
-            Kind::Float => 4,
-            _ => 2,
-        };
         SlotStore {
             keys: vec![],
             values: vec![],
@@ -61,7 +56,7 @@ impl SlotStore {
             layers: c.num_hidden_layers,
             kind,
             device,
-            bytes_per_position: 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * element,
+            bytes_per_position: crate::KvCache::bytes_per_position(c, kind),
             budget,
             peak_bytes: 0,
             serials: 0,
