@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use vagen_model::{
-    Engine, EngineOptions, EngineRequest, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model,
-};
+use vagen_model::{Chat, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -137,52 +135,29 @@ impl Worker {
     }
 
     fn generate(&mut self, jobs: Vec<Job>) {
-        let mut requests = vec![];
-        let mut waiting = vec![];
-        for (i, job) in jobs.into_iter().enumerate() {
-            match self.model.encode_chat_images(&job.messages, &job.images, true) {
-                Ok(p) => {
-                    let room = self.model.config().max_position_embeddings.saturating_sub(p.ids.len());
-                    if room == 0 {
-                        let _ = job.reply.send(Err(format!("the prompt's {} tokens fill the context", p.ids.len())));
-                        continue;
-                    }
-                    let seed =
-                        job.seed.unwrap_or_else(|| p.ids.iter().fold(17u64, |h, &t| h.rotate_left(7) ^ t as u64));
-                    let max_new_tokens = job.max_tokens.min(room);
-                    requests.push(EngineRequest { key: i as u64, ids: p.ids, images: p.images, max_new_tokens, seed });
-                    waiting.push(job);
-                }
-                Err(e) => {
-                    let _ = job.reply.send(Err(e.to_string()));
-                }
-            }
-        }
-        let Some(first) = waiting.first() else { return };
+        let Some(first) = jobs.first() else { return };
         let options = GenerateOptions {
-            max_new_tokens: requests.iter().map(|r| r.max_new_tokens).max().unwrap_or(1),
             temperature: first.temperature,
             top_p: first.top_p,
             stop: first.stop.clone(),
             ..Default::default()
         };
-        self.generations.fetch_add(1, Ordering::SeqCst);
-        // Unrelated conversations: nothing to keep for a next turn.
-        self.engine.clear();
-        let prompt_tokens: Vec<usize> = requests.iter().map(|r| r.ids.len()).collect();
-        match self.model.generate_with(&mut self.engine, &requests, &options) {
-            Ok(generations) => {
-                for ((job, g), prompt_tokens) in waiting.into_iter().zip(generations).zip(prompt_tokens) {
-                    let completion_tokens = g.token_ids.len();
-                    let _ =
-                        job.reply.send(Ok(Answer { text: g.text, finish: g.finish, prompt_tokens, completion_tokens }));
-                }
-            }
-            Err(e) => {
-                for job in waiting {
-                    let _ = job.reply.send(Err(e.to_string()));
-                }
-            }
+        let (chats, replies): (Vec<Chat>, Vec<_>) = jobs
+            .into_iter()
+            .map(|j| (Chat { messages: j.messages, images: j.images, max_tokens: j.max_tokens, seed: j.seed }, j.reply))
+            .unzip();
+        let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
+        if answered.generated > 0 {
+            self.generations.fetch_add(1, Ordering::SeqCst);
+        }
+        for (reply, answer) in replies.into_iter().zip(answered.answers) {
+            let answer = answer.map_err(|e| e.to_string()).map(|a| Answer {
+                completion_tokens: a.generation.token_ids.len(),
+                text: a.generation.text,
+                finish: a.generation.finish,
+                prompt_tokens: a.prompt_tokens,
+            });
+            let _ = reply.send(answer);
         }
     }
 }

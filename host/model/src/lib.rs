@@ -53,7 +53,7 @@ pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
 };
 pub use image_processor::{ImageProcessor, PixelValues};
-pub use judge::LocalJudge;
+pub use judge::{Answered, Chat, ChatAnswer, ChatError, LocalJudge};
 pub use kv_cache::KvCache;
 pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
