@@ -191,4 +191,8 @@ impl Judge for LocalJudge {
         }
         out
     }
+
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        vec![("calls", self.calls()), ("requests", self.requests())]
+    }
 }

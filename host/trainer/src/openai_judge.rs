@@ -216,4 +216,15 @@ impl Judge for OpenAiJudge {
             .map(|a| a.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| Err("not asked".into())))
             .collect()
     }
+
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        let c = &self.counts;
+        let get = |a: &AtomicUsize| a.load(Ordering::SeqCst);
+        vec![
+            ("sent", get(&c.sent)),
+            ("cache_hits", get(&c.cache_hits)),
+            ("retries", get(&c.retries)),
+            ("failed", get(&c.failed)),
+        ]
+    }
 }

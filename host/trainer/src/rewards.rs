@@ -27,45 +27,19 @@ pub(crate) struct RewardComponent {
 /// The run's reward functions, loaded and configured, and their judge.
 pub(crate) struct Rewards {
     pub components: Vec<RewardComponent>,
-    judge: Option<JudgeHandle>,
     /// The judge as the components see it: keeps the last call's first exchanges.
     recorder: Option<Arc<Recording>>,
     /// The judge's counts at the last step's end.
     seen: Vec<usize>,
 }
 
-/// The judge, typed, for its figures.
-enum JudgeHandle {
-    Local(Arc<LocalJudge>),
-    OpenAi(Arc<OpenAiJudge>),
-}
-
-impl JudgeHandle {
-    /// Running totals, by metric name.
-    fn counts(&self) -> Vec<(&'static str, usize)> {
-        match self {
-            JudgeHandle::Local(j) => vec![("calls", j.calls()), ("requests", j.requests())],
-            JudgeHandle::OpenAi(j) => {
-                let c = &j.counts;
-                let get = |a: &std::sync::atomic::AtomicUsize| a.load(std::sync::atomic::Ordering::SeqCst);
-                vec![
-                    ("sent", get(&c.sent)),
-                    ("cache_hits", get(&c.cache_hits)),
-                    ("retries", get(&c.retries)),
-                    ("failed", get(&c.failed)),
-                ]
-            }
-        }
-    }
-}
-
 pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Result<Rewards> {
-    let handle = match &cfg.judge {
+    let judge: Option<Arc<dyn Judge>> = match &cfg.judge {
         None => None,
         Some(JudgeSection::Local { model, device, dtype }) => {
             let options = LoadOptions { device: vagen_model::parse_device(device)?, dtype: dtype.parse::<DType>()? };
             let model = Model::from_spec(model, options).with_context(|| format!("loading the judge model {model}"))?;
-            Some(JudgeHandle::Local(Arc::new(LocalJudge::new(model)?)))
+            Some(Arc::new(LocalJudge::new(model)?))
         }
         Some(JudgeSection::Openai {
             url,
@@ -76,7 +50,7 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             timeout_s,
             retries,
             cache,
-        }) => Some(JudgeHandle::OpenAi(Arc::new(OpenAiJudge::new(OpenAiOptions {
+        }) => Some(Arc::new(OpenAiJudge::new(OpenAiOptions {
             url: url.clone(),
             model: model.clone(),
             api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
@@ -86,20 +60,14 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             retries: *retries,
             backoff: Duration::from_millis(500),
             cache: cache.then(|| run_dir.join("judge-cache")),
-        })?))),
+        })?)),
     };
-    let recorder = handle.as_ref().map(|h| {
-        let inner = match h {
-            JudgeHandle::Local(j) => j.clone() as Arc<dyn Judge>,
-            JudgeHandle::OpenAi(j) => j.clone() as Arc<dyn Judge>,
-        };
-        Arc::new(Recording { inner, last: Mutex::new(vec![]) })
-    });
+    let recorder = judge.map(|inner| Arc::new(Recording { inner, last: Mutex::new(vec![]) }));
     let judge = recorder.clone().map(|r| r as Arc<dyn Judge>);
     let components =
         cfg.rewards.iter().map(|r| RewardComponent::load(runtime, r, judge.clone())).collect::<Result<_>>()?;
-    let seen = handle.as_ref().map_or(vec![], |h| h.counts().iter().map(|c| c.1).collect());
-    Ok(Rewards { components, judge: handle, recorder, seen })
+    let seen = judge.as_ref().map_or(vec![], |j| j.counts().iter().map(|c| c.1).collect());
+    Ok(Rewards { components, recorder, seen })
 }
 
 impl RewardComponent {
@@ -116,12 +84,12 @@ impl RewardComponent {
 }
 
 impl Rewards {
-    /// [`score`] with every component, and the judge's work this step
-    /// (`reward/judge/calls`, `requests` for the local judge; `sent`, `cache_hits`,
-    /// `retries`, `failed` for an endpoint).
+    /// [`score`] with every component, and the judge's work this step (its
+    /// [`Judge::counts`]: `calls` and `requests` for the local judge; `sent`, `cache_hits`,
+    /// `retries` and `failed` for an endpoint), as `reward/judge/<name>`.
     pub fn score(&mut self, trajs: &mut [Trajectory], format: Format, max_failure_rate: f64) -> Result<Scored> {
         let mut scored = score(&self.components, trajs, format, max_failure_rate)?;
-        if let Some(j) = &self.judge {
+        if let Some(j) = &self.recorder {
             let now = j.counts();
             for ((name, n), before) in now.iter().zip(&self.seen) {
                 scored.metrics.insert(format!("reward/judge/{name}"), (n - before) as f64);
@@ -172,6 +140,10 @@ impl Judge for Recording {
             .collect();
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = kept;
         answers
+    }
+
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        self.inner.counts()
     }
 }
 

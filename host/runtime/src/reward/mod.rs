@@ -84,6 +84,10 @@ pub struct JudgeRequest {
 pub trait Judge: Send + Sync {
     /// One answer per request, in order: the completion's text or why there is none.
     fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>>;
+    /// Running totals for the logs (calls, requests, retries, …), by name.
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        vec![]
+    }
 }
 
 /// A loaded, type-checked reward component.
