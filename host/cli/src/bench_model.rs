@@ -42,6 +42,10 @@ pub struct BenchModelArgs {
     transformers: bool,
     #[arg(long)]
     python: Option<PathBuf>,
+    /// End with one JSON line: the model (parameters, bytes of weights and of KV cache per
+    /// token) and a row per batch size, for scripts (the GPU bundle's report).
+    #[arg(long)]
+    json: bool,
 }
 
 struct Figures {
@@ -73,6 +77,16 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     model.eos_token_ids.clear();
     let c = model.config();
     let params: i64 = model.vs.variables().values().map(|t| t.numel() as i64).sum();
+    let weight_bytes: i64 =
+        model.vs.variables().values().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
+    let described = serde_json::json!({
+        "name": a.config.clone().unwrap_or_else(|| a.model.model.clone()),
+        "parameters": params,
+        "weight_bytes": weight_bytes,
+        "kv_bytes_per_token": vagen_model::KvCache::bytes_per_position(c, model.dtype.kind()),
+        "dtype": format!("{:?}", model.dtype),
+        "device": format!("{:?}", model.device()),
+    });
     println!(
         "model: hidden {} x {} layers, vocab {}, {:.1} M parameters, {:?} on {:?}; prompt {} + {} new tokens{}",
         c.hidden_size,
@@ -95,6 +109,34 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     drop(model);
     let theirs = if a.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
     print_table(&a.batch, &ours, theirs.as_deref(), images > 0);
+    if a.json {
+        let rows: Vec<serde_json::Value> = a
+            .batch
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                let t = theirs.as_ref().map(|t| &t[i]);
+                serde_json::json!({
+                    "batch": b,
+                    "vision_img_s": ours[i].vision,
+                    "prefill_tok_s": ours[i].prefill,
+                    "decode_tok_s": ours[i].decode,
+                    "hf_vision_img_s": t.and_then(|t| t.vision),
+                    "hf_prefill_tok_s": t.map(|t| t.prefill),
+                    "hf_decode_tok_s": t.map(|t| t.decode),
+                })
+            })
+            .collect();
+        let line = serde_json::json!({
+            "model": described,
+            "images": images,
+            "image_size": a.image_size,
+            "prompt_len": a.prompt_len,
+            "new_tokens": a.new_tokens,
+            "rows": rows,
+        });
+        println!("{line}");
+    }
     Ok(())
 }
 
@@ -245,6 +287,15 @@ impl HfSource {
     }
 }
 
+/// A reference script of `host/model/reference/`: from `VAGEN_REFERENCE_DIR` where set (a
+/// copy of that folder, as the GPU bundle ships it), else from this source tree.
+pub(crate) fn reference_script(name: &str) -> PathBuf {
+    match std::env::var_os("VAGEN_REFERENCE_DIR") {
+        Some(dir) => PathBuf::from(dir).join(name),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference").join(name),
+    }
+}
+
 /// The Python that runs the transformers side: `--python`, else `VAGEN_PYTHON`, else `python3`.
 pub(crate) fn python(arg: &Option<PathBuf>) -> PathBuf {
     let python = arg.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
@@ -252,7 +303,7 @@ pub(crate) fn python(arg: &Option<PathBuf>) -> PathBuf {
 }
 
 fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Result<Vec<Figures>> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference/bench_transformers.py");
+    let script = reference_script("bench_transformers.py");
     let python = python(&a.python);
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(&script).args(source.args());

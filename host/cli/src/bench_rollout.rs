@@ -41,6 +41,10 @@ pub struct BenchRolloutArgs {
     transformers: bool,
     #[arg(long)]
     python: Option<PathBuf>,
+    /// End with one JSON line: the workload and a row per engine, for scripts (the GPU
+    /// bundle's report).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The prompts: every row's first, and what follows each turn's answer in each row.
@@ -116,6 +120,31 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
             f.peak_kv_mib.map_or("-".into(), |m| format!("{m:.1}")),
             base / f.seconds
         );
+    }
+    if a.json {
+        let engines: Vec<serde_json::Value> = figures
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "engine": f.name,
+                    "seconds": f.seconds,
+                    "gen_tok_s": f.generated as f64 / f.seconds,
+                    "prefill_tokens": f.prefilled,
+                    "tokens_saved": f.saved,
+                    "peak_kv_mib": f.peak_kv_mib,
+                })
+            })
+            .collect();
+        let workload = serde_json::json!({
+            "model": a.config.clone().unwrap_or_else(|| a.model.model.clone()),
+            "dtype": a.model.dtype,
+            "device": a.model.device,
+            "groups": a.groups,
+            "members": a.members,
+            "turns": a.turns,
+            "new_tokens": a.new_tokens,
+        });
+        println!("{}", serde_json::json!({ "workload": workload, "engines": engines }));
     }
     if let Some(f) = figures.iter().find(|f| f.generated != rows * a.turns * a.new_tokens) {
         bail!("{} generated {} tokens, not {}", f.name, f.generated, rows * a.turns * a.new_tokens);
@@ -235,7 +264,7 @@ fn mib(bytes: usize) -> f64 {
 }
 
 fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Result<Figures> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../model/reference/bench_rollout_transformers.py");
+    let script = crate::bench_model::reference_script("bench_rollout_transformers.py");
     let mut spec = tempfile::Builder::new().suffix(".json").tempfile()?;
     serde_json::to_writer(&mut spec, w)?;
     let python = python(&a.python);

@@ -78,7 +78,7 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
 }
 
 /// An image file as RGB8 (alpha dropped, grey expanded), as an env would send it.
-fn read_image(path: &Path) -> Result<Image> {
+pub(crate) fn read_image(path: &Path) -> Result<Image> {
     let img = image::open(path).with_context(|| format!("reading image {}", path.display()))?.to_rgb8();
     Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
 }

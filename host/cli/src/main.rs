@@ -12,6 +12,7 @@ mod generate;
 mod inspect;
 mod limits_arg;
 mod model_args;
+mod parity_dump;
 mod policy;
 mod record;
 mod reward_tools;
@@ -59,6 +60,9 @@ enum Command {
     /// What a reward component costs per turn, and judge throughput locally and through
     /// `serve` (prints figures).
     BenchReward(bench_reward::BenchRewardArgs),
+    /// Our outputs (logits, greedy ids, log-probs) on the cases a parity reference wrote
+    /// (`host/model/reference/parity_sweep.py`), for it to compare with transformers'.
+    ParityDump(parity_dump::ParityDumpArgs),
     /// Serve a model (ours or a checkpoint) over an OpenAI-compatible HTTP API
     /// (`/v1/chat/completions`, streaming included), batching concurrent requests.
     Serve(serve::ServeArgs),
@@ -119,6 +123,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
         (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
         (Some(Command::Serve(a)), _) => serve::serve(a),
+        (Some(Command::ParityDump(a)), _) => parity_dump::parity_dump(a),
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),

@@ -10,6 +10,8 @@
 //!   Python references) in the project-local `.venv`; set `LIBTORCH` to use another libtorch
 //! - `cargo xtask fixtures` regenerate the Python-reference fixtures (committed)
 //! - `cargo xtask env`     print the environment variables that build and run the tch crates
+//! - `cargo xtask gpu-bundle` write `target/gpu-bundle/`: a stripped `vagen-host`, a plugin,
+//!   the reference scripts and `run.sh`, the one command a GPU machine runs (docs/gpu.md)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -28,14 +30,20 @@ fn main() -> ExitCode {
             .and_then(|_| plugins(None))
             .and_then(|_| wheel())
             .and_then(|w| install_wheel(&w))
-            .and_then(|_| test(&args[1..])),
+            .and_then(|_| test(&args[1..]))
+            .and_then(|_| gpu_bundle())
+            .and_then(|dir| gpu_dry_run(&dir)),
+        Some("gpu-bundle") => setup(Needs::Torch)
+            .and_then(|_| plugins(Some(&["frozenlake"])))
+            .and_then(|_| gpu_bundle())
+            .map(|dir| eprintln!("bundle: {} (run.sh OUT_DIR on a GPU machine)", dir.display())),
         // The demo needs libtorch and one plugin: a fresh machine builds nothing else.
         Some("demo") => demo_variant(&args[1..])
             .and_then(|v| setup(Needs::Torch).and_then(|_| plugins(Some(&["frozenlake"]))).map(|_| v))
             .and_then(demo),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | wheel | setup | env | fixtures>"
+                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | wheel | gpu-bundle | setup | env | fixtures>"
             );
             return ExitCode::from(2);
         }
@@ -410,4 +418,94 @@ fn demo(name: &str) -> Result<()> {
     let config = format!("examples/{name}.toml");
     train.current_dir(root()).args(["train", "--config", &config, "--run-dir"]).arg(&run_dir);
     run(train)
+}
+
+/// The GPU bundle's size limit: what one device call may carry, with room to spare.
+const BUNDLE_MAX_BYTES: u64 = 60 << 20;
+
+/// `target/gpu-bundle/`: `vagen-host` (release, stripped), `frozenlake.wasm`, the reference
+/// scripts and the embedded tokenizer assets they read, the demo configs, `gpu_report.py` and
+/// `run.sh`. The binary links libtorch_cuda (checked), so the same build runs on a GPU.
+fn gpu_bundle() -> Result<PathBuf> {
+    let root = root();
+    let mut build = cargo();
+    build.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
+    run(build)?;
+    let dir = root.join("target/gpu-bundle");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
+    }
+    let host = dir.join("bin/vagen-host");
+    let files: [(&str, &str); 11] = [
+        ("target/release/vagen-host", "bin/vagen-host"),
+        ("target/plugins/frozenlake.wasm", "plugins/frozenlake.wasm"),
+        ("host/model/reference/parity_sweep.py", "reference/parity_sweep.py"),
+        ("host/model/reference/bench_transformers.py", "reference/bench_transformers.py"),
+        ("host/model/reference/bench_rollout_transformers.py", "reference/bench_rollout_transformers.py"),
+        ("host/model/assets/tokenizer.json", "assets/tokenizer.json"),
+        ("host/model/assets/tokenizer_config.json", "assets/tokenizer_config.json"),
+        ("host/model/assets/chat_template.jinja", "assets/chat_template.jinja"),
+        ("host/model/assets/vl_chat_template.jinja", "assets/vl_chat_template.jinja"),
+        ("host/xtask/bundle/gpu_report.py", "gpu_report.py"),
+        ("host/xtask/bundle/run.sh", "run.sh"),
+    ];
+    let configs = [
+        ("examples/frozenlake-cpu.toml", "examples/frozenlake-cpu.toml"),
+        ("examples/frozenlake-vision-cpu.toml", "examples/frozenlake-vision-cpu.toml"),
+    ];
+    for (from, to) in files.iter().chain(&configs) {
+        let to = dir.join(to);
+        std::fs::create_dir_all(to.parent().expect("a file in a folder"))
+            .map_err(|e| format!("creating {}: {e}", to.display()))?;
+        copy(&root.join(from), &to, &root)?;
+    }
+    let mut strip = Command::new("strip");
+    strip.arg(&host);
+    run(strip)?;
+    check_links_cuda(&host)?;
+    let size = folder_size(&dir)?;
+    if size > BUNDLE_MAX_BYTES {
+        return Err(format!("{} is {:.1} MiB, over the bundle's 60 MiB", dir.display(), size as f64 / 1048576.0));
+    }
+    eprintln!("gpu bundle: {:.1} MiB", size as f64 / 1048576.0);
+    Ok(dir)
+}
+
+/// A build whose libtorch_cuda was dropped at link time (`--as-needed`) runs on the CPU
+/// alone, silently: the bundle refuses it.
+fn check_links_cuda(binary: &Path) -> Result<()> {
+    let out = Command::new("readelf")
+        .arg("-d")
+        .arg(binary)
+        .output()
+        .map_err(|e| format!("running readelf -d {}: {e}", binary.display()))?;
+    if !String::from_utf8_lossy(&out.stdout).contains("[libtorch_cuda.so]") {
+        return Err(format!("{} does not link libtorch_cuda.so: it could not use a GPU", binary.display()));
+    }
+    Ok(())
+}
+
+fn folder_size(dir: &Path) -> Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?.flatten() {
+        let meta = entry.metadata().map_err(|e| format!("{}: {e}", entry.path().display()))?;
+        total += if meta.is_dir() { folder_size(&entry.path())? } else { meta.len() };
+    }
+    Ok(total)
+}
+
+/// The bundle's CPU dry run (`run.sh --cpu --quick`), so it cannot rot between GPU runs;
+/// its reports go to `target/gpu-bundle-dry-run/`.
+fn gpu_dry_run(bundle: &Path) -> Result<()> {
+    let out = root().join("target/gpu-bundle-dry-run");
+    let mut cmd = Command::new(bundle.join("run.sh"));
+    let python = std::env::var_os("VAGEN_PYTHON").map(PathBuf::from).unwrap_or_else(venv_python);
+    cmd.args(["--cpu", "--quick"]).arg(&out).env("VAGEN_PYTHON", python);
+    run(cmd)?;
+    for report in ["gpu-report.json", "gpu-report.md"] {
+        if !out.join(report).is_file() {
+            return Err(format!("the dry run wrote no {}", out.join(report).display()));
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,384 @@
+"""The GPU bundle's checks, section by section, into gpu-report.json and gpu-report.md.
+
+usage (through run.sh, which sets the library path): gpu_report.py OUT_DIR [--cpu] [--quick]
+       [--sections machine,parity,generation,rollout,training]
+
+Each section has its own time budget; a section that fails or runs out of time is recorded
+with its error and the next one runs. Both reports are rewritten after every section, so a
+run cut short still leaves what it measured. Every figure carries the command that produced
+it. Sizes: full (a GPU, minutes) or --quick (tiny shapes: the CPU dry run that
+`cargo xtask test` runs so the bundle cannot rot between GPU runs).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BUNDLE = pathlib.Path(__file__).resolve().parent
+HOST = BUNDLE / "bin" / "vagen-host"
+REFERENCE = BUNDLE / "reference"
+SECTIONS = ["machine", "parity", "generation", "rollout", "training"]
+# Seconds per section: full on a GPU (8 minutes in all at most), quick on the CPU (3).
+BUDGETS = {
+    "full": {"machine": 20, "parity": 100, "generation": 170, "rollout": 60, "training": 120},
+    "quick": {"machine": 10, "parity": 70, "generation": 30, "rollout": 25, "training": 40},
+}
+
+
+class SectionError(Exception):
+    pass
+
+
+class Section:
+    """One section's record: status, seconds, figures, the commands run and their output."""
+
+    def __init__(self, name, budget):
+        self.name, self.budget, self.started = name, budget, time.time()
+        self.figures, self.commands, self.tables = {}, [], []
+
+    def left(self):
+        return self.budget - (time.time() - self.started)
+
+    def run(self, args, env=None, watch_gpu=False):
+        """Runs a command within what is left of the budget; its stdout. With `watch_gpu`,
+        the peak of GPU memory in use while it ran (nvidia-smi, polled) is left in
+        `self.peak_gpu_mib`."""
+        left = self.left()
+        if left <= 1:
+            raise SectionError(f"out of time before: {shlex.join(map(str, args))}")
+        started = time.time()
+        poller = GpuPeak() if watch_gpu else None
+        try:
+            done = subprocess.run(
+                [str(a) for a in args],
+                capture_output=True,
+                text=True,
+                timeout=left,
+                env={**os.environ, **(env or {})},
+            )
+        except subprocess.TimeoutExpired as e:
+            raise SectionError(f"timed out after {left:.0f} s (the section's budget): {shlex.join(map(str, args))}") from e
+        finally:
+            self.peak_gpu_mib = poller.stop() if poller else None
+        record = {
+            "command": shlex.join(map(str, args)),
+            "seconds": round(time.time() - started, 2),
+            "rc": done.returncode,
+            "output_tail": (done.stdout + done.stderr)[-1500:],
+        }
+        self.commands.append(record)
+        if done.returncode != 0:
+            raise SectionError(f"exit {done.returncode}: {record['command']}\n{done.stderr[-1500:]}")
+        return done.stdout
+
+    def figure(self, key, value, command=None):
+        self.figures[key] = value if command is None else {"value": value, "command": command}
+
+
+class GpuPeak:
+    """Polls nvidia-smi for the memory in use while a command runs (the process's own
+    allocator is not reachable from outside); None where there is no nvidia-smi."""
+
+    def __init__(self):
+        self.peak, self.ok, self.stopping = 0.0, True, threading.Event()
+        self.thread = threading.Thread(target=self.poll, daemon=True)
+        self.thread.start()
+
+    def poll(self):
+        while not self.stopping.is_set():
+            try:
+                out = subprocess.run(
+                    ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                )
+                self.peak = max(self.peak, float(out.stdout.split()[0]))
+            except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+                self.ok = False
+                return
+            self.stopping.wait(0.25)
+
+    def stop(self):
+        self.stopping.set()
+        self.thread.join()
+        return round(self.peak, 0) if self.ok and self.peak > 0 else None
+
+
+def toml_value(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return json.dumps(v) if isinstance(v, str) else str(v)
+
+
+def last_json(text):
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    if not lines:
+        raise SectionError("the command printed no JSON line")
+    return json.loads(lines[-1])
+
+
+# ---------------------------------------------------------------- sections
+
+
+def machine(s, ctx):
+    import torch
+
+    s.figure("torch", torch.__version__)
+    s.figure("cuda", torch.version.cuda)
+    s.figure("python", platform.python_version())
+    try:
+        import transformers
+
+        s.figure("transformers", transformers.__version__)
+    except ImportError:
+        s.figure("transformers", None)
+    if ctx.cpu:
+        s.figure("device", f"cpu ({os.cpu_count()} cores, {platform.processor() or platform.machine()})")
+        device = "cpu"
+    else:
+        if not torch.cuda.is_available():
+            raise SectionError("torch sees no CUDA device (use --cpu for the dry run)")
+        p = torch.cuda.get_device_properties(0)
+        s.figure("device", p.name)
+        s.figure("memory_gib", round(p.total_memory / 2**30, 1))
+        s.figure("multiprocessors", p.multi_processor_count)
+        smi = s.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+        s.figure("driver", smi.strip())
+        device = "cuda"
+    mib = 64 if ctx.quick else 1024
+    command = f"torch: copy a {mib} MiB tensor on {device} 10 times after 3 warm-ups (bytes read + written)"
+    x = torch.empty(mib * 2**20, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for _ in range(3):
+        y.copy_(x)
+    sync()
+    started = time.perf_counter()
+    for _ in range(10):
+        y.copy_(x)
+    sync()
+    seconds = time.perf_counter() - started
+    ctx.bandwidth = 2 * 10 * x.numel() / seconds
+    s.figure("copy_bandwidth_gb_s", round(ctx.bandwidth / 1e9, 1), command)
+
+
+def parity(s, ctx):
+    sweeps = [("f32", "--vl 2 --text 1 --prompts 2" if ctx.quick else "--vl 24 --text 12 --prompts 3")]
+    sweeps.append(("bf16", "--vl 1 --text 1 --prompts 2" if ctx.quick else "--vl 8 --text 4 --prompts 3"))
+    for dtype, sizes in sweeps:
+        report = ctx.scratch / f"parity-{dtype}.json"
+        args = [sys.executable, REFERENCE / "parity_sweep.py", "--host", HOST, "--device", ctx.device, "--dtype", dtype]
+        args += sizes.split() + ["--json", report]
+        try:
+            s.run(args)
+        finally:
+            if report.exists():
+                r = json.loads(report.read_text())
+                summary = r["summary"]
+                s.figure(f"{dtype}", {k: summary[k] for k in summary if k != "command"} | {"failed_cases": [
+                    {"case": c["case"], "failures": c["failures"]} for c in r["cases"] if not c["passed"]
+                ]}, shlex.join(map(str, args)))
+        rows = [
+            (c["case"], p["prompt"], p["tokens"], f"{p['relative_error']:.2e}", f"{p['transformers_drift']:.2e}",
+             "yes" if p["greedy_equal"] else ("tie" if p["greedy_tie_broken"] else "NO"),
+             f"{p['forward_vs_generation']:.1e}")
+            for c in json.loads(report.read_text())["cases"] for p in c["prompts"]
+        ] if report.exists() else []
+        worst = sorted(rows, key=lambda r: -float(r[3]))[:8]
+        s.tables.append((f"{dtype}: the 8 prompts with the largest logits error",
+                         ["case", "prompt", "tokens", "relative error", "transformers' bf16 drift", "greedy equal",
+                          "generation vs forward"], worst))
+
+
+def bench_model_args(ctx, shape):
+    if ctx.quick:
+        return ["--model", "default" if shape == "text" else "default-vl", "--device", ctx.device, "--batch", "1,2",
+                "--prompt-len", "16", "--new-tokens", "8", "--image-size", "56"]
+    config = "qwen2.5-0.5b" if shape == "text" else "qwen2.5-vl-3b"
+    batch = "1,8,64" if shape == "text" else "1,8"
+    return ["--config", config, "--dtype", "bf16", "--device", ctx.device, "--batch", batch]
+
+
+def generation(s, ctx):
+    rows = []
+    for shape in ["text", "vl"]:
+        args = [HOST, "bench-model", *bench_model_args(ctx, shape), "--transformers", "--python", sys.executable,
+                "--json"]
+        out = last_json(s.run(args))
+        command = shlex.join(map(str, args))
+        s.figure(f"{shape}_model", out["model"], command)
+        for r in out["rows"]:
+            # Per decode step every weight is read once and each row reads its cache.
+            kv_read = r["batch"] * out["model"]["kv_bytes_per_token"] * (out["prompt_len"] + out["new_tokens"] / 2)
+            step_bytes = out["model"]["weight_bytes"] + kv_read
+            floor_ms = 1e3 * step_bytes / ctx.bandwidth if ctx.bandwidth else None
+            step_ms = 1e3 * r["batch"] / r["decode_tok_s"]
+            row = {
+                "shape": out["model"]["name"],
+                "batch": r["batch"],
+                "prefill_tok_s": round(r["prefill_tok_s"]),
+                "decode_tok_s": round(r["decode_tok_s"]),
+                "hf_prefill_tok_s": r.get("hf_prefill_tok_s") and round(r["hf_prefill_tok_s"]),
+                "hf_decode_tok_s": r.get("hf_decode_tok_s") and round(r["hf_decode_tok_s"]),
+                "vision_img_s": r.get("vision_img_s"),
+                "hf_vision_img_s": r.get("hf_vision_img_s"),
+                "decode_ms_per_step": round(step_ms, 3),
+                "floor_ms_per_step": floor_ms and round(floor_ms, 3),
+                "floor_fraction": floor_ms and round(floor_ms / step_ms, 3),
+            }
+            rows.append(row)
+    s.figure("rows", rows)
+    keys = list(rows[0].keys()) if rows else []
+    s.tables.append(("ours and transformers' generate (floor: weights + KV read per step at the measured copy "
+                     "bandwidth)", keys, [[r[k] for k in keys] for r in rows]))
+
+
+def rollout(s, ctx):
+    if ctx.quick:
+        size = ["--model", "default", "--groups", "2", "--members", "2", "--turns", "2", "--new-tokens", "8"]
+    else:
+        size = ["--config", "qwen2.5-0.5b", "--dtype", "bf16"]
+    args = [HOST, "bench-rollout", *size, "--device", ctx.device, "--transformers", "--python", sys.executable, "--json"]
+    out = last_json(s.run(args))
+    s.figure("workload", out["workload"], shlex.join(map(str, args)))
+    s.figure("engines", out["engines"])
+    keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib"]
+    s.tables.append(("multi-turn rollouts", keys, [[e.get(k) for k in keys] for e in out["engines"]]))
+
+
+def training(s, ctx):
+    runs = [("text", "frozenlake-cpu.toml"), ("vision", "frozenlake-vision-cpu.toml")]
+    sizes = (
+        {"sft.steps": 2, "schedule.steps": 2, "env.val_episodes": 8, "env.groups": 2, "env.group_size": 2}
+        if ctx.quick
+        else {"sft.steps": 10, "schedule.steps": 5, "env.val_episodes": 32}
+    )
+    rows = []
+    for name, config in runs:
+        run_dir = ctx.scratch / f"train-{name}"
+        steps = sizes["schedule.steps"]
+        # Generation's log-probs compared with the training forward's (not reused).
+        sets = {**sizes, "model.device": ctx.device, "rollout.reuse_logprobs": False,
+                "schedule.eval_every": steps, "schedule.save_every": steps,
+                "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
+        args = [HOST, "train", "--config", BUNDLE / "examples" / config, "--run-dir", run_dir]
+        for k, v in sets.items():
+            args += ["--set", f"{k}={toml_value(v)}"]
+        s.run(args, watch_gpu=not ctx.cpu)
+        peak = s.peak_gpu_mib
+        metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
+        rl = [m for m in metrics if "timing_s/step" in m]
+        if not rl:
+            raise SectionError(f"{name}: metrics.jsonl has no RL step")
+        mean = lambda k: round(sum(m.get(k, 0.0) for m in rl) / len(rl), 4)  # noqa: E731
+        evals = [m for m in metrics if any(k.startswith("val/") for k in m)]
+        checkpoint = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[-1]
+        reload = [HOST, "eval", "--model", checkpoint / "actor", "--config", run_dir / "config.toml",
+                  "--episodes", "4", "--json"]
+        reloaded = last_json(s.run(reload))
+        row = {
+            "run": name,
+            "rl_steps": len(rl),
+            "step_s": mean("timing_s/step"),
+            "rollout_s": mean("timing_s/rollout"),
+            "score_s": mean("timing_s/old_log_prob"),
+            "update_s": mean("timing_s/update"),
+            "vision_s": mean("timing_s/vision_forward"),
+            "tokens_per_s": mean("throughput/tokens_per_s"),
+            "logprob_diff_max": max(m.get("rollout/logprob_diff_max", 0.0) for m in rl),
+            "peak_gpu_mib": peak,
+            "held_out_success": evals[-1].get("val/success") if evals else None,
+            "checkpoint_reloads": reloaded.get("success") is not None,
+        }
+        rows.append(row)
+        s.figure(name, row, shlex.join(map(str, args)))
+    keys = list(rows[0].keys())
+    s.tables.append(("bounded training runs (means over RL steps)", keys, [[r[k] for k in keys] for r in rows]))
+
+
+# ---------------------------------------------------------------- report
+
+
+def write_reports(out, ctx, records):
+    doc = {"bundle": str(BUNDLE), "mode": "quick" if ctx.quick else "full", "device": ctx.device,
+           "started": ctx.started_at, "sections": records}
+    (out / "gpu-report.json").write_text(json.dumps(doc, indent=1, default=str))
+    md = [f"# GPU bundle report ({doc['mode']}, {ctx.device}, {ctx.started_at})", ""]
+    for r in records:
+        md += [f"## {r['name']}: {r['status']} ({r['seconds']} s)", ""]
+        if r.get("error"):
+            md += ["```", r["error"][-1200:], "```", ""]
+        plain = {k: v for k, v in r["figures"].items() if not isinstance(v, dict) or "value" in v}
+        if plain:
+            md += ["| figure | value | command |", "|---|---|---|"]
+            for k, v in plain.items():
+                value, command = (v["value"], v.get("command", "")) if isinstance(v, dict) else (v, "")
+                if isinstance(value, (dict, list)):
+                    value = json.dumps(value, default=str)
+                md.append(f"| {k} | {value} | `{command}` |" if command else f"| {k} | {value} | |")
+            md.append("")
+        for title, keys, rows in r.get("tables", []):
+            md += [f"{title}:", "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+            md += ["| " + " | ".join("" if v is None else str(v) for v in row) + " |" for row in rows]
+            md.append("")
+        if r["commands"]:
+            md += ["Commands:", ""] + [f"- `{c['command']}` ({c['seconds']} s, exit {c['rc']})" for c in r["commands"]]
+            md.append("")
+    (out / "gpu-report.md").write_text("\n".join(md))
+
+
+class Context:
+    pass
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--cpu", action="store_true", help="run on the CPU (the dry run)")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes")
+    ap.add_argument("--sections", default=",".join(SECTIONS))
+    args = ap.parse_args()
+    wanted = args.sections.split(",")
+    unknown = [w for w in wanted if w not in SECTIONS]
+    if unknown:
+        sys.exit(f"--sections: unknown {unknown}; known: {','.join(SECTIONS)}")
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = Context()
+    ctx.cpu, ctx.quick, ctx.device = args.cpu, args.quick, "cpu" if args.cpu else "cuda"
+    ctx.bandwidth = None
+    ctx.started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    ctx.scratch = pathlib.Path(tempfile.mkdtemp(prefix="gpu-bundle-"))
+    budgets = BUDGETS["quick" if args.quick else "full"]
+    records = []
+    for name in SECTIONS:
+        if name not in wanted:
+            continue
+        s = Section(name, budgets[name])
+        record = {"name": name, "status": "passed", "error": None}
+        try:
+            globals()[name](s, ctx)
+        except Exception as e:  # a failed section is recorded; the next one runs
+            record["status"] = "failed"
+            record["error"] = f"{type(e).__name__}: {e}"
+        record.update(seconds=round(time.time() - s.started, 1), figures=s.figures, commands=s.commands, tables=s.tables)
+        records.append(record)
+        print(f"{name}: {record['status']} ({record['seconds']} s)" + (f": {record['error']}" if record["error"] else ""),
+              flush=True)
+        write_reports(out, ctx, records)
+    failed = [r["name"] for r in records if r["status"] != "passed"]
+    print(f"report: {out / 'gpu-report.md'}; {len(records) - len(failed)}/{len(records)} sections passed", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
