@@ -395,6 +395,8 @@ def relative_error(a, b):
 def compare(name, ref, ref_low, ours, dtype):
     """Failures (strings) and figures for one case."""
     failures, figures = [], []
+    if ours.get("error"):
+        return [f"vagen-host failed on this case: {ours['error']}"], []
     for i, (r, o) in enumerate(zip(ref, ours["prompts"])):
         if o.get("error"):
             failures.append(f"prompt {i}: vagen-host failed: {o['error']}")
@@ -478,7 +480,7 @@ def run_ours(host, cases_dir, device, dtype):
     started = time.time()
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr}")
+        sys.exit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[:3000]}")
     return time.time() - started, " ".join(cmd)
 
 

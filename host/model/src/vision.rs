@@ -147,7 +147,9 @@ impl Attention {
         let k = turn(qkv.select(1, 1));
         let v = qkv.select(1, 2);
         let out = groups.attend(&q, &k, &v);
-        self.proj.forward(&out.view([n, -1]))
+        // Not `view`: on CUDA in bf16, SDPA pads a head size that is not a multiple of 8
+        // and returns the unpadded slice, whose heads are not adjacent in memory.
+        self.proj.forward(&out.reshape([n, -1]))
     }
 }
 

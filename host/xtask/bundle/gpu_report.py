@@ -28,7 +28,7 @@ REFERENCE = BUNDLE / "reference"
 SECTIONS = ["machine", "parity", "generation", "rollout", "training"]
 # Seconds per section: full on a GPU (8 minutes in all at most), quick on the CPU (3).
 BUDGETS = {
-    "full": {"machine": 20, "parity": 100, "generation": 170, "rollout": 60, "training": 120},
+    "full": {"machine": 10, "parity": 100, "generation": 190, "rollout": 110, "training": 60},
     "quick": {"machine": 10, "parity": 70, "generation": 30, "rollout": 25, "training": 40},
 }
 
@@ -72,11 +72,14 @@ class Section:
             "command": shlex.join(map(str, args)),
             "seconds": round(time.time() - started, 2),
             "rc": done.returncode,
+            # The head names a failure (a C++ frame list can follow for pages), the tail
+            # holds the figures.
+            "output_head": (done.stdout + done.stderr)[:1500],
             "output_tail": (done.stdout + done.stderr)[-1500:],
         }
         self.commands.append(record)
         if done.returncode != 0:
-            raise SectionError(f"exit {done.returncode}: {record['command']}\n{done.stderr[-1500:]}")
+            raise SectionError(f"exit {done.returncode}: {record['command']}\n{done.stderr[:1500]}")
         return done.stdout
 
     def figure(self, key, value, command=None):
