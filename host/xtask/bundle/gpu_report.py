@@ -184,22 +184,25 @@ def parity(s, ctx):
         try:
             s.run(args)
         finally:
+            # A failed sweep still wrote its report: its figures are what the section shows.
             if report.exists():
-                r = json.loads(report.read_text())
-                summary = r["summary"]
-                s.figure(f"{dtype}", {k: summary[k] for k in summary if k != "command"} | {"failed_cases": [
-                    {"case": c["case"], "failures": c["failures"]} for c in r["cases"] if not c["passed"]
-                ]}, shlex.join(map(str, args)))
-        rows = [
-            (c["case"], p["prompt"], p["tokens"], f"{p['relative_error']:.2e}", f"{p['transformers_drift']:.2e}",
-             "yes" if p["greedy_equal"] else ("tie" if p["greedy_tie_broken"] else "NO"),
-             f"{p['forward_vs_generation']:.1e}")
-            for c in json.loads(report.read_text())["cases"] for p in c["prompts"]
-        ] if report.exists() else []
-        worst = sorted(rows, key=lambda r: -float(r[3]))[:8]
-        s.tables.append((f"{dtype}: the 8 prompts with the largest logits error",
-                         ["case", "prompt", "tokens", "relative error", "transformers' bf16 drift", "greedy equal",
-                          "generation vs forward"], worst))
+                parity_figures(s, dtype, json.loads(report.read_text()), shlex.join(map(str, args)))
+
+
+def parity_figures(s, dtype, r, command):
+    summary = {k: v for k, v in r["summary"].items() if k != "command"}
+    summary["failed_cases"] = [{"case": c["case"], "failures": c["failures"]} for c in r["cases"] if not c["passed"]]
+    s.figure(dtype, summary, command)
+    rows = [
+        (c["case"], p["prompt"], p["tokens"], f"{p['relative_error']:.2e}", f"{p['transformers_drift']:.2e}",
+         "yes" if p["greedy_equal"] else ("tie" if p["greedy_tie_broken"] else "NO"),
+         f"{p['forward_vs_generation']:.1e}", f"{p['transformers_forward_vs_generation']:.1e}")
+        for c in r["cases"] for p in c["prompts"]
+    ]
+    worst = sorted(rows, key=lambda row: -float(row[3]))[:8]
+    s.tables.append((f"{dtype}: the 8 prompts with the largest logits error",
+                     ["case", "prompt", "tokens", "relative error", "transformers' bf16 drift", "greedy equal",
+                      "generation vs forward", "transformers' generation vs forward"], worst))
 
 
 def bench_model_args(ctx, shape):
