@@ -36,6 +36,8 @@ from transformers import (
 )
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
+from parity_sweep import as_hf  # noqa: F401  (reload_vl.py imports it from here too)
+
 HERE = pathlib.Path(__file__).resolve().parent
 CRATE = HERE.parent
 ASSETS = CRATE / "assets"
@@ -136,23 +138,6 @@ PROMPTS = [
         "images": ["e", "a"],
     },
 ]
-
-
-def as_hf(messages):
-    """Our `<image>` markers as transformers' list content."""
-    out = []
-    for m in messages:
-        if "<image>" not in m["content"]:
-            out.append(m)
-            continue
-        parts = []
-        for i, piece in enumerate(m["content"].split("<image>")):
-            if i > 0:
-                parts.append({"type": "image"})
-            if piece:
-                parts.append({"type": "text", "text": piece})
-        out.append({"role": m["role"], "content": parts})
-    return out
 
 
 def main():
