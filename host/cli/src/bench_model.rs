@@ -10,7 +10,7 @@ use rand_core::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::time::Instant;
 use tch::Tensor;
-use vagen_model::{GenerateOptions, ImageProcessor, Model, PixelValues, Prompt, Qwen2Config, Qwen2VlConfig};
+use vagen_model::{GenerateOptions, Model, PixelValues, Prompt, Qwen2Config, Qwen2VlConfig};
 
 #[derive(Args)]
 pub struct BenchModelArgs {
@@ -252,10 +252,9 @@ pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool
         Some(shape) => {
             let started = Instant::now();
             let (model, raw) = match shape_config(shape)? {
-                Shape::Text(c) => (vagen_model::random_model(c.clone(), 0, args.options()?)?, c.raw),
+                Shape::Text(c) => (vagen_model::benchmark_model(c.clone(), None, 0, args.options()?)?, c.raw),
                 Shape::Vl(c) => {
-                    let processor = ImageProcessor::default();
-                    (vagen_model::random_vl_model(c.clone(), processor, 0, args.options()?)?, c.raw)
+                    (vagen_model::benchmark_model(c.text.clone(), Some(c.clone()), 0, args.options()?)?, c.raw)
                 }
             };
             eprintln!("random weights ready in {:.1} s", started.elapsed().as_secs_f64());

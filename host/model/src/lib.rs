@@ -44,7 +44,7 @@ pub use chat::ChatTemplate;
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
 pub use default_model::{
-    DEFAULT_SEED, default_config, default_model, default_vl_config, default_vl_model, random_model, random_vl_model,
+    DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model, random_model,
 };
 pub use device::{DType, parse_device};
 pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats};

@@ -28,8 +28,8 @@ REFERENCE = BUNDLE / "reference"
 SECTIONS = ["machine", "parity", "generation", "rollout", "training"]
 # Seconds per section: full on a GPU (8 minutes in all at most), quick on the CPU (3).
 BUDGETS = {
-    "full": {"machine": 10, "parity": 100, "generation": 190, "rollout": 110, "training": 60},
-    "quick": {"machine": 10, "parity": 70, "generation": 30, "rollout": 25, "training": 40},
+    "full": {"machine": 10, "parity": 85, "generation": 170, "rollout": 100, "training": 110},
+    "quick": {"machine": 10, "parity": 60, "generation": 30, "rollout": 20, "training": 60},
 }
 
 
@@ -307,8 +307,61 @@ def training(s, ctx):
         }
         rows.append(row)
         s.figure(name, row, shlex.join(map(str, args)))
+    rows.append(update_steps(s, ctx))
     keys = list(rows[0].keys())
-    s.tables.append(("bounded training runs (means over RL steps)", keys, [[r[k] for k in keys] for r in rows]))
+    s.tables.append(("bounded training runs (means over RL steps)", keys, [[r.get(k) for k in keys] for r in rows]))
+
+
+def random_checkpoint(folder, shape, dtype):
+    """A Qwen2 folder of `shape` with transformers' random weights and the embedded
+    tokenizer (its ids fit any vocabulary of the shape), saved in `dtype`."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    assets = BUNDLE / "assets"
+    tokenizer_config = json.loads((assets / "tokenizer_config.json").read_text())
+    vocab = json.loads((assets / "tokenizer.json").read_text())["added_tokens"]
+    ids = {t["content"]: t["id"] for t in vocab}
+    config = Qwen2Config(**shape, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"])
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).to(getattr(torch, dtype))
+    model.save_pretrained(folder)
+    (folder / "tokenizer.json").write_text((assets / "tokenizer.json").read_text())
+    tokenizer_config["chat_template"] = (assets / "chat_template.jinja").read_text()
+    (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
+
+
+# Qwen2.5-0.5B-Instruct's shape (bench-model's `qwen2.5-0.5b`); quick: a tiny one.
+SHAPE_0_5B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+                  rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+SHAPE_TINY = dict(vocab_size=1032, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+
+
+def update_steps(s, ctx):
+    """A few RL steps of the 0.5B shape in bf16 (its tokens/s and the device's peak memory)."""
+    folder = ctx.scratch / "random-0.5b"
+    shape = SHAPE_TINY if ctx.quick else SHAPE_0_5B
+    random_checkpoint(folder, shape, "bfloat16")
+    run_dir = ctx.scratch / "train-0.5b"
+    sets = {"model.path": str(folder), "model.dtype": "bf16", "model.device": ctx.device, "sft.steps": 0,
+            "schedule.steps": 3, "schedule.eval_every": 0, "schedule.save_every": 0, "env.val_episodes": 4,
+            "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
+    args = [HOST, "train", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml", "--run-dir", run_dir]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={toml_value(v)}"]
+    s.run(args, watch_gpu=not ctx.cpu)
+    rl = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "timing_s/step" in l]
+    if not rl:
+        raise SectionError("the bf16 run logged no RL step")
+    mean = lambda k: round(sum(m.get(k, 0.0) for m in rl) / len(rl), 4)  # noqa: E731
+    row = {"run": f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16", "rl_steps": len(rl),
+           "step_s": mean("timing_s/step"), "rollout_s": mean("timing_s/rollout"),
+           "score_s": mean("timing_s/old_log_prob"), "update_s": mean("timing_s/update"),
+           "tokens_per_s": mean("throughput/tokens_per_s"), "peak_gpu_mib": s.peak_gpu_mib}
+    s.figure("update_bf16", row, shlex.join(map(str, args)))
+    return row
 
 
 # ---------------------------------------------------------------- report

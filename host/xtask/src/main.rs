@@ -31,11 +31,13 @@ fn main() -> ExitCode {
             .and_then(|_| wheel())
             .and_then(|w| install_wheel(&w))
             .and_then(|_| test(&args[1..]))
-            .and_then(|_| gpu_bundle())
+            // The tests just built target/release/vagen-host (with the workspace's features:
+            // `-p vagen-host` alone would unify others and rebuild).
+            .and_then(|_| gpu_bundle(false))
             .and_then(|dir| gpu_dry_run(&dir)),
         Some("gpu-bundle") => setup(Needs::Torch)
             .and_then(|_| plugins(Some(&["frozenlake"])))
-            .and_then(|_| gpu_bundle())
+            .and_then(|_| gpu_bundle(true))
             .map(|dir| eprintln!("bundle: {} (run.sh OUT_DIR on a GPU machine)", dir.display())),
         // The demo needs libtorch and one plugin: a fresh machine builds nothing else.
         Some("demo") => demo_variant(&args[1..])
@@ -426,11 +428,14 @@ const BUNDLE_MAX_BYTES: u64 = 60 << 20;
 /// `target/gpu-bundle/`: `vagen-host` (release, stripped), `frozenlake.wasm`, the reference
 /// scripts and the embedded tokenizer assets they read, the demo configs, `gpu_report.py` and
 /// `run.sh`. The binary links libtorch_cuda (checked), so the same build runs on a GPU.
-fn gpu_bundle() -> Result<PathBuf> {
+/// `build`: build `vagen-host` first (else the one in target/release is taken).
+fn gpu_bundle(build: bool) -> Result<PathBuf> {
     let root = root();
-    let mut build = cargo();
-    build.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
-    run(build)?;
+    if build {
+        let mut cmd = cargo();
+        cmd.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
+        run(cmd)?;
+    }
     let dir = root.join("target/gpu-bundle");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
