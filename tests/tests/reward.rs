@@ -140,6 +140,48 @@ fn the_judge_is_asked_once_per_batch_and_its_time_is_not_the_components() {
     }
 }
 
+/// Issue 41: judge calls used to credit a tick each, however short, so a component calling
+/// the judge in a loop was never interrupted. Now: no requests traps the call; more than
+/// `max_judge_calls` calls traps it; only the time really spent in the judge is credited, and
+/// at most `judge_credit_ms` of it.
+#[test]
+fn a_component_spinning_on_the_judge_cannot_stall_its_deadline() {
+    let fast = || Arc::new(Scripted { calls: 0.into(), asked: Mutex::new(vec![]), delay: Duration::ZERO });
+    let cases: [(&str, Limits, u64, fn(&Error) -> bool); 3] = [
+        ("judge-empty", limits(), 1, |e| matches!(e, Error::Trap { message, .. } if message.contains("no requests"))),
+        (
+            "judge-spin",
+            limits(),
+            1,
+            |e| matches!(e, Error::Trap { message, .. } if message.contains("more than 8 times") && message.contains("max_judge_calls")),
+        ),
+        // Calls allowed without end: the component's own time runs out, the judge's few
+        // microseconds a call credit nothing.
+        ("judge-spin", Limits { max_judge_calls: u32::MAX, ..limits() }, 3, |e| matches!(e, Error::Timeout { .. })),
+    ];
+    for (mode, limits, seconds, expected) in cases {
+        let (rt, _dir) = runtime(limits);
+        let plugin = rt.load_reward(plugin_path("hostile-reward")).unwrap();
+        let mut scorer = plugin.create(&format!(r#"{{"mode": "{mode}"}}"#), Some(fast())).unwrap();
+        let started = Instant::now();
+        let err = scorer.score(&turns(2)).unwrap_err();
+        assert!(expected(&err), "{mode}: {err}");
+        assert!(started.elapsed() < Duration::from_secs(seconds), "{mode} took {:?}", started.elapsed());
+    }
+    // A slow judge is credited its real time, but no more than judge_credit_ms a call: 500 ms
+    // of the component's own, 400 ms of credit, one 300 ms judge call in flight.
+    let slow = Arc::new(Scripted { calls: 0.into(), asked: Mutex::new(vec![]), delay: Duration::from_millis(300) });
+    let (rt, _dir) = runtime(Limits { max_judge_calls: 1_000, judge_credit_ms: 400, ..limits() });
+    let plugin = rt.load_reward(plugin_path("hostile-reward")).unwrap();
+    let mut scorer = plugin.create(r#"{"mode": "judge-spin"}"#, Some(slow.clone())).unwrap();
+    let started = Instant::now();
+    let err = scorer.score(&turns(2)).unwrap_err();
+    assert!(matches!(err, Error::Timeout { .. }), "{err}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(800) && took < Duration::from_millis(2_000), "took {took:?}");
+    assert!(slow.calls.load(Ordering::SeqCst) <= 4, "{} judge calls", slow.calls.load(Ordering::SeqCst));
+}
+
 #[test]
 fn an_environment_is_not_a_reward_function() {
     let (rt, _dir) = runtime(limits());

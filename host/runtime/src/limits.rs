@@ -45,6 +45,12 @@ pub struct Limits {
     /// `default-max-turns` or a run's setting says (Gymnasium's `TimeLimit`, on the
     /// host's side): every loop over turns, answers and replays is bounded by it.
     pub max_turns: u32,
+    /// Calls a reward component may make to the judge within one `score` call; one more
+    /// traps the call (the judge answers a batch of requests at once).
+    pub max_judge_calls: u32,
+    /// Judge time credited back to one `score` call's deadline, at most: the time really
+    /// spent in the host's judge, up to this.
+    pub judge_credit_ms: u64,
 }
 
 impl Default for Limits {
@@ -63,6 +69,8 @@ impl Default for Limits {
             max_episode_mib: 64,
             max_abs_reward: 1e6,
             max_turns: 1_000,
+            max_judge_calls: 8,
+            judge_credit_ms: 300_000,
         }
     }
 }
@@ -142,6 +150,10 @@ impl Limits {
 
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
+    }
+
+    pub fn judge_credit(&self) -> Duration {
+        Duration::from_millis(self.judge_credit_ms)
     }
 
     pub fn create_timeout(&self) -> Duration {

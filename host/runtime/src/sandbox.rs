@@ -25,9 +25,26 @@ pub(crate) struct Sandbox {
     pub(crate) memory: MemoryCap,
     /// A reward component's judge (`None` for environments).
     pub(crate) judge: Option<std::sync::Arc<dyn crate::reward::Judge>>,
-    /// Epoch ticks the host spent answering the judge during the current call: credited
-    /// back to the call's deadline.
-    pub(crate) judge_ticks: u64,
+    /// The judge's use in the current call, and what it may use.
+    pub(crate) judge_use: JudgeUse,
+    pub(crate) judge_budget: JudgeBudget,
+}
+
+/// The judge's use within one call into a reward component (reset by `arm`).
+#[derive(Default)]
+pub(crate) struct JudgeUse {
+    pub calls: u32,
+    /// Time spent in the judge, granted as credit and not yet given to the deadline.
+    pub pending: std::time::Duration,
+    /// Credit granted so far in this call (at most `JudgeBudget::credit`).
+    pub granted: std::time::Duration,
+}
+
+/// `Limits::max_judge_calls` and `judge_credit_ms`, as the store needs them.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct JudgeBudget {
+    pub calls: u32,
+    pub credit: std::time::Duration,
 }
 
 /// Handles the host keeps to re-seed an instance's world at every `reset`.
@@ -75,7 +92,8 @@ impl Sandbox {
             clock: clock.clone(),
             memory: MemoryCap::new(memory_cap, pool),
             judge: None,
-            judge_ticks: 0,
+            judge_use: JudgeUse::default(),
+            judge_budget: JudgeBudget::default(),
         };
         (sandbox, Determinism { random, clock, stderr })
     }

@@ -231,17 +231,23 @@ pub(crate) fn new_store(runtime: &Runtime) -> (Store<Sandbox>, Determinism) {
 }
 
 /// Sets the wall-clock deadline (and fuel) for the next call into the store.
-/// Time the host spends answering a reward function's judge is not the component's: it is
-/// credited back when the deadline comes (an environment has no judge, so no credit).
+/// Time the host really spends answering a reward function's judge is not the component's:
+/// it is credited back, in whole ticks and up to `judge_credit_ms`, when the deadline comes
+/// (an environment has no judge, so no credit).
 pub(crate) fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u64>) {
     // The epoch may advance right after this call, so one extra tick keeps the deadline
     // from firing early; it then fires within two ticks after the budget.
     let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
     store.set_epoch_deadline(ticks);
-    store.data_mut().judge_ticks = 0;
+    store.data_mut().judge_use = Default::default();
     store.epoch_deadline_callback(|mut ctx| {
-        let credit = std::mem::take(&mut ctx.data_mut().judge_ticks);
-        if credit > 0 { Ok(UpdateDeadline::Continue(credit)) } else { Err(Trap::Interrupt.into()) }
+        let judge = &mut ctx.data_mut().judge_use;
+        let ticks = (judge.pending.as_nanos() / EPOCH_TICK.as_nanos()) as u64;
+        if ticks == 0 {
+            return Err(Trap::Interrupt.into());
+        }
+        judge.pending -= EPOCH_TICK * ticks as u32;
+        Ok(UpdateDeadline::Continue(ticks))
     });
     if let Some(fuel) = fuel {
         // Only fails when fuel is off in the engine, which `Runtime` ties to this option.

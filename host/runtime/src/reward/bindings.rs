@@ -7,6 +7,9 @@ use crate::{Error, Image, Limits, Metric, guest_text};
 wasmtime::component::bindgen!({
     world: "reward-function",
     path: "../../wit/v0.3.0",
+    // A component that misuses the judge (no requests, too many calls) has its call
+    // trapped, naming why.
+    imports: { "vagen:env/judge.complete": trappable },
 });
 
 pub(crate) use vagen::env::reward_types as wit;
@@ -97,18 +100,31 @@ fn request(r: vagen::env::judge::Request) -> JudgeRequest {
 impl vagen::env::types::Host for Sandbox {}
 
 impl vagen::env::judge::Host for Sandbox {
-    fn complete(&mut self, requests: Vec<vagen::env::judge::Request>) -> Vec<Result<String, String>> {
+    fn complete(&mut self, requests: Vec<vagen::env::judge::Request>) -> wasmtime::Result<Vec<Result<String, String>>> {
+        if requests.is_empty() {
+            wasmtime::bail!("the component called the judge with no requests");
+        }
+        self.judge_use.calls += 1;
+        if self.judge_use.calls > self.judge_budget.calls {
+            wasmtime::bail!(
+                "the component called the judge more than {} times in one call (limit max_judge_calls)",
+                self.judge_budget.calls
+            );
+        }
         let Some(judge) = self.judge.clone() else {
-            return requests.iter().map(|_| Err("this run has no judge configured".to_string())).collect();
+            return Ok(requests.iter().map(|_| Err("this run has no judge configured".to_string())).collect());
         };
         let requests: Vec<JudgeRequest> = requests.into_iter().map(request).collect();
         let started = std::time::Instant::now();
         let mut answers = judge.complete(&requests);
-        // The judge's time is the host's, not the component's: credited to its deadline.
-        let ticks = started.elapsed().as_nanos().div_ceil(crate::runtime::EPOCH_TICK.as_nanos()) as u64;
-        self.judge_ticks += ticks + 1;
+        // The judge's time is the host's, not the component's: what it really took is
+        // credited to the call's deadline, up to the call's budget.
+        let room = self.judge_budget.credit.saturating_sub(self.judge_use.granted);
+        let credit = started.elapsed().min(room);
+        self.judge_use.granted += credit;
+        self.judge_use.pending += credit;
         answers.resize_with(requests.len(), || Err("the judge gave no answer".into()));
-        answers
+        Ok(answers)
     }
 }
 

@@ -200,6 +200,8 @@ impl Scorer {
             let (timeout, fuel) = (limits.create_timeout(), limits.fuel_per_call());
             let (mut store, det) = new_store(&self.shared.runtime);
             store.data_mut().judge = self.judge.clone();
+            store.data_mut().judge_budget =
+                crate::sandbox::JudgeBudget { calls: limits.max_judge_calls, credit: limits.judge_credit() };
             arm(&mut store, timeout, fuel);
             let created = self.shared.pre.instantiate(&mut store).and_then(|b| {
                 let made = b.vagen_env_reward().scorer().call_create(&mut store, &self.config)?;

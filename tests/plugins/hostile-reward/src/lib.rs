@@ -10,7 +10,8 @@ pub struct Config {
     /// `echo` (the env reward back), `loop`, `memory`, `trap`, `short` (one score too
     /// few), `nan`, `refuse` (every turn an error), `judge` (asks the judge once per call,
     /// one request per turn, and pays 1 for a `YES`), `constant` (`value` on every turn),
-    /// `huge` (a 4 MiB error for the first turn, 100,000 metrics for the others).
+    /// `huge` (a 4 MiB error for the first turn, 100,000 metrics for the others),
+    /// `judge-empty` / `judge-spin` (call the judge in a loop with no requests / one).
     pub mode: String,
     pub value: f64,
 }
@@ -22,11 +23,11 @@ impl Reward for Hostile {
 
     fn new(c: Config) -> Result<Self, String> {
         match c.mode.as_str() {
-            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" | "constant" | "huge" => {
-                Ok(Hostile(c))
-            }
+            "" | "echo" | "loop" | "memory" | "trap" | "short" | "nan" | "refuse" | "judge" | "constant" | "huge"
+            | "judge-empty" | "judge-spin" => Ok(Hostile(c)),
             other => Err(format!(
-                "mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge, constant, huge"
+                "mode {other:?} is not one of echo, loop, memory, trap, short, nan, refuse, judge, constant, huge, \
+                 judge-empty, judge-spin"
             )),
         }
     }
@@ -44,6 +45,15 @@ impl Reward for Hostile {
                 loop {
                     hoard.push(vec![1; 1 << 20]);
                     std::hint::black_box(&hoard);
+                }
+            }
+            "judge-empty" => loop {
+                std::hint::black_box(judge.complete(&[]));
+            },
+            "judge-spin" => {
+                let ask = JudgeRequest { messages: vec![Message::user("Again?")], max_tokens: 1, temperature: 0.0 };
+                loop {
+                    std::hint::black_box(judge.complete(std::slice::from_ref(&ask)));
                 }
             }
             "trap" => panic!("the hostile reward panics on purpose"),
