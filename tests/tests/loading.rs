@@ -143,3 +143,55 @@ fn a_0_1_0_component_still_loads_and_its_manifest_stands_for_every_instance() {
     assert!(env.system_prompt().unwrap().contains("separated by ;"));
     assert!(matches!(plugin.create(r#"{"x": 1}"#).err(), Some(Error::BadConfig(_))));
 }
+
+/// Runs `f` on its own thread and fails the test if it has not returned within `secs`: a
+/// read that waits forever on a pipe would otherwise hang the suite.
+fn within<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(std::time::Duration::from_secs(secs)).expect("still waiting: the call blocked")
+}
+
+fn mkfifo(path: &std::path::Path) {
+    let made = std::process::Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Issue 41: `--plugin fifo.wasm` hung, opened (waiting for a writer) before the check that
+/// it is a regular file.
+#[test]
+fn a_fifo_named_as_a_plugin_is_refused_without_waiting() {
+    let (rt, dir) = runtime(Limits::default());
+    let fifo = dir.path().join("fifo.wasm");
+    mkfifo(&fifo);
+    let err = within(10, move || rt.load(&fifo).err().expect("a FIFO loaded"));
+    assert!(one_line(&err).contains("not a regular file"), "{err}");
+}
+
+/// Issue 41: a compiled-code cache entry was opened before its owner and type were checked:
+/// a FIFO planted in the folder hung the load. Now a FIFO or a link there is not read: the
+/// plugin compiles afresh.
+#[test]
+fn a_fifo_or_a_link_planted_as_a_cache_entry_is_not_read() {
+    let (rt, dir) = runtime(Limits::default());
+    rt.load(plugin_path("frozenlake")).unwrap();
+    let entry = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "cwasm"))
+        .expect("the first load wrote a cache entry");
+    for plant in ["fifo", "link"] {
+        std::fs::remove_file(&entry).unwrap();
+        match plant {
+            "fifo" => mkfifo(&entry),
+            _ => std::os::unix::fs::symlink("/dev/zero", &entry).unwrap(),
+        }
+        let cache_dir = dir.path().to_path_buf();
+        let again = within(60, move || {
+            let rt = vagen_runtime::Runtime::with_cache_dir(Limits::default(), Some(cache_dir)).unwrap();
+            rt.load(plugin_path("frozenlake")).map(|p| p.info().from_cache)
+        });
+        assert_eq!(again.unwrap(), false, "{plant}: compiled afresh, not read from the planted entry");
+    }
+}

@@ -63,14 +63,14 @@ impl CodeCache {
     pub(crate) fn get(&self, engine: &Engine, sha256: &str) -> Option<Component> {
         let key = self.key.as_ref()?;
         let path = self.entry(sha256);
-        let bytes = std::fs::read(&path).ok()?;
         let refuse = |why: &str| {
             tracing::warn!(path = %path.display(), "ignoring compiled-code cache entry: {why}");
             None
         };
-        if !owned_by_us(&path) {
-            return refuse("not a file of this user's that only they may write");
-        }
+        std::fs::symlink_metadata(&path).ok()?;
+        let Some(bytes) = read_owned(&path) else {
+            return refuse("not a regular file of this user's that only they may write");
+        };
         let Some(rest) = bytes.strip_prefix(MAGIC.as_slice()) else {
             return refuse("not in vagen's format");
         };
@@ -118,11 +118,23 @@ fn tmp_name(stem: &str) -> String {
     format!(".{stem}.{}.{n}.tmp", std::process::id())
 }
 
-/// Whether `path` is this user's and nobody else may write it.
-fn owned_by_us(path: &Path) -> bool {
+/// The bytes of `path` if it is a regular file of this user's that nobody else may write:
+/// opened without following a link or waiting on a pipe, and checked on the open file
+/// before a byte is read (a FIFO or a link planted in the folder is refused, not read).
+fn read_owned(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    let meta = file.metadata().ok()?;
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    std::fs::symlink_metadata(path).is_ok_and(|m| m.uid() == uid && m.mode() & 0o022 == 0)
+    if !meta.is_file() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// Creates `dir` (0700) if needed, refuses a folder another user owns or may write, and
@@ -144,11 +156,12 @@ fn private_key(dir: &Path) -> Result<[u8; 32], String> {
             .map_err(|e| format!("others may write it and it cannot be made private: {e}"))?;
     }
     let path = dir.join("key");
-    if let Ok(bytes) = std::fs::read(&path) {
-        if bytes.len() == 32 && owned_by_us(&path) && std::fs::metadata(&path).is_ok_and(|m| m.mode() & 0o077 == 0) {
-            return Ok(bytes.try_into().expect("32 bytes"));
-        }
-        return Err(format!("{} is not a private 32-byte key of this user's", path.display()));
+    if std::fs::symlink_metadata(&path).is_ok() {
+        let private = std::fs::symlink_metadata(&path).is_ok_and(|m| m.mode() & 0o077 == 0);
+        return match read_owned(&path) {
+            Some(bytes) if bytes.len() == 32 && private => Ok(bytes.try_into().expect("32 bytes")),
+            _ => Err(format!("{} is not a private 32-byte key of this user's", path.display())),
+        };
     }
     let mut key = [0u8; 32];
     getrandom::fill(&mut key).map_err(|e| format!("no randomness for a key: {e}"))?;
@@ -165,7 +178,7 @@ fn private_key(dir: &Path) -> Result<[u8; 32], String> {
     match written {
         Ok(()) => Ok(key),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            std::fs::read(&path).ok().and_then(|b| b.try_into().ok()).ok_or_else(|| "unreadable key".into())
+            read_owned(&path).and_then(|b| b.try_into().ok()).ok_or_else(|| "unreadable key".into())
         }
         Err(e) => Err(format!("cannot write its key: {e}")),
     }

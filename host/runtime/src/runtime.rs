@@ -106,8 +106,11 @@ pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
 /// [`MAX_PLUGIN_BYTES`], read with that cap whatever its metadata says.
 pub(crate) fn read_plugin_file(path: &Path) -> Result<Vec<u8>, Error> {
     use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
     let io = |source| Error::Io { path: path.into(), source };
-    let file = std::fs::File::open(path).map_err(io)?;
+    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer forever,
+    // before the type is checked on the open file below.
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
     let meta = file.metadata().map_err(io)?;
     if !meta.is_file() {
         return Err(Error::NotWasm { path: path.into(), what: "not a regular file".into() });

@@ -20,6 +20,7 @@ mod optimizer;
 mod policy_loss;
 mod report;
 mod rewards;
+mod run_lock;
 mod score;
 mod step_batch;
 mod tensorboard;

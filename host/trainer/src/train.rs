@@ -9,6 +9,7 @@ use crate::log::{Timings, log};
 use crate::metrics::{MetricsLog, StepMetrics};
 use crate::micro::{Micro, logprobs_and_entropy};
 use crate::optimizer::AdamW;
+use crate::run_lock::{RunLock, check_new_run_folder};
 use crate::score::{Models, ScoreOptions, score};
 use crate::step_batch::split;
 use crate::update::{Optimizers, Updated, update};
@@ -44,6 +45,8 @@ pub struct Trainer {
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
     skipped_in_a_row: usize,
+    /// The run folder is this trainer's alone while it lives.
+    _lock: RunLock,
 }
 
 /// Steps in a row with no applied update before the run stops: a diverged loss does not
@@ -56,10 +59,12 @@ impl Trainer {
         if run_dir.join("config.toml").exists() {
             bail!("{} already holds a run: resume it with --resume, or choose another --run-dir", run_dir.display());
         }
+        check_new_run_folder(run_dir)?;
         std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+        let lock = RunLock::acquire(run_dir)?;
         let actor = load_model(&cfg)?;
         let critic = new_critic(&cfg, &actor)?;
-        let t = Self::assemble(cfg, run_dir, actor, critic, TrainerState::default(), None)?;
+        let t = Self::assemble(cfg, run_dir, lock, actor, critic, TrainerState::default(), None)?;
         // Written once everything it names has loaded and been accepted, so a folder with a
         // config.toml always holds a run that can be resumed (or restarted elsewhere).
         std::fs::write(run_dir.join("config.toml"), t.cfg.to_toml())?;
@@ -80,6 +85,7 @@ impl Trainer {
     fn reopen(run_dir: &Path, overrides: &[String], allow_native: bool) -> Result<Self> {
         let path = run_dir.join("config.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut lock = Some(RunLock::acquire(run_dir)?);
         let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
         cfg.allow_native = allow_native;
         // The newest checkpoint that loads whole; a corrupt one (a truncated file, a disk
@@ -100,7 +106,8 @@ impl Trainer {
                 }
             };
             let (actor, critic, state, optims) = loaded;
-            let t = Self::assemble(cfg, run_dir, actor, critic, state, Some(optims))?;
+            let lock = lock.take().expect("taken once: this branch returns");
+            let t = Self::assemble(cfg, run_dir, lock, actor, critic, state, Some(optims))?;
             // Appended, not rewritten: lines past the checkpoint stay, and readers take the
             // ones after this mark (`metrics::read`).
             t.metrics.mark_resumed(&t.state)?;
@@ -122,6 +129,7 @@ impl Trainer {
     fn assemble(
         cfg: TrainConfig,
         run_dir: &Path,
+        lock: RunLock,
         actor: Model,
         critic: Option<ValueModel>,
         state: TrainerState,
@@ -169,6 +177,7 @@ impl Trainer {
             _runtime: runtime,
             rewards: RefCell::new(rewards),
             skipped_in_a_row: 0,
+            _lock: lock,
         })
     }
 

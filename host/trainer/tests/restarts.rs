@@ -95,3 +95,36 @@ fn a_config_refused_late_leaves_no_config_behind() {
     Trainer::new(good, dir.path()).unwrap();
     assert!(dir.path().join("config.toml").is_file());
 }
+
+/// Issue 41: two trainers on one `--run-dir` both ran (steps logged twice, config and
+/// checkpoints from different runs), and a folder of unrelated files got its `report.html`
+/// overwritten.
+#[test]
+fn one_trainer_writes_a_run_folder_and_a_new_run_needs_an_empty_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = parse(&config("grpo", ""), &["schedule.steps=1"]).unwrap();
+    let mut first = Trainer::new(cfg.clone(), dir.path()).unwrap();
+    first.run().unwrap();
+    // While the first trainer lives, a second one on the folder is refused, naming it.
+    let err = Trainer::resume(dir.path(), &[]).err().unwrap().to_string();
+    assert!(err.contains("in use by another trainer") && err.contains(&format!("pid {}", std::process::id())), "{err}");
+    drop(first);
+    // Released with the trainer: the run resumes and goes on.
+    let mut resumed = Trainer::resume(dir.path(), &["schedule.steps=2".into()]).unwrap();
+    resumed.run().unwrap();
+    drop(resumed);
+
+    // A folder of someone's files is refused before anything is written into it.
+    let theirs = tempfile::tempdir().unwrap();
+    std::fs::write(theirs.path().join("report.html"), "mine").unwrap();
+    std::fs::write(theirs.path().join("notes.txt"), "mine").unwrap();
+    let err = Trainer::new(cfg.clone(), theirs.path()).err().unwrap().to_string();
+    assert!(err.contains("holds files that are not a run's") && err.contains("notes.txt"), "{err}");
+    assert_eq!(std::fs::read_to_string(theirs.path().join("report.html")).unwrap(), "mine");
+    let names: Vec<_> = std::fs::read_dir(theirs.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(names.len(), 2, "nothing added: {names:?}");
+    // An empty folder, or one left by an attempt that stopped before its config, is fine.
+    let empty = tempfile::tempdir().unwrap();
+    std::fs::write(empty.path().join("metrics.jsonl"), "").unwrap();
+    Trainer::new(cfg, empty.path()).unwrap();
+}
