@@ -81,6 +81,12 @@ fn a_hostile_reward_is_contained_with_a_typed_error_and_the_next_call_works() {
     for s in nan.score(&turns(2)).unwrap() {
         assert!(s.unwrap_err().contains("not a finite number"));
     }
+    // A reward past max_abs_reward (1e6, as environments') is refused like a NaN (issue 41:
+    // 1e300 was accepted and logged).
+    let mut far = plugin.create(r#"{"mode": "constant", "value": 1e300}"#, None).unwrap();
+    for s in far.score(&turns(2)).unwrap() {
+        assert!(s.unwrap_err().contains("max_abs_reward"));
+    }
     let mut refuse = plugin.create(r#"{"mode": "refuse"}"#, None).unwrap();
     assert!(refuse.score(&turns(2)).unwrap()[1].as_ref().unwrap_err().contains("cannot score"));
     // Huge answers: the error text is cut to a readable length, too many metrics refuse the turn.

@@ -9,9 +9,13 @@ pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
     if m.name.trim().is_empty() {
         return fail("empty name".into());
     }
-    // Names are shown on terminals and in logs: no escape sequences or line breaks.
-    if m.name.chars().any(char::is_control) {
-        return fail(format!("name {:?} holds control characters", m.name));
+    // Names are shown on terminals and in logs, and name files: short, with no escape
+    // sequences, line breaks, or characters that reorder or hide text.
+    if m.name.len() > MAX_NAME_BYTES {
+        return fail(format!("name of {} bytes, over {MAX_NAME_BYTES}", m.name.len()));
+    }
+    if m.name.chars().any(|c| c.is_control() || crate::guest_text::is_bidi_or_invisible(c)) {
+        return fail(format!("name {:?} holds control, bidi or invisible characters", crate::guest_text(&m.name)));
     }
     action_space(&ActionSpace::of(m), "manifest")?;
     if m.default_max_turns == 0 {
@@ -26,6 +30,9 @@ pub(crate) fn manifest(m: &Manifest) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// A manifest name's length at most.
+const MAX_NAME_BYTES: usize = 128;
 
 /// Bounds on what an action space may declare, far beyond any real env's.
 const MAX_ACTIONS_PER_TURN: u32 = 1024;
@@ -162,4 +169,29 @@ pub(crate) fn text(t: &str, limits: &Limits, call: &'static str) -> Result<(), E
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 41: a name of 2.7 MB of bidi and zero-width characters was printed raw by
+    /// `inspect` and `run`.
+    #[test]
+    fn a_manifest_name_must_be_short_and_visible() {
+        let named = |name: String| Manifest { name, action_names: vec!["Up".into()], ..Manifest::default() };
+        assert!(manifest(&named("frozenlake".into())).is_ok());
+        for (name, needle) in [
+            ("\u{202e}\u{2066}".repeat(700_000), "bytes, over 128"),
+            ("lake\u{202e}ekal".into(), "bidi or invisible"),
+            ("lake\u{200b}".into(), "bidi or invisible"),
+            ("lake\u{2060}".into(), "bidi or invisible"),
+            ("lake\u{e0041}".into(), "bidi or invisible"),
+            ("lake\x1b[31m".into(), "control"),
+        ] {
+            let err = manifest(&named(name)).unwrap_err().to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(!err.contains('\u{202e}') && !err.contains('\u{200b}') && err.len() < 5_000, "{err}");
+        }
+    }
 }

@@ -27,9 +27,26 @@ pub fn guest_text(s: &str) -> String {
     out
 }
 
-/// Characters that reorder or hide text on a terminal (Trojan Source).
-fn is_bidi_or_invisible(c: char) -> bool {
-    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+/// Characters that reorder or hide text on a terminal (Trojan Source): bidi controls and
+/// marks, zero-width and invisible format characters, variation selectors, tag characters.
+pub(crate) fn is_bidi_or_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{ad}'
+            | '\u{34f}'
+            | '\u{61c}'
+            | '\u{115f}'..='\u{1160}'
+            | '\u{17b4}'..='\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{ffa0}'
+            | '\u{e0000}'..='\u{e0fff}'
+    )
 }
 
 /// A plugin name made safe as part of a file name: ASCII letters, digits, `-` and `_`

@@ -433,17 +433,17 @@ impl TrainConfig {
         use Range::*;
         let (pl, r, a) = (&self.algorithm.policy_loss, &self.rollout, &self.algorithm.advantage);
         let mut checks = vec![
-            ("sft.lr", self.sft.lr, Positive),
-            ("optim.weight_decay", self.optim.weight_decay, NonNegative),
-            ("optim.grad_clip", self.optim.grad_clip, Positive),
+            ("sft.lr", self.sft.lr, LearningRate),
+            ("optim.weight_decay", self.optim.weight_decay, Unit),
+            ("optim.grad_clip", self.optim.grad_clip, PositiveScale),
             ("rollout.temperature", r.temperature, NonNegative),
             ("rollout.val_temperature", r.val_temperature, NonNegative),
             ("rollout.top_p", r.top_p, Share),
-            ("rollout.format_reward.bonus", r.format_reward.bonus, Finite),
-            ("rollout.format_reward.penalty", r.format_reward.penalty, Finite),
+            ("rollout.format_reward.bonus", r.format_reward.bonus, Scale),
+            ("rollout.format_reward.penalty", r.format_reward.penalty, Scale),
             ("algorithm.policy_loss.clip_low", pl.clip_low, NonNegative),
             ("algorithm.policy_loss.clip_high", pl.clip_high, NonNegative),
-            ("algorithm.policy_loss.entropy_coef", pl.entropy_coef, Finite),
+            ("algorithm.policy_loss.entropy_coef", pl.entropy_coef, Scale),
             ("algorithm.value_loss.clip", self.algorithm.value_loss.clip, NonNegative),
             ("algorithm.advantage.gamma", a.gamma, Unit),
             ("algorithm.advantage.lambda", a.lambda, Unit),
@@ -452,6 +452,7 @@ impl TrainConfig {
         ];
         checks.extend(pl.dual_clip.map(|c| ("algorithm.policy_loss.dual_clip", c, AboveOne)));
         checks.extend(pl.kl.as_ref().map(|k| ("algorithm.policy_loss.kl.coef", k.coef, NonNegative)));
+        checks.extend(self.rewards.iter().map(|r| ("reward.weight", r.weight, Scale)));
         checks.extend(a.lambda_turn.map(|l| ("algorithm.advantage.lambda_turn", l, Unit)));
         checks.extend(a.lambda_token.map(|l| ("algorithm.advantage.lambda_token", l, Unit)));
         for (field, value, range) in checks {
@@ -553,11 +554,13 @@ impl TrainConfig {
         if o.epochs == 0 {
             return bad("optim.epochs", "must be at least 1".into());
         }
-        if !(o.actor_lr > 0.0 && o.actor_lr.is_finite()) {
-            return bad("optim.actor_lr", format!("{} is not a positive learning rate", o.actor_lr));
+        if let Some(message) = Range::LearningRate.refuses(o.actor_lr) {
+            return bad("optim.actor_lr", message);
         }
-        if est.uses_critic() && !(o.critic_lr > 0.0 && o.critic_lr.is_finite()) {
-            return bad("optim.critic_lr", format!("{} is not a positive learning rate", o.critic_lr));
+        if est.uses_critic()
+            && let Some(message) = Range::LearningRate.refuses(o.critic_lr)
+        {
+            return bad("optim.critic_lr", message);
         }
         if !(0.0..=1.0).contains(&self.env.max_failure_rate) {
             return bad("env.max_failure_rate", format!("{} is not a share in [0, 1]", self.env.max_failure_rate));
@@ -649,6 +652,9 @@ mod tests {
     }
 }
 
+/// The largest coefficient magnitude accepted (`Range::Scale`).
+const MAX_SCALE: f64 = 1e6;
+
 /// Where a real-valued setting may lie (all of them finite).
 #[derive(Clone, Copy)]
 enum Range {
@@ -661,6 +667,13 @@ enum Range {
     Share,
     /// > 1 (dual-clip's bound on a negative advantage's ratio).
     AboveOne,
+    /// (0, 1]: no optimiser here takes a larger step size sanely.
+    LearningRate,
+    /// |v| <= 1e6, as rewards are bounded (`max_abs_reward`): a coefficient past it turns
+    /// every loss or reward it touches into an overflow.
+    Scale,
+    /// (0, 1e6].
+    PositiveScale,
 }
 
 impl Range {
@@ -674,6 +687,9 @@ impl Range {
                 Range::Unit => (0.0..=1.0).contains(&v),
                 Range::Share => v > 0.0 && v <= 1.0,
                 Range::AboveOne => v > 1.0,
+                Range::LearningRate => v > 0.0 && v <= 1.0,
+                Range::Scale => v.abs() <= MAX_SCALE,
+                Range::PositiveScale => v > 0.0 && v <= MAX_SCALE,
             };
         let want = match self {
             Range::Finite => "a finite number",
@@ -682,7 +698,16 @@ impl Range {
             Range::Unit => "in [0, 1]",
             Range::Share => "in (0, 1]",
             Range::AboveOne => "a finite number > 1",
+            Range::LearningRate => "a learning rate in (0, 1]",
+            Range::Scale => "a number within ±1e6",
+            Range::PositiveScale => "in (0, 1e6]",
         };
-        (!ok).then(|| format!("{v} is not {want}"))
+        // 1e300 as itself, not as 301 digits.
+        let shown = if v.is_finite() && v != 0.0 && !(1e-4..1e6).contains(&v.abs()) {
+            format!("{v:e}")
+        } else {
+            format!("{v}")
+        };
+        (!ok).then(|| format!("{shown} is not {want}"))
     }
 }

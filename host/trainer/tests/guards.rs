@@ -11,7 +11,7 @@ use vagen_trainer::Trainer;
 fn non_finite_and_out_of_range_numbers_are_refused_when_the_config_is_read() {
     let good = config("grpo", "");
     for (set, field) in [
-        ("sft.lr=nan", "sft.lr: NaN is not a finite number > 0"),
+        ("sft.lr=nan", "sft.lr: NaN is not a learning rate in (0, 1]"),
         ("optim.weight_decay=inf", "optim.weight_decay: inf is not"),
         ("optim.grad_clip=-1", "optim.grad_clip"),
         ("rollout.top_p=7", "rollout.top_p: 7 is not in (0, 1]"),
@@ -23,6 +23,12 @@ fn non_finite_and_out_of_range_numbers_are_refused_when_the_config_is_read() {
         ("sandbox.max_abs_reward=0", "sandbox.max_abs_reward"),
         ("sandbox.max_turns=0", "sandbox.max_turns"),
         ("rollout.format=\"raw\"", "rollout.format: `raw` is `vagen-host run`'s"),
+        // Issue 41: a learning rate of 1e300 was accepted.
+        ("optim.actor_lr=1e300", "optim.actor_lr: 1e300 is not a learning rate in (0, 1]"),
+        ("sft.lr=2", "sft.lr: 2 is not a learning rate in (0, 1]"),
+        ("optim.weight_decay=5", "optim.weight_decay: 5 is not in [0, 1]"),
+        ("algorithm.policy_loss.entropy_coef=1e9", "entropy_coef: 1e9 is not a number within ±1e6"),
+        ("rollout.format_reward.penalty=-1e300", "rollout.format_reward.penalty"),
     ] {
         let err = parse(&good, &[set]).expect_err(set);
         assert!(err.contains(field), "{set}: {err}");
@@ -74,7 +80,10 @@ fn an_evaluation_with_failed_episodes_counts_them_and_stops_past_the_rate() {
 #[test]
 fn a_loss_that_diverges_stops_the_run_naming_why() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = parse(&config("grpo", ""), &["sft.steps=8", "sft.episodes_per_step=2", "sft.lr=1e30"]).unwrap();
+    let mut cfg = parse(&config("grpo", ""), &["sft.steps=8", "sft.episodes_per_step=2"]).unwrap();
+    // A config file cannot say this any more (learning rates are refused past 1); a
+    // program building its config can, and the run still stops rather than train on.
+    cfg.sft.lr = 1e30;
     let err = Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err().to_string();
     assert!(err.contains("not finite") && err.contains("sft.lr"), "{err}");
 }

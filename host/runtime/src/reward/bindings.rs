@@ -54,6 +54,10 @@ pub(crate) fn turn_score(s: wit::TurnScore, limits: &Limits) -> Result<TurnScore
     if !s.reward.is_finite() {
         return Err(format!("the reward is {}, not a finite number", s.reward));
     }
+    // The bound environments' rewards have: sums and weights stay finite in f32.
+    if s.reward.abs() > limits.max_abs_reward {
+        return Err(format!("reward {:e} is beyond ±{:e} (max_abs_reward)", s.reward, limits.max_abs_reward));
+    }
     if s.metrics.len() > limits.max_metrics {
         return Err(format!("{} metrics, over max_metrics {}", s.metrics.len(), limits.max_metrics));
     }
