@@ -39,6 +39,17 @@ fn a_nondeterministic_reset_is_caught() {
     assert!(f.iter().any(|(c, d)| c == "determinism" && d.contains("two fresh instances differ at reset: the observation text")), "{f:?}");
 }
 
+/// Issue 41: an env that drifts only after 12 resets passed `check` (fuzz found it).
+#[test]
+fn state_that_drifts_after_a_dozen_resets_is_caught() {
+    for plugin in ["hostile", "hostile.so"] {
+        let f = failures_of(r#"{"mode": "drift-late"}"#, plugin);
+        assert_eq!(f.len(), 1, "{plugin}: {f:?}");
+        assert_eq!(f[0].0, "determinism");
+        assert!(f[0].1.contains("after 44 episodes on one instance differs"), "{plugin}: {}", f[0].1);
+    }
+}
+
 #[test]
 fn nondeterministic_pixels_are_named_as_such() {
     let f = failures_of(r#"{"mode": "noisy-image"}"#, "hostile");

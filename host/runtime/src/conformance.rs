@@ -241,8 +241,30 @@ fn check_determinism(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String,
             ));
         }
     }
-    Ok(format!("{} seeds replay identically on fresh and reused instances", opts.seeds.len()))
+    // State that builds up slowly: the first seed again after many more episodes.
+    if let Some(&first) = opts.seeds.first() {
+        let (fresh, _) = transcript(b.as_mut(), plugin, first)?;
+        for k in 0..LATE_REPLAY_AFTER {
+            transcript(a.as_mut(), plugin, first.wrapping_add(1_000 + k))?;
+        }
+        let (late, _) = transcript(a.as_mut(), plugin, first)?;
+        if let Some(d) = divergence(&fresh, &late) {
+            return Err(format!(
+                "seed {first}: replaying it after {} episodes on one instance differs {d}; state leaks between episodes",
+                LATE_REPLAY_AFTER + 3 * opts.seeds.len() as u64
+            ));
+        }
+    }
+    Ok(format!(
+        "{} seeds replay identically on fresh and reused instances, also after {} more episodes",
+        opts.seeds.len(),
+        LATE_REPLAY_AFTER
+    ))
 }
+
+/// Episodes one instance plays before its first seed is replayed once more: a plugin whose
+/// state drifts only after a dozen resets is caught.
+const LATE_REPLAY_AFTER: u64 = 32;
 
 fn check_step_after_done(plugin: &dyn Plugin, opts: &CheckOptions) -> Result<String, String> {
     let mut env = plugin.create(&opts.config).map_err(|e| format!("create: {e}"))?;

@@ -11,7 +11,7 @@ mod probe;
 pub struct Config {
     /// healthy | loop | alloc | panic | open-file | wrong-image | nan-reward | chatty | random | sleep | nondeterministic |
     /// rare-trap | flaky | leak | huge-image | step-fails | reset-fails | noisy-image | spin |
-    /// huge-error | huge-reward | max-valid | oracle-traps | oracle-none | exit |
+    /// huge-error | huge-reward | max-valid | oracle-traps | oracle-none | exit | drift-late |
     /// read-file | read-env | connect | send-udp | lookup (probes in `reset`, see probe.rs)
     pub mode: String,
     /// What a probe aims at: a host path, an env var name, an address or a host name.
@@ -27,6 +27,8 @@ pub struct Hostile {
     steps: u32,
     seed: u64,
     last_answer: String,
+    /// Resets of this instance (`drift-late`).
+    resets: u64,
 }
 
 /// Grows by 1 MiB per episode in `leak` mode and is never freed.
@@ -49,6 +51,7 @@ impl Env for Hostile {
             "random",
             "sleep",
             "nondeterministic",
+            "drift-late",
             "rare-trap",
             "flaky",
             "leak",
@@ -79,6 +82,7 @@ impl Env for Hostile {
             steps: 0,
             seed: 0,
             last_answer: String::new(),
+            resets: 0,
         })
     }
 
@@ -95,6 +99,14 @@ impl Env for Hostile {
         }
         if self.mode == "leak" {
             LEAKED.lock().unwrap_or_else(|e| e.into_inner()).push(std::hint::black_box(vec![7u8; 1 << 20]));
+        }
+        if self.mode == "drift-late" {
+            // Deterministic for a dozen episodes, then state from earlier ones shows.
+            self.resets += 1;
+            if self.resets > 12 {
+                return Observation::text(format!("seed {seed}, after {} resets", self.resets));
+            }
+            return Observation::text(format!("seed {seed}"));
         }
         if self.mode == "nondeterministic" {
             // State that outlives episodes: the same seed shows something new each time.
