@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
-use vagen_trainer::{TrainConfig, Trainer};
+use vagen_trainer::{JudgeAccess, TrainConfig, Trainer};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -24,21 +24,28 @@ pub struct TrainArgs {
     /// (a config file alone never can: it may come from someone else).
     #[arg(long)]
     allow_native: bool,
+    /// The environment variable holding the `openai` judge's API key (none is sent
+    /// otherwise; `api_key_env` in ~/.config/vagen/judge.toml says the same). A config file
+    /// cannot name it: it could send any secret anywhere.
+    #[arg(long, value_name = "VAR")]
+    judge_key_env: Option<String>,
+    /// A host the `openai` judge may reach besides this machine's loopback (repeatable;
+    /// `hosts` in ~/.config/vagen/judge.toml adds more).
+    #[arg(long, value_name = "HOST")]
+    judge_host: Vec<String>,
 }
 
 impl TrainArgs {
     fn trainer(&self) -> Result<Trainer> {
+        let access = JudgeAccess::from_user(self.judge_key_env.clone(), self.judge_host.clone())?;
         if let Some(dir) = &self.resume {
-            return if self.allow_native {
-                Trainer::resume_allowing_native(dir, &self.overrides)
-            } else {
-                Trainer::resume(dir, &self.overrides)
-            };
+            return Trainer::resume_with(dir, &self.overrides, self.allow_native, access);
         }
         let path = self.config.as_ref().expect("clap requires --config without --resume");
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), &self.overrides)?;
         cfg.allow_native = self.allow_native;
+        cfg.judge_access = access;
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
             PathBuf::from("runs").join(stem)

@@ -52,6 +52,10 @@ pub struct TrainConfig {
     /// `--allow-native` sets it.
     #[serde(skip)]
     pub allow_native: bool,
+    /// What an `openai` judge may reach and the key it may send: from the command line or
+    /// the user's `judge.toml`, never from a config file (see `judge_access.rs`).
+    #[serde(skip)]
+    pub judge_access: crate::JudgeAccess,
 }
 
 /// A reward function and how much its turn rewards count.
@@ -94,9 +98,10 @@ pub enum JudgeSection {
         url: String,
         /// The `model` field of every request.
         model: String,
-        /// The environment variable holding the API key (unset: no key sent).
-        #[serde(default = "openai_key_env")]
-        api_key_env: String,
+        /// Refused when set: the API key's variable is the user's to name
+        /// (`--judge-key-env`, or `~/.config/vagen/judge.toml`), never a config's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_env: Option<String>,
         /// Requests in flight at once.
         #[serde(default = "eight")]
         concurrency: usize,
@@ -113,10 +118,6 @@ pub enum JudgeSection {
         #[serde(default = "yes")]
         cache: bool,
     },
-}
-
-fn openai_key_env() -> String {
-    "OPENAI_API_KEY".into()
 }
 
 fn eight() -> usize {
@@ -483,6 +484,15 @@ impl TrainConfig {
         if r.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
         }
+        if let Some(JudgeSection::Openai { api_key_env: Some(name), .. }) = &self.judge {
+            return bad(
+                "judge.api_key_env",
+                format!(
+                    "{name:?}: the API key's variable is named with `--judge-key-env` (or in \
+                     ~/.config/vagen/judge.toml), never in a run's config, which could send any secret to any host"
+                ),
+            );
+        }
         if let Some(JudgeSection::Openai { concurrency, timeout_s, .. }) = &self.judge {
             if *concurrency == 0 {
                 return bad("judge.concurrency", "must be at least 1".into());
@@ -658,7 +668,6 @@ const MAX_SCALE: f64 = 1e6;
 /// Where a real-valued setting may lie (all of them finite).
 #[derive(Clone, Copy)]
 enum Range {
-    Finite,
     NonNegative,
     Positive,
     /// [0, 1].
@@ -681,7 +690,6 @@ impl Range {
     fn refuses(self, v: f64) -> Option<String> {
         let ok = v.is_finite()
             && match self {
-                Range::Finite => true,
                 Range::NonNegative => v >= 0.0,
                 Range::Positive => v > 0.0,
                 Range::Unit => (0.0..=1.0).contains(&v),
@@ -692,7 +700,6 @@ impl Range {
                 Range::PositiveScale => v > 0.0 && v <= MAX_SCALE,
             };
         let want = match self {
-            Range::Finite => "a finite number",
             Range::NonNegative => "a finite number >= 0",
             Range::Positive => "a finite number > 0",
             Range::Unit => "in [0, 1]",

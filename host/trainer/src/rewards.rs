@@ -42,25 +42,21 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             Some(Arc::new(LocalJudge::new(model)?))
         }
         Some(JudgeSection::Openai {
-            url,
-            model,
-            api_key_env,
-            concurrency,
-            requests_per_minute,
-            timeout_s,
-            retries,
-            cache,
-        }) => Some(Arc::new(OpenAiJudge::new(OpenAiOptions {
-            url: url.clone(),
-            model: model.clone(),
-            api_key: std::env::var(api_key_env).ok().filter(|k| !k.is_empty()),
-            concurrency: *concurrency,
-            requests_per_minute: *requests_per_minute,
-            timeout: Duration::from_secs_f64(*timeout_s),
-            retries: *retries,
-            backoff: Duration::from_millis(500),
-            cache: cache.then(|| run_dir.join("judge-cache")),
-        })?)),
+            url, model, concurrency, requests_per_minute, timeout_s, retries, cache, ..
+        }) => {
+            cfg.judge_access.check(url)?;
+            Some(Arc::new(OpenAiJudge::new(OpenAiOptions {
+                url: url.clone(),
+                model: model.clone(),
+                api_key: cfg.judge_access.key(),
+                concurrency: *concurrency,
+                requests_per_minute: *requests_per_minute,
+                timeout: Duration::from_secs_f64(*timeout_s),
+                retries: *retries,
+                backoff: Duration::from_millis(500),
+                cache: cache.then(|| run_dir.join("judge-cache")),
+            })?))
+        }
     };
     let recorder = judge.map(|inner| Arc::new(Recording { inner, last: Mutex::new(vec![]) }));
     let judge = recorder.clone().map(|r| r as Arc<dyn Judge>);

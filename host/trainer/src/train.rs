@@ -72,22 +72,26 @@ impl Trainer {
     }
 
     /// Continues the run in `run_dir` from its last complete checkpoint. A native plugin
-    /// is refused: the run folder's config may come from someone else.
+    /// is refused, and a judge reaches only loopback: the run folder's config may come from
+    /// someone else.
     pub fn resume(run_dir: &Path, overrides: &[String]) -> Result<Self> {
-        Self::reopen(run_dir, overrides, false)
+        Self::resume_with(run_dir, overrides, false, crate::JudgeAccess::default())
     }
 
-    /// [`Trainer::resume`] trusting a native `env.plugin` (`--allow-native`).
-    pub fn resume_allowing_native(run_dir: &Path, overrides: &[String]) -> Result<Self> {
-        Self::reopen(run_dir, overrides, true)
-    }
-
-    fn reopen(run_dir: &Path, overrides: &[String], allow_native: bool) -> Result<Self> {
+    /// [`Trainer::resume`] with what only the user's command line grants: a native
+    /// `env.plugin` (`--allow-native`) and the judge's hosts and key.
+    pub fn resume_with(
+        run_dir: &Path,
+        overrides: &[String],
+        allow_native: bool,
+        judge_access: crate::JudgeAccess,
+    ) -> Result<Self> {
         let path = run_dir.join("config.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut lock = Some(RunLock::acquire(run_dir)?);
         let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
         cfg.allow_native = allow_native;
+        cfg.judge_access = judge_access;
         // The newest checkpoint that loads whole; a corrupt one (a truncated file, a disk
         // error) is skipped with a warning, never half used.
         let mut refused = Vec::new();

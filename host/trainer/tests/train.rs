@@ -329,3 +329,101 @@ fn the_local_judge_answers_a_steps_requests_in_one_generation() {
     let err = parse(&config("grpo", &bad), &[]).unwrap_err();
     assert!(err.contains("oracle") && err.contains("local"), "{err}");
 }
+
+/// A loopback stand-in for an OpenAI-compatible judge: answers every request "YES" and
+/// keeps each request's `Authorization` header (or "" when none came).
+fn recording_judge_server() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let (mut auth, mut length) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if lower.starts_with("authorization:") {
+                    auth = line["authorization:".len()..].trim().to_string();
+                }
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    length = v.trim().parse().unwrap_or(0);
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            record.lock().unwrap().push(auth);
+            let answer = r#"{"choices":[{"message":{"role":"assistant","content":"YES"}}]}"#;
+            let mut out = stream;
+            let _ = write!(
+                out,
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{answer}",
+                answer.len()
+            );
+        }
+    });
+    (url, seen)
+}
+
+/// Issue 41: `[judge] url = <any host>` with `api_key_env = "AWS_SECRET_ACCESS_KEY"` sent
+/// the secret there. Now the key's variable and the hosts come from the user (command line
+/// or `~/.config/vagen/judge.toml`), never from a run's config, and the key is nowhere in
+/// the run folder.
+#[test]
+fn a_config_cannot_send_a_secret_anywhere() {
+    let reward = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/rewards/hostile-reward.wasm");
+    let judge = |url: &str, more: &str| {
+        format!(
+            "[judge]\nbackend = \"openai\"\nurl = {url:?}\nmodel = \"m\"\nretries = 0\n{more}[[reward]]\nplugin = {:?}\nconfig = {{ mode = \"judge\" }}\n",
+            reward.display().to_string()
+        )
+    };
+    let err = parse(&config("grpo", &judge("http://127.0.0.1:9/v1", "api_key_env = \"AWS_SECRET_ACCESS_KEY\"\n")), &[])
+        .unwrap_err();
+    assert!(err.contains("judge.api_key_env") && err.contains("--judge-key-env"), "{err}");
+    // A host off this machine is refused before any work, unless the user allows it.
+    let far = parse(&config("grpo", &judge("https://collector.example/v1", "")), &["schedule.steps=1"]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let err = Trainer::new(far.clone(), dir.path()).err().unwrap().to_string();
+    assert!(err.contains("--judge-host collector.example"), "{err}");
+    let mut allowed = far;
+    allowed.judge_access = vagen_trainer::JudgeAccess { key_env: None, hosts: vec!["collector.example".into()] };
+    Trainer::new(allowed, tempfile::tempdir().unwrap().path()).unwrap();
+    // On loopback: no key unless the user names its variable (OPENAI_API_KEY is not read
+    // by default any more); named, it is sent and written nowhere.
+    // SAFETY: variables no other test reads, set before the trainers that read them start.
+    unsafe {
+        std::env::set_var("OPENAI_API_KEY", "sk-default-not-sent");
+        std::env::set_var("VAGEN_TEST_JUDGE_KEY", "sk-named-1234");
+    }
+    let (url, seen) = recording_judge_server();
+    for key_env in [None, Some("VAGEN_TEST_JUDGE_KEY")] {
+        seen.lock().unwrap().clear();
+        let mut cfg = parse(&config("grpo", &judge(&url, "cache = false\n")), &["schedule.steps=1"]).unwrap();
+        cfg.judge_access = vagen_trainer::JudgeAccess { key_env: key_env.map(String::from), hosts: vec![] };
+        let dir = tempfile::tempdir().unwrap();
+        Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
+        let auth = seen.lock().unwrap().clone();
+        assert!(!auth.is_empty(), "the judge was asked");
+        let want = if key_env.is_some() { "Bearer sk-named-1234" } else { "" };
+        assert!(auth.iter().all(|a| a == want), "{key_env:?}: {auth:?}");
+        for file in walk(dir.path()) {
+            let bytes = std::fs::read(&file).unwrap();
+            assert!(!bytes.windows(7).any(|w| w == b"sk-name"), "the key is in {}", file.display());
+        }
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
