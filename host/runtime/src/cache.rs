@@ -198,3 +198,54 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?;
     Some(base.join("vagen").join("compiled"))
 }
+
+/// Authenticates small files a run keeps outside this cache (the judge's answers in
+/// `RUN/judge-cache/`) under this user's private cache key, so an entry edited, moved to
+/// another request or written by anyone without the key is not believed.
+pub struct Sealer {
+    key: [u8; 32],
+}
+
+/// Starts every sealed file: format tag, then the 32-byte tag, then the payload.
+const SEALED: &[u8; 12] = b"vagen-seal-1";
+
+impl Sealer {
+    /// The key of the user's compiled-code cache folder ([`default_cache_dir`]); `None`
+    /// (with the reason) where that folder is not private to this user.
+    pub fn for_user() -> Result<Self, String> {
+        let dir =
+            default_cache_dir().ok_or("no cache folder: neither VAGEN_CACHE_DIR, XDG_CACHE_HOME nor HOME is set")?;
+        private_key(&dir).map(|key| Sealer { key }).map_err(|why| format!("{}: {why}", dir.display()))
+    }
+
+    fn tag(&self, context: &[u8], payload: &[u8]) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        for part in [b"sealed\0".as_slice(), context, b"\0", payload] {
+            mac.update(part);
+        }
+        mac
+    }
+
+    /// `payload` sealed for `context` (what the file answers, e.g. the request's digest).
+    pub fn seal(&self, context: &[u8], payload: &[u8]) -> Vec<u8> {
+        let tag = self.tag(context, payload).finalize().into_bytes();
+        [SEALED.as_slice(), &tag, payload].concat()
+    }
+
+    /// The payload of the file at `path` if it is a regular file of this user's (opened
+    /// without following links or waiting on a pipe), at most `max_bytes`, sealed by this
+    /// key for `context`; `None` otherwise.
+    pub fn open(&self, context: &[u8], path: &Path, max_bytes: u64) -> Option<Vec<u8>> {
+        if std::fs::symlink_metadata(path).ok()?.len() > max_bytes + (SEALED.len() + TAG) as u64 {
+            return None;
+        }
+        let bytes = read_owned(path)?;
+        let rest = bytes.strip_prefix(SEALED.as_slice())?;
+        if rest.len() < TAG || (rest.len() - TAG) as u64 > max_bytes {
+            return None;
+        }
+        let (tag, payload) = rest.split_at(TAG);
+        self.tag(context, payload).verify_slice(tag).ok()?;
+        Some(payload.to_vec())
+    }
+}

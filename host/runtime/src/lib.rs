@@ -60,6 +60,7 @@ mod sandbox;
 mod types;
 mod wasm;
 
+pub use cache::Sealer;
 pub use environment::{Environment, Plugin};
 pub use error::Error;
 pub use guest_text::{MAX_GUEST_TEXT, file_stem, guest_text};

@@ -12,7 +12,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use vagen_runtime::Sealer;
 use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest};
+
+/// The longest judge answer kept in the cache (far past any `max_tokens` a judge is asked).
+const MAX_ANSWER_BYTES: u64 = 1 << 20;
 
 /// Where and how to ask.
 #[derive(Debug, Clone)]
@@ -46,6 +50,8 @@ pub struct OpenAiCounts {
 
 pub struct OpenAiJudge {
     options: OpenAiOptions,
+    /// Authenticates cache entries (`None`: no private key, so no cache is used).
+    sealer: Option<Sealer>,
     agent: ureq::Agent,
     /// When the last requests were sent, for `requests_per_minute`.
     sent_at: Mutex<std::collections::VecDeque<Instant>>,
@@ -54,15 +60,28 @@ pub struct OpenAiJudge {
 
 impl OpenAiJudge {
     pub fn new(options: OpenAiOptions) -> Result<Self> {
+        let mut sealer = None;
         if let Some(dir) = &options.cache {
             std::fs::create_dir_all(dir).with_context(|| format!("creating the judge cache {}", dir.display()))?;
+            match Sealer::for_user() {
+                Ok(s) => sealer = Some(s),
+                Err(why) => {
+                    eprintln!("warning: the judge cache is not used (no private key to authenticate it: {why})")
+                }
+            }
         }
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(options.timeout))
             .http_status_as_error(false)
             .build()
             .new_agent();
-        Ok(OpenAiJudge { options, agent, sent_at: Mutex::new(Default::default()), counts: OpenAiCounts::default() })
+        Ok(OpenAiJudge {
+            options,
+            sealer,
+            agent,
+            sent_at: Mutex::new(Default::default()),
+            counts: OpenAiCounts::default(),
+        })
     }
 
     fn body(&self, r: &JudgeRequest) -> Value {
@@ -94,10 +113,39 @@ impl OpenAiJudge {
         })
     }
 
-    fn cache_path(&self, body: &Value) -> Option<PathBuf> {
+    /// The entry's path and what it is sealed for (the request's digest).
+    fn cache_entry(&self, body: &Value) -> Option<(PathBuf, String)> {
         let dir = self.options.cache.as_ref()?;
+        self.sealer.as_ref()?;
         let key = hex::encode(Sha256::digest(format!("{}\n{body}", self.options.url).as_bytes()));
-        Some(dir.join(format!("{key}.txt")))
+        Some((dir.join(format!("{key}.txt")), key))
+    }
+
+    /// A cached answer: sealed for this request by this user's key, at most
+    /// [`MAX_ANSWER_BYTES`]; anything else (edited, moved, a link, a pipe, too big) is a miss.
+    fn cached(&self, body: &Value) -> Option<String> {
+        let (path, key) = self.cache_entry(body)?;
+        let payload = self.sealer.as_ref()?.open(key.as_bytes(), &path, MAX_ANSWER_BYTES)?;
+        String::from_utf8(payload).ok()
+    }
+
+    fn remember(&self, body: &Value, answer: &str) {
+        let (Some((path, key)), Some(sealer)) = (self.cache_entry(body), self.sealer.as_ref()) else { return };
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+        // A fresh file of our own (never someone's file or link at that name), then renamed.
+        let written = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&sealer.seal(key.as_bytes(), answer.as_bytes())));
+        if written.is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        } else {
+            let _ = std::fs::remove_file(&tmp);
+        }
     }
 
     /// Waits until one more request fits in the last minute's budget.
@@ -124,9 +172,7 @@ impl OpenAiJudge {
 
     /// One request with its retries.
     fn ask(&self, body: &Value) -> Result<String, String> {
-        if let Some(path) = self.cache_path(body)
-            && let Ok(text) = std::fs::read_to_string(&path)
-        {
+        if let Some(text) = self.cached(body) {
             self.counts.cache_hits.fetch_add(1, Ordering::SeqCst);
             return Ok(text);
         }
@@ -154,12 +200,7 @@ impl OpenAiJudge {
                             .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_string));
                         return match answer {
                             Some(answer) => {
-                                if let Some(path) = self.cache_path(body) {
-                                    let tmp = path.with_extension("tmp");
-                                    if std::fs::write(&tmp, &answer).is_ok() {
-                                        let _ = std::fs::rename(&tmp, &path);
-                                    }
-                                }
+                                self.remember(body, &answer);
                                 Ok(answer)
                             }
                             None => Err(format!("{url}: an answer without choices[0].message.content")),

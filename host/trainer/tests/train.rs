@@ -427,3 +427,63 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Issue 41: the judge cache was trusted blindly (an entry rewritten to `YES` paid 1.0 with
+/// no request sent; an entry linked to `/dev/zero` grew to 3 GB). Now an entry counts only
+/// when sealed for its request by this user's key, is a regular file and is small.
+#[test]
+fn a_judge_cache_entry_is_believed_only_when_sealed_for_its_request() {
+    use std::sync::atomic::Ordering;
+    use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
+    let (url, seen) = recording_judge_server();
+    let cache = tempfile::tempdir().unwrap();
+    let options = vagen_trainer::OpenAiOptions {
+        url,
+        model: "m".into(),
+        api_key: None,
+        concurrency: 1,
+        requests_per_minute: 0,
+        timeout: std::time::Duration::from_secs(10),
+        retries: 0,
+        backoff: std::time::Duration::from_millis(10),
+        cache: Some(cache.path().into()),
+    };
+    let ask = JudgeRequest {
+        messages: vec![JudgeMessage { role: "user".into(), content: vec![JudgePart::Text("Is it?".into())] }],
+        max_tokens: 2,
+        temperature: 0.0,
+    };
+    let judge = vagen_trainer::OpenAiJudge::new(options.clone()).unwrap();
+    assert_eq!(judge.complete(std::slice::from_ref(&ask)), vec![Ok("YES".to_string())]);
+    assert_eq!(judge.complete(std::slice::from_ref(&ask)), vec![Ok("YES".to_string())]);
+    assert_eq!((seen.lock().unwrap().len(), judge.counts.cache_hits.load(Ordering::SeqCst)), (1, 1));
+    let entry = std::fs::read_dir(cache.path()).unwrap().flatten().map(|e| e.path()).next().unwrap();
+    let sealed = std::fs::read(&entry).unwrap();
+    // Edited to another answer, a link to an endless file, a pipe, an entry moved to another
+    // request: each is a miss, and the server is asked again.
+    let mut forged = sealed.clone();
+    let n = forged.len();
+    forged[n - 3..].copy_from_slice(b"NO!");
+    for plant in ["edited", "link", "fifo"] {
+        std::fs::remove_file(&entry).unwrap();
+        match plant {
+            "edited" => std::fs::write(&entry, &forged).unwrap(),
+            "link" => std::os::unix::fs::symlink("/dev/zero", &entry).unwrap(),
+            _ => assert!(std::process::Command::new("mkfifo").arg(&entry).status().unwrap().success()),
+        }
+        let before = seen.lock().unwrap().len();
+        let judge = vagen_trainer::OpenAiJudge::new(options.clone()).unwrap();
+        assert_eq!(judge.complete(std::slice::from_ref(&ask)), vec![Ok("YES".to_string())], "{plant}");
+        assert_eq!(seen.lock().unwrap().len(), before + 1, "{plant}: asked again");
+        assert_eq!(judge.counts.cache_hits.load(Ordering::SeqCst), 0, "{plant}");
+    }
+    let other = JudgeRequest { max_tokens: 3, ..ask.clone() };
+    let judge = vagen_trainer::OpenAiJudge::new(options).unwrap();
+    judge.complete(std::slice::from_ref(&other));
+    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().flatten().map(|e| e.path()).collect();
+    let theirs = entries.iter().find(|p| **p != entry).unwrap();
+    std::fs::copy(&entry, theirs).unwrap();
+    let before = seen.lock().unwrap().len();
+    judge.complete(std::slice::from_ref(&other));
+    assert_eq!(seen.lock().unwrap().len(), before + 1, "an entry moved to another request is not believed");
+}
