@@ -210,8 +210,9 @@ pub struct Sealer {
 const SEALED: &[u8; 12] = b"vagen-seal-1";
 
 impl Sealer {
-    /// The key of the user's compiled-code cache folder ([`default_cache_dir`]); `None`
-    /// (with the reason) where that folder is not private to this user.
+    /// The key of the user's compiled-code cache folder (`$VAGEN_CACHE_DIR`, else
+    /// `$XDG_CACHE_HOME/vagen/compiled`, else `~/.cache/vagen/compiled`); the reason why not
+    /// where that folder is not private to this user.
     pub fn for_user() -> Result<Self, String> {
         let dir =
             default_cache_dir().ok_or("no cache folder: neither VAGEN_CACHE_DIR, XDG_CACHE_HOME nor HOME is set")?;
