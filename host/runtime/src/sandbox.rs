@@ -34,9 +34,10 @@ pub(crate) struct Sandbox {
 #[derive(Default)]
 pub(crate) struct JudgeUse {
     pub calls: u32,
-    /// Time spent in the judge, granted as credit and not yet given to the deadline.
-    pub pending: std::time::Duration,
-    /// Credit granted so far in this call (at most `JudgeBudget::credit`).
+    /// When the call began and its own time budget.
+    pub started: Option<std::time::Instant>,
+    pub timeout: std::time::Duration,
+    /// Judge time credited so far in this call (at most `JudgeBudget::credit`).
     pub granted: std::time::Duration,
 }
 

@@ -239,15 +239,19 @@ pub(crate) fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u6
     // from firing early; it then fires within two ticks after the budget.
     let ticks = timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64 + 1;
     store.set_epoch_deadline(ticks);
-    store.data_mut().judge_use = Default::default();
-    store.epoch_deadline_callback(|mut ctx| {
-        let judge = &mut ctx.data_mut().judge_use;
-        let ticks = (judge.pending.as_nanos() / EPOCH_TICK.as_nanos()) as u64;
-        if ticks == 0 {
-            return Err(Trap::Interrupt.into());
+    store.data_mut().judge_use =
+        crate::sandbox::JudgeUse { started: Some(std::time::Instant::now()), timeout, ..Default::default() };
+    store.epoch_deadline_callback(|ctx| {
+        // The call may run until its own budget plus the judge time credited, counted from
+        // its start: the deadline is moved to that instant, never past it.
+        let judge = &ctx.data().judge_use;
+        let end = judge.started.map(|s| s + judge.timeout + judge.granted);
+        match end.and_then(|end| end.checked_duration_since(std::time::Instant::now())) {
+            Some(left) if !judge.granted.is_zero() && !left.is_zero() => {
+                Ok(UpdateDeadline::Continue(left.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64))
+            }
+            _ => Err(Trap::Interrupt.into()),
         }
-        judge.pending -= EPOCH_TICK * ticks as u32;
-        Ok(UpdateDeadline::Continue(ticks))
     });
     if let Some(fuel) = fuel {
         // Only fails when fuel is off in the engine, which `Runtime` ties to this option.

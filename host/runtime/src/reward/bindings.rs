@@ -126,7 +126,6 @@ impl vagen::env::judge::Host for Sandbox {
         let room = self.judge_budget.credit.saturating_sub(self.judge_use.granted);
         let credit = started.elapsed().min(room);
         self.judge_use.granted += credit;
-        self.judge_use.pending += credit;
         answers.resize_with(requests.len(), || Err("the judge gave no answer".into()));
         Ok(answers)
     }
