@@ -509,7 +509,9 @@ fn a_killed_run_keeps_the_episodes_it_finished_in_its_log() {
         .spawn()
         .unwrap();
     let start = std::time::Instant::now();
-    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 4096 && start.elapsed().as_secs() < 60 {
+    // About 16 episodes of ~510 bytes: the log is flushed per batch of episodes, so at 4096
+    // bytes a loaded machine had only 8 whole ones (48 rows) and the bound below failed.
+    while std::fs::metadata(&out).map_or(0, |m| m.len()) < 8192 && start.elapsed().as_secs() < 60 {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     child.kill().unwrap();
