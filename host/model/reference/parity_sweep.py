@@ -112,18 +112,14 @@ def vision_shape(rng, out_hidden):
     )
 
 
-def vl_case(rng, tok):
+def vl_config(tok, text, vision):
+    """A Qwen2.5-VL config of these halves, the head tied as the text half says, with the
+    tokenizer's vision token ids."""
     ids = {t: tok.convert_tokens_to_ids(t) for t in VISION_TOKENS}
-    text = text_shape(rng, tok, vl=True)
-    head_dim = text["hidden_size"] // text["num_attention_heads"]
-    theta = rng.choice([1e4, 1e5, 5e5, 1e6])
-    text["rope_parameters"] = {"type": "mrope", "mrope_section": partition(rng, head_dim // 2, 3), "rope_theta": theta}
-    tie = rng.random() < 0.4
-    text["tie_word_embeddings"] = tie
     return dict(
         text_config=text,
-        vision_config=vision_shape(rng, text["hidden_size"]),
-        tie_word_embeddings=tie,
+        vision_config=vision,
+        tie_word_embeddings=text["tie_word_embeddings"],
         image_token_id=ids["<|image_pad|>"],
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
@@ -131,10 +127,18 @@ def vl_case(rng, tok):
     )
 
 
+def vl_case(rng, tok):
+    text = text_shape(rng, tok, vl=True)
+    head_dim = text["hidden_size"] // text["num_attention_heads"]
+    theta = rng.choice([1e4, 1e5, 5e5, 1e6])
+    text["rope_parameters"] = {"type": "mrope", "mrope_section": partition(rng, head_dim // 2, 3), "rope_theta": theta}
+    text["tie_word_embeddings"] = rng.random() < 0.4
+    return vl_config(tok, text, vision_shape(rng, text["hidden_size"]))
+
+
 def issue_case(tok):
     """Issue 39's shape: text 96 wide, 6 heads over 3 kv heads, theta 1e6, sections
     [4, 2, 2], untied; vision depth 2, 48 wide, 4 heads, window 56, full attention in 1."""
-    ids = {t: tok.convert_tokens_to_ids(t) for t in VISION_TOKENS}
     text = dict(
         **special_ids(tok),
         vocab_size=len(tok),
@@ -156,15 +160,7 @@ def issue_case(tok):
         window_size=56,
         fullatt_block_indexes=[1],
     )
-    return dict(
-        text_config=text,
-        vision_config=vision,
-        tie_word_embeddings=False,
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-    )
+    return vl_config(tok, text, vision)
 
 
 def text_case(rng, tok):
@@ -506,7 +502,6 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     names = ["vl-issue"] + [f"vl-{i}" for i in range(args.vl)] + [f"text-{i}" for i in range(args.text)]
     if args.only:
         wanted = args.only.split(",")

@@ -261,6 +261,24 @@ def rollout(s, ctx):
     s.tables.append(("multi-turn rollouts", keys, [[e.get(k) for k in keys] for e in out["engines"]]))
 
 
+def train_command(config, run_dir, sets):
+    """`vagen-host train` on a bundled config, with `--set` overrides and the bundled plugin."""
+    sets = {**sets, "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
+    args = [HOST, "train", "--config", BUNDLE / "examples" / config, "--run-dir", run_dir]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={toml_value(v)}"]
+    return args
+
+
+def logged(run_dir, name):
+    """A run's metrics lines, its RL steps' lines, and the mean of a figure over them."""
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    rl = [m for m in metrics if "timing_s/step" in m]
+    if not rl:
+        raise SectionError(f"{name}: metrics.jsonl has no RL step")
+    return metrics, rl, lambda k: round(sum(m.get(k, 0.0) for m in rl) / len(rl), 4)
+
+
 def training(s, ctx):
     runs = [("text", "frozenlake-cpu.toml"), ("vision", "frozenlake-vision-cpu.toml")]
     sizes = (
@@ -274,18 +292,11 @@ def training(s, ctx):
         steps = sizes["schedule.steps"]
         # Generation's log-probs compared with the training forward's (not reused).
         sets = {**sizes, "model.device": ctx.device, "rollout.reuse_logprobs": False,
-                "schedule.eval_every": steps, "schedule.save_every": steps,
-                "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
-        args = [HOST, "train", "--config", BUNDLE / "examples" / config, "--run-dir", run_dir]
-        for k, v in sets.items():
-            args += ["--set", f"{k}={toml_value(v)}"]
+                "schedule.eval_every": steps, "schedule.save_every": steps}
+        args = train_command(config, run_dir, sets)
         s.run(args, watch_gpu=not ctx.cpu)
         peak = s.peak_gpu_mib
-        metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
-        rl = [m for m in metrics if "timing_s/step" in m]
-        if not rl:
-            raise SectionError(f"{name}: metrics.jsonl has no RL step")
-        mean = lambda k: round(sum(m.get(k, 0.0) for m in rl) / len(rl), 4)  # noqa: E731
+        metrics, rl, mean = logged(run_dir, name)
         evals = [m for m in metrics if any(k.startswith("val/") for k in m)]
         checkpoint = sorted((run_dir / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[1]))[-1]
         reload = [HOST, "eval", "--model", checkpoint / "actor", "--config", run_dir / "config.toml",
@@ -346,16 +357,10 @@ def update_steps(s, ctx):
     random_checkpoint(folder, shape, "bfloat16")
     run_dir = ctx.scratch / "train-0.5b"
     sets = {"model.path": str(folder), "model.dtype": "bf16", "model.device": ctx.device, "sft.steps": 0,
-            "schedule.steps": 3, "schedule.eval_every": 0, "schedule.save_every": 0, "env.val_episodes": 4,
-            "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
-    args = [HOST, "train", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml", "--run-dir", run_dir]
-    for k, v in sets.items():
-        args += ["--set", f"{k}={toml_value(v)}"]
+            "schedule.steps": 3, "schedule.eval_every": 0, "schedule.save_every": 0, "env.val_episodes": 4}
+    args = train_command("frozenlake-cpu.toml", run_dir, sets)
     s.run(args, watch_gpu=not ctx.cpu)
-    rl = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if "timing_s/step" in l]
-    if not rl:
-        raise SectionError("the bf16 run logged no RL step")
-    mean = lambda k: round(sum(m.get(k, 0.0) for m in rl) / len(rl), 4)  # noqa: E731
+    _, rl, mean = logged(run_dir, "the bf16 run")
     row = {"run": f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16", "rl_steps": len(rl),
            "step_s": mean("timing_s/step"), "rollout_s": mean("timing_s/rollout"),
            "score_s": mean("timing_s/old_log_prob"), "update_s": mean("timing_s/update"),
