@@ -41,6 +41,14 @@ pub(crate) struct JudgeUse {
     pub granted: std::time::Duration,
 }
 
+impl JudgeUse {
+    /// The instant the call must end by: its own budget plus the judge time credited,
+    /// counted from its start.
+    pub fn end(&self) -> Option<std::time::Instant> {
+        self.started.map(|s| s + self.timeout + self.granted)
+    }
+}
+
 /// `Limits::max_judge_calls` and `judge_credit_ms`, as the store needs them.
 #[derive(Clone, Copy, Default)]
 pub(crate) struct JudgeBudget {

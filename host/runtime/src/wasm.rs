@@ -245,8 +245,7 @@ pub(crate) fn arm(store: &mut Store<Sandbox>, timeout: Duration, fuel: Option<u6
         // The call may run until its own budget plus the judge time credited, counted from
         // its start: the deadline is moved to that instant, never past it.
         let judge = &ctx.data().judge_use;
-        let end = judge.started.map(|s| s + judge.timeout + judge.granted);
-        match end.and_then(|end| end.checked_duration_since(std::time::Instant::now())) {
+        match judge.end().and_then(|end| end.checked_duration_since(std::time::Instant::now())) {
             Some(left) if !judge.granted.is_zero() && !left.is_zero() => {
                 Ok(UpdateDeadline::Continue(left.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64))
             }

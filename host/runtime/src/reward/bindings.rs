@@ -115,6 +115,11 @@ impl vagen::env::judge::Host for Sandbox {
                 self.judge_budget.calls
             );
         }
+        // Epoch ticks are only seen in guest code and may lag on a loaded machine: a call
+        // already past its end must not start one more judge call before they catch up.
+        if self.judge_use.end().is_some_and(|end| std::time::Instant::now() >= end) {
+            return Err(wasmtime::Trap::Interrupt.into());
+        }
         let Some(judge) = self.judge.clone() else {
             return Ok(requests.iter().map(|_| Err("this run has no judge configured".to_string())).collect());
         };
