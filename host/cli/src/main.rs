@@ -85,13 +85,14 @@ fn main() {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VAGEN_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
+    vagen_model::install_panic_hook();
     if let Err(e) = dispatch(Cli::parse()) {
         if let Some(exit) = e.downcast_ref::<Exit>() {
             eprintln!("{}", exit.message);
             std::process::exit(exit.code);
         }
         // One line that names the problem; causes joined with ": ".
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", vagen_model::without_cpp_backtrace(&format!("{e:#}")));
         std::process::exit(1);
     }
 }

@@ -2,11 +2,11 @@
 //! `lstrip_blocks`, `raise_exception`, Python string methods, and a `tojson` that writes
 //! what Python's `json.dumps` writes.
 
+use crate::folder::{FileKind, ModelFolder};
 use crate::{Error, Result};
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
 use std::collections::BTreeMap;
-use std::path::Path;
 use vagen_rollout::Message;
 
 /// A model's chat template with the special-token strings it may refer to.
@@ -23,6 +23,7 @@ impl ChatTemplate {
         let mut env = Environment::new();
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
+        env.set_fuel(Some(TEMPLATE_FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", |message: String| -> std::result::Result<Value, minijinja::Error> {
@@ -38,25 +39,14 @@ impl ChatTemplate {
     /// a processor's, e.g. Qwen2.5-VL's), else `chat_template` in `tokenizer_config.json` (a
     /// string, or a list of named templates of which `default` is used). `None` when the
     /// folder has none of them.
-    pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
-        let config_path = dir.join("tokenizer_config.json");
-        let config: serde_json::Value = match std::fs::read_to_string(&config_path) {
-            Ok(text) => {
-                serde_json::from_str(&text).map_err(|e| Error::Template(format!("{}: {e}", config_path.display())))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
-            Err(e) => return Err(Error::io(config_path, e)),
-        };
-        let jinja = dir.join("chat_template.jinja");
-        if jinja.is_file() {
-            let text = std::fs::read_to_string(&jinja).map_err(|e| Error::io(&jinja, e))?;
+    pub fn from_folder(folder: &ModelFolder) -> Result<Option<Self>> {
+        let config_path = folder.path().join("tokenizer_config.json");
+        let config = folder.read_json("tokenizer_config.json", FileKind::TokenizerConfig)?.unwrap_or_default();
+        if let Some(text) = folder.read_text("chat_template.jinja", FileKind::ChatTemplate)? {
             return Self::new(&text, special_tokens(&config)).map(Some);
         }
-        let json = dir.join("chat_template.json");
-        if json.is_file() {
-            let text = std::fs::read_to_string(&json).map_err(|e| Error::io(&json, e))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| Error::Template(format!("{}: {e}", json.display())))?;
+        if let Some(v) = folder.read_json("chat_template.json", FileKind::ChatTemplate)? {
+            let json = folder.path().join("chat_template.json");
             let source = v
                 .get("chat_template")
                 .and_then(|t| t.as_str())
@@ -105,7 +95,39 @@ impl ChatTemplate {
             self.special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
         ctx.insert("messages".into(), messages);
         ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
-        template.render(ctx).map_err(|e| Error::Template(describe(&e)))
+        let mut out = Capped(Vec::new());
+        template.render_captured_to(ctx, &mut out).map_err(|e| match e.kind() {
+            ErrorKind::WriteFailure => Error::Template(format!(
+                "the rendered prompt passed {} MiB (a template writing without end?)",
+                MAX_PROMPT_BYTES >> 20
+            )),
+            _ => Error::Template(describe(&e)),
+        })?;
+        String::from_utf8(out.0).map_err(|_| Error::Template("the template wrote invalid UTF-8".into()))
+    }
+}
+
+/// Template instructions one render may run: a 100-turn conversation in Qwen2.5's template
+/// takes about 6,300; a template looping without end stops here in about a second.
+const TEMPLATE_FUEL: u64 = 20_000_000;
+
+/// The most text one render may write: far past any context window.
+const MAX_PROMPT_BYTES: usize = 16 << 20;
+
+/// A writer that fails past [`MAX_PROMPT_BYTES`], which ends the render.
+struct Capped(Vec<u8>);
+
+impl std::io::Write for Capped {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() + buf.len() > MAX_PROMPT_BYTES {
+            return Err(std::io::Error::other("prompt cap"));
+        }
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -257,5 +279,27 @@ impl serde_json::ser::Formatter for PyFormatter<'_> {
     }
     fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
         w.write_all(fragment.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(source: &str) -> Result<String> {
+        let template = ChatTemplate::new(source, BTreeMap::new())?;
+        template.render(&[Message { role: "user".into(), content: "hi".into() }], true)
+    }
+
+    #[test]
+    fn a_template_that_loops_or_writes_without_end_is_stopped() {
+        let started = std::time::Instant::now();
+        let err =
+            render("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").unwrap_err();
+        assert!(err.to_string().contains("fuel"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+        let err = render("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}").unwrap_err();
+        assert!(err.to_string().contains("passed 16 MiB"), "{err}");
+        assert_eq!(render("{{ messages[0].content }}").unwrap(), "hi");
     }
 }

@@ -1,5 +1,6 @@
 //! A model folder in the Hugging Face layout, loaded and saved.
 
+use crate::folder::{FileKind, ModelFolder};
 use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::vision::VisionTower;
 use crate::vl::{Prompt, Vision};
@@ -52,6 +53,19 @@ pub(crate) struct Parts {
     pub chat: Option<ChatTemplate>,
 }
 
+impl Parts {
+    fn check_tokenizer(&self) -> Result<()> {
+        if self.tokenizer.vocab_size() > self.config.vocab_size {
+            return Err(Error::Invalid(format!(
+                "the tokenizer has {} ids but the model's vocab_size is {}",
+                self.tokenizer.vocab_size(),
+                self.config.vocab_size
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Model {
     /// `default` for the embedded model (see [`crate::default_model`]), `default-vl` for its
     /// VL sibling ([`crate::default_vl_model`]), else a folder.
@@ -67,19 +81,27 @@ impl Model {
     /// `tokenizer_config.json` and the chat template of a HF model folder; for Qwen2.5-VL
     /// also the vision tower and the image processor's settings.
     pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
-        if !dir.is_dir() {
-            return Err(Error::io(dir, std::io::Error::new(std::io::ErrorKind::NotFound, "no such model folder")));
-        }
-        let (config, vl) = read_configs(dir)?;
+        let folder = ModelFolder::open(dir)?;
+        let (config, vl) = read_configs(&folder)?;
+        let tokenizer = folder.read("tokenizer.json", FileKind::Tokenizer)?.ok_or_else(|| {
+            Error::io(
+                dir.join("tokenizer.json"),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no tokenizer.json"),
+            )
+        })?;
+        let tokenizer = Tokenizer::from_bytes(&tokenizer)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", dir.join("tokenizer.json").display())))?;
         let parts = Parts {
             config,
             vl,
-            tokenizer: Tokenizer::from_file(&dir.join("tokenizer.json"))?,
-            tokenizer_config: read_json_opt(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null),
-            generation_config: read_json_opt(&dir.join("generation_config.json"))?,
-            chat: ChatTemplate::from_dir(dir)?,
+            tokenizer,
+            tokenizer_config: folder
+                .read_json("tokenizer_config.json", FileKind::TokenizerConfig)?
+                .unwrap_or(Value::Null),
+            generation_config: folder.read_json("generation_config.json", FileKind::Json)?,
+            chat: ChatTemplate::from_folder(&folder)?,
         };
-        let mut tensors = weights::read_dir(dir)?;
+        let mut tensors = weights::read_dir(&folder)?;
         weights::legacy_names(&mut tensors);
         Self::assemble(parts, &tensors, dir, options)
     }
@@ -90,6 +112,8 @@ impl Model {
         source: &Path,
         options: LoadOptions,
     ) -> Result<Self> {
+        parts.check_tokenizer()?;
+        weights::check_shapes(&parts.config, parts.vl.as_ref().map(|(v, _)| &v.vision), tensors, source)?;
         Self::assemble_with(parts, options, |vs| weights::fill(vs, tensors, source))
     }
 
@@ -100,14 +124,8 @@ impl Model {
         options: LoadOptions,
         fill: impl FnOnce(&VarStore) -> Result<()>,
     ) -> Result<Self> {
+        parts.check_tokenizer()?;
         let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
-        if tokenizer.vocab_size() > config.vocab_size {
-            return Err(Error::Invalid(format!(
-                "the tokenizer has {} ids but the model's vocab_size is {}",
-                tokenizer.vocab_size(),
-                config.vocab_size
-            )));
-        }
         let mut vs = VarStore::new(options.device);
         let lm = Qwen2ForCausalLM::new(&vs.root(), &config);
         let vision = vl.map(|(config, processor)| Vision {
@@ -272,26 +290,19 @@ impl Model {
 
 /// A folder's `config.json` as the text model's config and, for Qwen2.5-VL, the VL config
 /// with the folder's image processor (its defaults when the folder has none).
-pub(crate) fn read_configs(dir: &Path) -> Result<(Qwen2Config, Option<(Qwen2VlConfig, ImageProcessor)>)> {
-    let path = dir.join("config.json");
-    let raw = read_json_opt(&path)?
+pub(crate) fn read_configs(folder: &ModelFolder) -> Result<(Qwen2Config, Option<(Qwen2VlConfig, ImageProcessor)>)> {
+    let path = folder.path().join("config.json");
+    let text = folder
+        .read_text("config.json", FileKind::Json)?
         .ok_or_else(|| Error::io(&path, std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json")))?;
+    let bad = |message| Error::Config { path: path.clone(), message };
+    let raw: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if !vl_config::is_vl(&raw) {
-        return Ok((Qwen2Config::from_file(&path)?, None));
+        return Ok((Qwen2Config::from_json(&text).map_err(bad)?, None));
     }
-    let vl = Qwen2VlConfig::from_file(&path)?;
-    let processor = ImageProcessor::from_dir(dir)?.unwrap_or_default();
+    let vl = Qwen2VlConfig::from_json(&text).map_err(bad)?;
+    let processor = ImageProcessor::from_folder(folder)?.unwrap_or_default();
     Ok((vl.text.clone(), Some((vl, processor))))
-}
-
-fn read_json_opt(path: &Path) -> Result<Option<Value>> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => serde_json::from_str(&text)
-            .map(Some)
-            .map_err(|e| Error::Config { path: path.into(), message: e.to_string() }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
-    }
 }
 
 pub(crate) fn write_json(path: &Path, value: &Value) -> Result<()> {

@@ -1,7 +1,6 @@
-use crate::{Error, Result};
+use crate::Result;
 use serde::Deserialize;
 use serde_json::Value;
-use std::path::Path;
 
 /// The fields of a Hugging Face Qwen2 `config.json` the forward pass needs. Other fields are
 /// kept verbatim in `raw`, so a saved checkpoint carries them unchanged.
@@ -72,12 +71,20 @@ fn default_act() -> String {
     "silu".into()
 }
 
-impl Qwen2Config {
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_json(&text).map_err(|message| Error::Config { path: path.into(), message })
-    }
+/// The largest vocabulary a config may declare (Gemma's 262k is the largest in use).
+const MAX_VOCAB: usize = 1 << 22;
 
+/// `value` within 1..=`max`, else an error naming the field: a dimension is checked before
+/// anything is allocated from it.
+pub(crate) fn in_range(name: &str, value: usize, max: usize) -> Result<(), String> {
+    if (1..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("{name} {value} is out of range: expected 1 to {max}"))
+    }
+}
+
+impl Qwen2Config {
     pub fn from_json(text: &str) -> Result<Self, String> {
         let raw: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let r: Raw = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
@@ -96,6 +103,22 @@ impl Qwen2Config {
             let kind = rope.rope_type.as_deref().or(rope.kind.as_deref()).unwrap_or("default");
             if kind != "default" {
                 return Err(format!("rope type {kind:?}: only the default rotary embedding is supported"));
+            }
+        }
+        for (name, value, max) in [
+            ("vocab_size", r.vocab_size, MAX_VOCAB),
+            ("hidden_size", r.hidden_size, 1 << 16),
+            ("intermediate_size", r.intermediate_size, 1 << 18),
+            ("num_hidden_layers", r.num_hidden_layers, 1024),
+            ("num_attention_heads", r.num_attention_heads, 1024),
+            ("head_dim", r.head_dim.unwrap_or(1), 1024),
+            ("max_position_embeddings", r.max_position_embeddings, 1 << 24),
+        ] {
+            in_range(name, value, max)?;
+        }
+        for (name, value) in [("rms_norm_eps", Some(r.rms_norm_eps)), ("rope_theta", r.rope_theta)] {
+            if value.is_some_and(|v| !(v.is_finite() && v > 0.0)) {
+                return Err(format!("{name} {}: expected a positive number", value.unwrap_or_default()));
             }
         }
         let rope_theta = r.rope_parameters.as_ref().and_then(|p| p.rope_theta).or(r.rope_theta).unwrap_or(10000.0);

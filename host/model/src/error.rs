@@ -14,6 +14,10 @@ pub enum Error {
     Config { path: PathBuf, message: String },
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    /// A file of a model folder refused before it was read: outside the folder, not a
+    /// regular file, or over its kind's cap.
+    #[error("{path}: {message}")]
+    Bounds { path: PathBuf, message: String },
     #[error("checkpoint {path}: {message}")]
     Weights { path: PathBuf, message: String },
     #[error("tokenizer: {0}")]
@@ -22,8 +26,30 @@ pub enum Error {
     Template(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A panic caught where a whole operation could be refused (see `catch_panic`).
+    #[error("internal failure: {0}")]
+    Panic(String),
+    /// libtorch's message, without the C++ backtrace it carries.
     #[error("libtorch: {0}")]
-    Torch(#[from] tch::TchError),
+    Torch(String),
+}
+
+impl From<tch::TchError> for Error {
+    fn from(e: tch::TchError) -> Self {
+        Error::Torch(without_cpp_backtrace(&e.to_string()).to_string())
+    }
+}
+
+/// libtorch's error text up to the backtrace it appends ("Exception raised from … frame
+/// #0: …", thirty-odd lines of C++ frames a user cannot act on). Also on a message quoted
+/// with `{:?}` (a panic's `unwrap`), where the line breaks are escaped.
+pub fn without_cpp_backtrace(message: &str) -> &str {
+    let end = message.find("Exception raised from").unwrap_or(message.len());
+    let mut kept = message[..end].trim_end();
+    while let Some(rest) = kept.strip_suffix("\\n") {
+        kept = rest.trim_end();
+    }
+    kept
 }
 
 impl Error {

@@ -3,9 +3,9 @@
 //! torchvision calls on the CPU, so resized pixels match too), rescale and CLIP normalisation
 //! fused as transformers fuses them, then patches in merge-group order.
 
+use crate::folder::{FileKind, ModelFolder};
 use crate::{Error, Result};
 use serde_json::{Value, json};
-use std::path::Path;
 use tch::{Device, Kind, Tensor};
 use vagen_rollout::Image;
 
@@ -65,16 +65,13 @@ impl Default for ImageProcessor {
 impl ImageProcessor {
     /// The settings of a model folder: `preprocessor_config.json` (transformers 4), or the
     /// `image_processor` entry of `processor_config.json` (transformers 5). `None` if neither.
-    pub fn from_dir(dir: &Path) -> Result<Option<Self>> {
+    pub fn from_folder(folder: &ModelFolder) -> Result<Option<Self>> {
         for (file, key) in [("preprocessor_config.json", None), ("processor_config.json", Some("image_processor"))] {
-            let path = dir.join(file);
-            let text = match std::fs::read_to_string(&path) {
-                Ok(t) => t,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(&path, e)),
+            let path = folder.path().join(file);
+            let Some(v) = folder.read_json(file, FileKind::Json)? else {
+                continue;
             };
             let bad = |message: String| Error::Config { path: path.clone(), message };
-            let v: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
             let v = match key {
                 Some(k) => match v.get(k) {
                     Some(inner) => inner.clone(),

@@ -25,10 +25,12 @@ pub(crate) mod default_model;
 mod device;
 mod engine;
 mod error;
+mod folder;
 mod generate;
 mod image_processor;
 mod judge;
 mod kv_cache;
+mod panics;
 mod policy;
 mod qwen2;
 mod rope;
@@ -48,13 +50,15 @@ pub use default_model::{
 };
 pub use device::{DType, parse_device};
 pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats};
-pub use error::{Error, Result};
+pub use error::{Error, Result, without_cpp_backtrace};
+pub use folder::{FileKind, ModelFolder};
 pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
 };
 pub use image_processor::{ImageProcessor, PixelValues};
 pub use judge::{Answered, Chat, ChatAnswer, ChatError, LocalJudge};
 pub use kv_cache::KvCache;
+pub use panics::{catch_panic, install_panic_hook};
 pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use tokenizer::Tokenizer;
@@ -64,3 +68,4 @@ pub use value_head::ValueModel;
 pub use vision::{VisionTower, vision_forward_seconds};
 pub use vl::{MropePositions, Prompt, Vision, hidden_states};
 pub use vl_config::{Qwen2VlConfig, VisionConfig};
+pub use weights::read_file as read_safetensors;

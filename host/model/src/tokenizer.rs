@@ -1,5 +1,4 @@
 use crate::{Error, Result};
-use std::path::Path;
 
 /// A Hugging Face `tokenizer.json`, with the chat special tokens it defines.
 #[derive(Clone)]
@@ -8,11 +7,6 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        Self::from_bytes(&bytes).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))
-    }
-
     pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
         let inner = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| Error::Tokenizer(e.to_string()))?;
         Ok(Tokenizer { inner })

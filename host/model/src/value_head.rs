@@ -36,9 +36,11 @@ impl ValueModel {
             return Self::assemble(config, None, tensors, Path::new("<default>"), options);
         }
         let dir = Path::new(spec);
-        let (config, vl) = crate::checkpoint::read_configs(dir)?;
-        let mut tensors = weights::read_dir(dir)?;
+        let folder = crate::folder::ModelFolder::open(dir)?;
+        let (config, vl) = crate::checkpoint::read_configs(&folder)?;
+        let mut tensors = weights::read_dir(&folder)?;
         weights::legacy_names(&mut tensors);
+        weights::check_shapes(&config, vl.as_ref().map(|(v, _)| &v.vision), &tensors, dir)?;
         Self::assemble(config, vl, tensors, dir, options)
     }
 

@@ -2,10 +2,9 @@
 //! `rope_scaling.type = "mrope"`) or 5 (`text_config` / `vision_config`,
 //! `rope_parameters`). Fields we do not implement are refused by name.
 
-use crate::{Error, Qwen2Config, Result};
+use crate::Qwen2Config;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-use std::path::Path;
 
 /// The vision tower's shape (`vision_config`). Defaults are transformers' for a missing key.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -95,6 +94,18 @@ impl VisionConfig {
         if v.hidden_act != "silu" {
             return Err(format!("vision_config.hidden_act {:?}: only \"silu\" is supported", v.hidden_act));
         }
+        for (name, value, max) in [
+            ("depth", v.depth, 1024),
+            ("hidden_size", v.hidden_size, 1 << 16),
+            ("intermediate_size", v.intermediate_size, 1 << 18),
+            ("num_heads", v.num_heads, 1024),
+            ("patch_size", v.patch_size, 1024),
+            ("spatial_merge_size", v.spatial_merge_size, 16),
+            ("temporal_patch_size", v.temporal_patch_size, 16),
+            ("window_size", v.window_size, 1 << 16),
+        ] {
+            crate::config::in_range(&format!("vision_config.{name}"), value, max)?;
+        }
         if v.in_channels != 3 {
             return Err(format!("vision_config.in_channels {}: images are RGB (3)", v.in_channels));
         }
@@ -171,11 +182,6 @@ pub(crate) fn is_vl(raw: &Value) -> bool {
 }
 
 impl Qwen2VlConfig {
-    pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        Self::from_json(&text).map_err(|message| Error::Config { path: path.into(), message })
-    }
-
     pub fn from_json(text: &str) -> std::result::Result<Self, String> {
         let raw: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let top = raw.as_object().ok_or("config.json is not an object")?;

@@ -143,3 +143,84 @@ fn broken_checkpoints_are_refused_with_the_reason() {
 
     assert!(load_error(std::path::Path::new("/nonexistent/model")).contains("no such model folder"));
 }
+
+/// `Model::load` in a thread, failing the test (not hanging it) when it does not return.
+fn load_error_within(dir: &std::path::Path, seconds: u64) -> String {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        let _ = tx.send(Model::load(&dir, LoadOptions::default()).err().map(|e| e.to_string()));
+    });
+    let outcome = rx.recv_timeout(std::time::Duration::from_secs(seconds)).expect("the load did not return");
+    outcome.expect("the load should fail")
+}
+
+fn shard_index(dir: &std::path::Path, shard: &str) {
+    std::fs::remove_file(dir.join("model.safetensors")).unwrap();
+    let index = serde_json::json!({ "weight_map": { "model.embed_tokens.weight": shard } });
+    std::fs::write(dir.join("model.safetensors.index.json"), index.to_string()).unwrap();
+}
+
+/// Issue 41: a shard index naming `../../dev/zero`, `/etc/shadow` or a FIFO was opened (and
+/// `/dev/zero` read to 4.5 GB, the FIFO waited forever); `tokenizer.json` linked to
+/// `/dev/zero` read to 8.7 GB; a huge one loaded whole; `vocab_size` 2^40 panicked in
+/// libtorch; a huge dimension beside a zero in a safetensors header printed a C++ backtrace.
+#[test]
+fn model_folder_files_are_read_within_bounds() {
+    for shard in ["../../dev/zero", "/etc/shadow"] {
+        let dir = broken(|d| shard_index(d, shard));
+        let err = load_error_within(dir.path(), 20);
+        assert!(err.contains("not a plain relative name inside the model folder"), "{shard}: {err}");
+    }
+    let fifo = broken(|d| {
+        shard_index(d, "shard.safetensors");
+        let path = std::ffi::CString::new(d.join("shard.safetensors").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    });
+    assert!(load_error_within(fifo.path(), 20).contains("not a regular file (a FIFO)"));
+
+    let zero = broken(|d| {
+        std::fs::remove_file(d.join("tokenizer.json")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", d.join("tokenizer.json")).unwrap();
+    });
+    let err = load_error_within(zero.path(), 20);
+    assert!(err.contains("a link to /dev/zero, outside the model folder"), "{err}");
+    let huge = broken(|d| {
+        // Sparse: 65 MiB on paper, nothing on disk.
+        std::fs::OpenOptions::new().write(true).open(d.join("tokenizer.json")).unwrap().set_len(65 << 20).unwrap();
+    });
+    let err = load_error_within(huge.path(), 20);
+    assert!(err.contains("tokenizer.json: larger than the cap of 64 MiB"), "{err}");
+
+    let vocab = broken(|d| edit_config(d, "vocab_size", (1u64 << 40).into()));
+    let err = load_error(vocab.path());
+    assert!(err.contains("vocab_size 1099511627776 is out of range"), "{err}");
+    // Within every bound but not what the tensors hold: refused before anything is built.
+    let layers = broken(|d| edit_config(d, "num_hidden_layers", 900.into()));
+    let err = load_error(layers.path());
+    assert!(err.contains("tensor model.layers.2.self_attn.q_proj.weight is missing"), "{err}");
+    let wide = broken(|d| edit_config(d, "intermediate_size", 200_000.into()));
+    let err = load_error(wide.path());
+    assert!(err.contains("mlp.gate_proj.weight has shape") && err.contains("intermediate_size"), "{err}");
+
+    let header =
+        br#"{"model.embed_tokens.weight":{"dtype":"F32","shape":[9223372036854775808,0],"data_offsets":[0,0]}}"#;
+    let negative = broken(|d| {
+        let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(header);
+        std::fs::write(d.join("model.safetensors"), bytes).unwrap();
+    });
+    let err = load_error(negative.path());
+    assert!(err.contains("dimension 9223372036854775808 is out of range"), "{err}");
+    assert!(!err.contains("frame #"), "{err}");
+
+    let spin = broken(|d| {
+        let spin = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        std::fs::write(d.join("chat_template.jinja"), spin).unwrap();
+    });
+    let model = Model::load(spin.path(), LoadOptions::default()).unwrap();
+    let hi = [vagen_model::Message { role: "user".into(), content: "hi".into() }];
+    let err = model.chat.as_ref().unwrap().render(&hi, true).unwrap_err();
+    assert!(err.to_string().contains("fuel"), "{err}");
+}

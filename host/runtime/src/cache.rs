@@ -122,20 +122,17 @@ fn tmp_name(stem: &str) -> String {
 /// opened without following a link or waiting on a pipe, and checked on the open file
 /// before a byte is read (a FIFO or a link planted in the folder is refused, not read).
 fn read_owned(path: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file =
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
-    let meta = file.metadata().ok()?;
+    let (file, meta) = crate::files::open_regular(path, crate::files::Links::Refuse).ok()?;
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    if !meta.is_file() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+    if meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return None;
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    crate::files::read_capped(file, &meta, MAX_ENTRY_BYTES).ok()
 }
+
+/// Compiled code is a few times its plugin's size ([`crate::MAX_PLUGIN_BYTES`]).
+const MAX_ENTRY_BYTES: u64 = 4 * crate::MAX_PLUGIN_BYTES;
 
 /// Creates `dir` (0700) if needed, refuses a folder another user owns or may write, and
 /// returns the cache's key (made on first use, 0600).

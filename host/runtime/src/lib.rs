@@ -48,6 +48,7 @@ mod checks;
 pub mod conformance;
 mod environment;
 mod error;
+pub mod files;
 pub mod fuzz;
 mod guest_text;
 mod limits;

@@ -105,22 +105,11 @@ pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
 /// A plugin file's bytes: a regular file (not `/dev/zero` or a pipe) of at most
 /// [`MAX_PLUGIN_BYTES`], read with that cap whatever its metadata says.
 pub(crate) fn read_plugin_file(path: &Path) -> Result<Vec<u8>, Error> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let io = |source| Error::Io { path: path.into(), source };
-    // Non-blocking: opening a FIFO for reading would otherwise wait for a writer forever,
-    // before the type is checked on the open file below.
-    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(Error::NotWasm { path: path.into(), what: "not a regular file".into() });
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_PLUGIN_BYTES + 1).read_to_end(&mut bytes).map_err(io)?;
-    if bytes.len() as u64 > MAX_PLUGIN_BYTES {
-        return Err(Error::NotWasm { path: path.into(), what: format!("larger than {} MiB", MAX_PLUGIN_BYTES >> 20) });
-    }
-    Ok(bytes)
+    use crate::files::ReadError;
+    crate::files::read_regular(path, crate::files::Links::Follow, MAX_PLUGIN_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => Error::Io { path: path.into(), source },
+        other => Error::NotWasm { path: path.into(), what: other.to_string() },
+    })
 }
 
 fn internal(message: String) -> Error {

@@ -85,16 +85,26 @@ impl AdamW {
 
     pub fn load(&mut self, path: &Path) -> Result<(), String> {
         let tensors: BTreeMap<String, Tensor> =
-            Tensor::read_safetensors(path).map_err(|e| format!("{}: {e}", path.display()))?.into_iter().collect();
+            vagen_model::read_safetensors(path).map_err(|e| e.to_string())?.into_iter().collect();
         for (i, (name, p)) in self.params.iter().enumerate() {
             for (prefix, slot) in [("m", &mut self.m[i]), ("v", &mut self.v[i])] {
                 let t = tensors
                     .get(&format!("{prefix}.{name}"))
                     .ok_or_else(|| format!("{}: no {prefix}.{name}", path.display()))?;
+                if t.size() != p.size() {
+                    return Err(format!(
+                        "{}: {prefix}.{name} has shape {:?}; the parameter has {:?}",
+                        path.display(),
+                        t.size(),
+                        p.size()
+                    ));
+                }
                 *slot = t.to_device(p.device()).to_kind(Kind::Float);
             }
         }
-        self.step = tensors.get("step").map(|t| t.int64_value(&[0]) as u64).ok_or("no step")?;
+        let step = tensors.get("step").ok_or_else(|| format!("{}: no step", path.display()))?;
+        let step = step.f_int64_value(&[0]).ok().filter(|s| *s >= 0);
+        self.step = step.ok_or_else(|| format!("{}: step is not a count", path.display()))? as u64;
         Ok(())
     }
 }

@@ -96,16 +96,19 @@ impl Trainer {
         // error) is skipped with a warning, never half used.
         let mut refused = Vec::new();
         for ckpt in checkpoint::complete(run_dir)? {
-            let loaded = match load_checkpoint(&cfg, &ckpt) {
+            // A panic in libtorch is a checkpoint that will not load, like a torn file.
+            let loaded = vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, &ckpt))).map_err(anyhow::Error::from);
+            let loaded = match loaded.and_then(|r| r) {
                 Ok(loaded) => loaded,
                 Err(e) => {
+                    let e = vagen_model::without_cpp_backtrace(&format!("{e:#}")).to_string();
                     // Moved aside (kept for a look), so later saves and resumes pass it by.
                     let name = ckpt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                     let aside = ckpt.with_file_name(format!(".{name}.corrupt"));
                     let moved = std::fs::rename(&ckpt, &aside).is_ok();
                     let to = if moved { format!(", moved to {}", aside.display()) } else { String::new() };
-                    eprintln!("warning: {} will not load ({e:#}){to}; trying the one before", ckpt.display());
-                    refused.push(format!("{}: {e:#}", ckpt.display()));
+                    eprintln!("warning: {} will not load ({e}){to}; trying the one before", ckpt.display());
+                    refused.push(format!("{}: {e}", ckpt.display()));
                     continue;
                 }
             };

@@ -73,6 +73,21 @@ fn a_corrupt_newest_checkpoint_falls_back_to_the_one_before() {
     assert!(err.contains("no checkpoint") && err.contains("step-000001"), "{err}");
 }
 
+/// Issue 41: a checkpoint whose config made libtorch panic (`vocab_size` 2^40) ended the
+/// resume with exit 101 instead of falling back like a torn one.
+#[test]
+fn a_checkpoint_that_fails_for_any_reason_falls_back_to_the_one_before() {
+    let dir = tempfile::tempdir().unwrap();
+    Trainer::new(parse(&config("grpo", ""), &[]).unwrap(), dir.path()).unwrap().run().unwrap();
+    let path = dir.path().join("checkpoints/step-000002/actor/config.json");
+    let mut actor: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    actor["vocab_size"] = (1u64 << 40).into();
+    std::fs::write(&path, actor.to_string()).unwrap();
+    let resumed = Trainer::resume(dir.path(), &["schedule.steps=3".into()]).unwrap();
+    assert_eq!(resumed.state.step, 1, "resumed from step-000001");
+    assert_eq!(checkpoints(dir.path()), [".step-000002.corrupt", "step-000001"]);
+}
+
 #[test]
 fn keep_last_deletes_older_checkpoints_after_each_save() {
     let dir = tempfile::tempdir().unwrap();
