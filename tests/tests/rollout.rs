@@ -1,7 +1,8 @@
 //! The rollout driver end to end on real plugins: every policy through prompt → parse →
 //! step; groups share seeds; faults fail only their trajectory; model rollouts lay out.
 
-use vagen_model::{GenerateOptions, LoadOptions, Model, ModelPolicy};
+use vagen_model::{GenerateOptions, LoadOptions, Model};
+use vagen_policy::{ChatModel, ModelPolicy};
 use vagen_rollout::{
     ContextOverflow, Format, History, LayoutOptions, OraclePolicy, Policy, PolicyError, RandomPolicy, Request,
     Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
@@ -188,7 +189,8 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
     assert_eq!(trajs.len(), 4);
     for t in &trajs {
         assert!(t.failure.is_none());
-        let seq = layout(model.as_ref(), &t.system, &t.assistant_turns(), &LayoutOptions::default()).unwrap();
+        let seq =
+            layout(&ChatModel(model.as_ref()), &t.system, &t.assistant_turns(), &LayoutOptions::default()).unwrap();
         assert_eq!(seq.turn_ends.len(), t.turns.len());
         let masked: usize = seq.loss_mask.iter().filter(|&&m| m).count();
         assert_eq!(masked, t.turns.iter().map(|x| x.token_ids.as_ref().unwrap().len()).sum::<usize>());
@@ -211,7 +213,12 @@ fn first_prompts(
     let first = rollout(plugin, "", &SEEDS, &once, &mut ModelPolicy::new(model.clone(), options.clone())).unwrap();
     let prompts = first
         .iter()
-        .map(|t| vagen_rollout::prompt_ids(model.as_ref(), &t.system, &[], &t.turns[0].user, &[]).unwrap().ids.len())
+        .map(|t| {
+            vagen_rollout::prompt_ids(&ChatModel(model.as_ref()), &t.system, &[], &t.turns[0].user, &[])
+                .unwrap()
+                .ids
+                .len()
+        })
         .collect();
     (model, options, prompts)
 }
@@ -267,7 +274,9 @@ fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
     let history_dropped = going.iter().any(|t| {
         let turns = t.assistant_turns();
         (1..turns.len()).any(|k| {
-            let full = vagen_rollout::prompt_ids(model.as_ref(), &t.system, &turns[..k], &turns[k].user, &[]).unwrap();
+            let full =
+                vagen_rollout::prompt_ids(&ChatModel(model.as_ref()), &t.system, &turns[..k], &turns[k].user, &[])
+                    .unwrap();
             full.ids.len() + 24 > window
         })
     });

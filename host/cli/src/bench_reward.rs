@@ -9,7 +9,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vagen_model::LocalJudge;
+use vagen_policy::LocalJudge;
 use vagen_runtime::reward::conformance::sample_turns;
 use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
 use vagen_runtime::{Limits, Runtime};

@@ -6,7 +6,8 @@ use crate::record::ImageSink;
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 use std::io::{BufRead, Write};
-use vagen_model::{GenerateOptions, ModelPolicy};
+use vagen_model::GenerateOptions;
+use vagen_policy::ModelPolicy;
 use vagen_rollout::{
     AnswerOrigin, ContextOverflow, Format, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
 };

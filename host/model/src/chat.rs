@@ -7,7 +7,7 @@ use crate::{Error, Result};
 use minijinja::value::{Kwargs, Value};
 use minijinja::{Environment, ErrorKind};
 use std::collections::BTreeMap;
-use vagen_rollout::Message;
+use vagen_abi::Message;
 
 /// A model's chat template with the special-token strings it may refer to.
 pub struct ChatTemplate {
@@ -137,11 +137,11 @@ fn image_content(messages: &[Message]) -> Vec<serde_json::Value> {
     messages
         .iter()
         .map(|m| {
-            if !m.content.contains(vagen_rollout::IMAGE_MARKER) {
+            if !m.content.contains(vagen_abi::IMAGE_MARKER) {
                 return json!({ "role": m.role, "content": m.content });
             }
             let mut parts = vec![];
-            for (i, piece) in m.content.split(vagen_rollout::IMAGE_MARKER).enumerate() {
+            for (i, piece) in m.content.split(vagen_abi::IMAGE_MARKER).enumerate() {
                 if i > 0 {
                     parts.push(json!({ "type": "image" }));
                 }

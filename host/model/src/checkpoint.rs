@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
-use vagen_rollout::Image;
+use vagen_abi::Image;
 
 /// Where the weights go and in which precision.
 #[derive(Debug, Clone, Copy)]

@@ -4,7 +4,7 @@
 
 use crate::{Error, Result};
 use std::path::{Component, Path, PathBuf};
-use vagen_runtime::files::{self, Links, ReadError};
+use vagen_files::{self as files, Links, ReadError};
 
 /// What a file holds, which sets how large it may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,7 +7,7 @@ use crate::folder::{FileKind, ModelFolder};
 use crate::{Error, Result};
 use serde_json::{Value, json};
 use tch::{Device, Kind, Tensor};
-use vagen_rollout::Image;
+use vagen_abi::Image;
 
 /// One image ready for the vision tower.
 #[derive(Debug)]

@@ -14,11 +14,11 @@
 //!   features placed in the prompt ([`Vision`], [`Prompt`]).
 //! - [`Engine`] is the rollout engine: per-trajectory KV reuse across turns, group prompts
 //!   prefilled once, continuous batching.
-//! - [`ModelPolicy`] answers rollout requests (the rollout crate's `Policy`).
 //! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
 //!   [`default_model`] builds the embedded small model from a seed.
 
 mod chat;
+mod chats;
 mod checkpoint;
 mod config;
 pub(crate) mod default_model;
@@ -28,10 +28,8 @@ mod error;
 mod folder;
 mod generate;
 mod image_processor;
-mod judge;
 mod kv_cache;
 mod panics;
-mod policy;
 mod qwen2;
 mod rope;
 mod sampling;
@@ -43,6 +41,7 @@ mod vl_config;
 mod weights;
 
 pub use chat::ChatTemplate;
+pub use chats::{Answered, Chat, ChatAnswer, ChatError};
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
 pub use default_model::{
@@ -56,14 +55,11 @@ pub use generate::{
     FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
 };
 pub use image_processor::{ImageProcessor, PixelValues};
-pub use judge::{Answered, Chat, ChatAnswer, ChatError, LocalJudge};
 pub use kv_cache::KvCache;
 pub use panics::{catch_panic, install_panic_hook};
-pub use policy::ModelPolicy;
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use tokenizer::Tokenizer;
-pub use vagen_rollout::Message;
-pub use vagen_rollout::{IMAGE_MARKER, Image};
+pub use vagen_abi::{IMAGE_MARKER, Image, Message};
 pub use value_head::ValueModel;
 pub use vision::{VisionTower, vision_forward_seconds};
 pub use vl::{MropePositions, Prompt, Vision, hidden_states};

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use tch::nn::VarStore;
 use tch::{Device, Tensor};
-use vagen_runtime::files::{self, Links};
+use vagen_files::{self as files, Links};
 
 /// Every tensor of a checkpoint folder: `model.safetensors`, or the shards listed in
 /// `model.safetensors.index.json` (each a file inside the folder).

@@ -3,7 +3,7 @@
 //!
 //! - [`Format`] and [`parse`]: the reasoning formats and the response parser.
 //! - [`Policy`]: random, oracle, noisy-oracle, scripted and exploring policies behind one
-//!   batch interface (the model's is `vagen_model::ModelPolicy`); each answer says who
+//!   batch interface (the model's is `vagen_policy::ModelPolicy`); each answer says who
 //!   wrote it ([`AnswerOrigin`]).
 //! - [`rollout`]: the driver (groups × members, parallel env steps, faults contained), and
 //!   [`Episodes`]: the one episode loop over it (chunks, logs as it goes, the
@@ -17,7 +17,6 @@ mod explore;
 mod failure;
 mod format;
 mod layout;
-mod message;
 mod noisy;
 mod parse;
 mod policy;
@@ -32,12 +31,11 @@ pub use layout::{
     AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, PromptIds, RewardPlacement, TrainingSequence, layout,
     prompt_ids,
 };
-pub use message::Message;
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{
     AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
     ScriptedPolicy,
 };
-/// The env's RGB8 image, as policies receive it.
-pub use vagen_runtime::{IMAGE_MARKER, Image};
+/// The env's RGB8 image, as policies receive it, and the conversation they answer.
+pub use vagen_abi::{IMAGE_MARKER, Image, Message};

@@ -122,13 +122,13 @@ fn tmp_name(stem: &str) -> String {
 /// opened without following a link or waiting on a pipe, and checked on the open file
 /// before a byte is read (a FIFO or a link planted in the folder is refused, not read).
 fn read_owned(path: &Path) -> Option<Vec<u8>> {
-    let (file, meta) = crate::files::open_regular(path, crate::files::Links::Refuse).ok()?;
+    let (file, meta) = vagen_files::open_regular(path, vagen_files::Links::Refuse).ok()?;
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
     if meta.uid() != uid || meta.mode() & 0o022 != 0 {
         return None;
     }
-    crate::files::read_capped(file, &meta, MAX_ENTRY_BYTES).ok()
+    vagen_files::read_capped(file, &meta, MAX_ENTRY_BYTES).ok()
 }
 
 /// Compiled code is a few times its plugin's size ([`crate::MAX_PLUGIN_BYTES`]).

@@ -48,7 +48,6 @@ mod checks;
 pub mod conformance;
 mod environment;
 mod error;
-pub mod files;
 pub mod fuzz;
 mod guest_text;
 mod limits;

@@ -105,8 +105,8 @@ pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
 /// A plugin file's bytes: a regular file (not `/dev/zero` or a pipe) of at most
 /// [`MAX_PLUGIN_BYTES`], read with that cap whatever its metadata says.
 pub(crate) fn read_plugin_file(path: &Path) -> Result<Vec<u8>, Error> {
-    use crate::files::ReadError;
-    crate::files::read_regular(path, crate::files::Links::Follow, MAX_PLUGIN_BYTES).map_err(|e| match e {
+    use vagen_files::ReadError;
+    vagen_files::read_regular(path, vagen_files::Links::Follow, MAX_PLUGIN_BYTES).map_err(|e| match e {
         ReadError::Io(source) => Error::Io { path: path.into(), source },
         other => Error::NotWasm { path: path.into(), what: other.to_string() },
     })

@@ -4,10 +4,7 @@
 
 use serde::Serialize;
 use std::path::PathBuf;
-pub use vagen_abi::{ActionSpace, Image, Manifest, Modality, Observation};
-
-/// The marker an observation's text carries for each image.
-pub const IMAGE_MARKER: &str = "<image>";
+pub use vagen_abi::{ActionSpace, IMAGE_MARKER, Image, Manifest, Modality, Observation};
 
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Metric {

@@ -6,6 +6,7 @@ use crate::step_batch::{Source, StepBatch};
 use crate::train::Trainer;
 use anyhow::Result;
 use vagen_model::GenerateOptions;
+use vagen_policy::ChatModel;
 use vagen_rollout::{
     AnswerOrigin, ChatTokenizer, Exploring, LayoutOptions, NoisyOracle, RolloutMetrics, Trajectory, layout,
 };
@@ -66,7 +67,7 @@ impl Trainer {
             .filter(|(i, _)| scored.unscored.binary_search(i).is_err())
             .map(|(_, t)| t)
             .collect();
-        let batch = lay_out(cfg, self.actor.as_ref(), &kept)?;
+        let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
         Ok(Collected { batch, rollout, explored_turns, engine, reward_metrics: scored.metrics })
     }
 
@@ -80,7 +81,7 @@ impl Trainer {
         let mut policy = NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise };
         let n = self.state.sft_steps_done + 1;
         let trajs = self.episodes(&seeds, 1, &mut policy, &format!("SFT step {n}"), &format!("sft{n}"))?;
-        let mut batch = lay_out(cfg, self.actor.as_ref(), &trajs)?;
+        let mut batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &trajs)?;
         batch.mask_out(AnswerOrigin::Noisy);
         Ok(batch)
     }

@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vagen_model::{DType, LoadOptions, LocalJudge, Model};
+use vagen_model::{DType, LoadOptions, Model};
+use vagen_policy::LocalJudge;
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
 use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest, Scorer, Turn};
@@ -261,7 +262,8 @@ mod tests {
     use super::*;
     use std::path::Path;
     use std::rc::Rc;
-    use vagen_model::{GenerateOptions, LoadOptions, ModelPolicy, default_model};
+    use vagen_model::{GenerateOptions, LoadOptions, default_model};
+    use vagen_policy::ModelPolicy;
     use vagen_rollout::{RolloutConfig, rollout};
     use vagen_runtime::Limits;
 
@@ -306,7 +308,7 @@ mod tests {
         }
         let text = format!("[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\n", env.display().to_string());
         let cfg = TrainConfig::parse(&text, "test.toml", &[]).unwrap();
-        let batch = crate::collect::lay_out(&cfg, model.as_ref(), &trajs).unwrap();
+        let batch = crate::collect::lay_out(&cfg, &vagen_policy::ChatModel(model.as_ref()), &trajs).unwrap();
         let mut k = 0;
         for seq in 0..batch.len() {
             let start = batch.tokens_of(seq).start;

@@ -21,7 +21,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
-use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ModelPolicy, ValueModel};
+use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
+use vagen_policy::ModelPolicy;
 use vagen_rollout::{Episodes, FailurePolicy, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
 use vagen_runtime::{Plugin, Runtime};
 

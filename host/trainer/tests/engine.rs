@@ -5,7 +5,8 @@
 mod common;
 
 use std::rc::Rc;
-use vagen_model::{EngineOptions, EngineStats, GenerateOptions, LoadOptions, ModelPolicy, default_model};
+use vagen_model::{EngineOptions, EngineStats, GenerateOptions, LoadOptions, default_model};
+use vagen_policy::ModelPolicy;
 use vagen_rollout::{Format, History, RolloutConfig, Trajectory, rollout};
 use vagen_runtime::{Limits, Runtime};
 

@@ -20,7 +20,7 @@
 
 mod types;
 
-pub use types::{ActionSpace, EnvError, Image, Manifest, Modality, Observation, Step};
+pub use types::{ActionSpace, EnvError, IMAGE_MARKER, Image, Manifest, Message, Modality, Observation, Step};
 
 use serde::{Serialize, de::DeserializeOwned};
 

@@ -3,6 +3,33 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The marker an observation's text carries for each image, and a chat message's content
+/// where the image stands.
+pub const IMAGE_MARKER: &str = "<image>";
+
+/// One conversation turn, as transformers' `{"role": ..., "content": ...}`: what a policy
+/// is asked and a chat template renders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: String,
+    pub content: String,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Message { role: role.into(), content: content.into() }
+    }
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
 /// An RGB8 image, row-major, `rgb.len() == width * height * 3`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
@@ -26,7 +53,7 @@ impl Observation {
 
     /// Appends an image and its `<image>` marker to the text, keeping them aligned.
     pub fn push_image(&mut self, image: Image) {
-        self.text.push_str("<image>");
+        self.text.push_str(IMAGE_MARKER);
         self.images.push(image);
     }
 }

@@ -1,4 +1,4 @@
-//! Reading a file that someone else may have planted (a plugin, a cache entry, a model
+//! vagen-files: reading a file that someone else may have planted (a plugin, a cache entry, a model
 //! folder's shard): the open never waits on a pipe, the type is checked on the open file
 //! before a byte is read, and no more than a cap is read whatever the metadata says.
 

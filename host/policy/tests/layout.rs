@@ -2,6 +2,7 @@
 //! template (the rollout crate tests the layout rules with a toy tokenizer).
 
 use vagen_model::{LoadOptions, Model};
+use vagen_policy::ChatModel;
 use vagen_rollout::{AssistantTurn, ChatTokenizer, LayoutOptions, Message, layout};
 
 /// A response as a model samples it: its ids, the end of turn, a log-prob each.
@@ -25,7 +26,7 @@ fn sampled(tok: &dyn ChatTokenizer, user: &str, response: &str, reward: f32) -> 
 #[test]
 fn real_template_path_matches_retokenisation_except_where_sampled_ids_differ() {
     let model = Model::from_spec("default", LoadOptions::default()).unwrap();
-    let tok: &dyn ChatTokenizer = &model;
+    let tok: &dyn ChatTokenizer = &ChatModel(&model);
     let responses =
         ["<think>The goal is left.</think><answer>Left</answer>", "<think>Now up.</think><answer>Up</answer>"];
     let turns: Vec<AssistantTurn> =
@@ -76,7 +77,7 @@ fn picture(w: u32, h: u32, seed: u8) -> std::sync::Arc<vagen_model::Image> {
 #[test]
 fn image_turns_expand_to_each_images_tokens_and_only_answers_are_masked_in() {
     let model = Model::from_spec("default-vl", LoadOptions::default()).unwrap();
-    let tok: &dyn ChatTokenizer = &model;
+    let tok: &dyn ChatTokenizer = &ChatModel(&model);
     let v = model.vision().unwrap();
     let (pad, start, end) = (v.config.image_token_id, v.config.vision_start_token_id, v.config.vision_end_token_id);
     let images = [vec![picture(56, 56, 3), picture(112, 84, 5)], vec![picture(112, 112, 7)]];

@@ -1,10 +1,10 @@
 //! The model as a rollout policy: requests rendered through its chat template (as the
 //! training layout lays turns out), answered by batched generation with log-probs.
 
-use crate::{
+use std::rc::Rc;
+use vagen_model::{
     Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt,
 };
-use std::rc::Rc;
 use vagen_rollout::{
     AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError,
     PromptIds, Request, Response, prompt_ids,
@@ -12,7 +12,16 @@ use vagen_rollout::{
 
 /// The layout's view of a model: its chat template and tokenizer, and for a VL model the
 /// tokens each image takes.
-impl ChatTokenizer for Model {
+pub struct ChatModel<'a>(pub &'a Model);
+
+impl std::ops::Deref for ChatModel<'_> {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        self.0
+    }
+}
+
+impl ChatTokenizer for ChatModel<'_> {
     fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String> {
         let template = self.chat_template().map_err(|e| e.to_string())?;
         match self.vision {
@@ -66,7 +75,7 @@ impl ModelPolicy {
     }
 
     /// Generation by the engine `options` name.
-    pub fn with_engine(mut self, options: &EngineOptions) -> crate::Result<Self> {
+    pub fn with_engine(mut self, options: &EngineOptions) -> vagen_model::Result<Self> {
         self.engine = match options.kind {
             EngineKind::Continuous => Some(Engine::new(options.clone())?),
             EngineKind::Static => None,
@@ -131,7 +140,7 @@ impl ModelPolicy {
                 .images
                 .iter()
                 .map(|img| v.processor.process(img))
-                .collect::<crate::Result<_>>()
+                .collect::<vagen_model::Result<_>>()
                 .map_err(|e| PolicyError::Prompt(e.to_string()))?,
             (None, false) => unreachable!("a text-only model's layout holds no images"),
         };
@@ -236,5 +245,5 @@ fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<PromptIds, Polic
             images: images.clone(),
         })
         .collect();
-    prompt_ids(model, &system.content, &history, &user.content, &r.images).map_err(|e| bad(&e.to_string()))
+    prompt_ids(&ChatModel(model), &system.content, &history, &user.content, &r.images).map_err(|e| bad(&e.to_string()))
 }
