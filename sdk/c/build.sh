@@ -2,16 +2,16 @@
 # Builds a C environment into one component:
 #   sdk/c/build.sh ENV_DIR OUT.wasm
 # Compiles every .c file in ENV_DIR with the SDK (vagen.c) and the contract's bindings
-# (written by `vagen-host c-bindings`), for wasm32-wasi as a reactor, then wraps the module
-# with `vagen-host componentize`. The compiler is zig's clang from the PyPI `ziglang`
+# (written by `vagen-env c-bindings`), for wasm32-wasi as a reactor, then wraps the module
+# with `vagen-env componentize`. The compiler is zig's clang from the PyPI `ziglang`
 # package, installed on first use into target/sdk-tools/python (override with
-# VAGEN_SDK_TOOLS); set CC to use another WASI-capable clang instead. vagen-host is
-# target/release/vagen-host unless VAGEN_HOST says otherwise.
+# VAGEN_SDK_TOOLS); set CC to use another WASI-capable clang instead. The env tool is
+# VAGEN_ENV, else `vagen-env` on the PATH, else target/release/vagen-env.
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"
-host=${VAGEN_HOST:-$root/target/release/vagen-host}
-if [ ! -x "$host" ]; then
-    echo "$host not found: build it with 'cargo build --release -p vagen-host' or set VAGEN_HOST" >&2
+tool=${VAGEN_ENV:-$(command -v vagen-env || echo "$root/target/release/vagen-env")}
+if [ ! -x "$tool" ]; then
+    echo "$tool not found: install it with 'cargo install --path host/env-tool' (no libtorch needed) or set VAGEN_ENV" >&2
     exit 2
 fi
 if [ -z "${CC:-}" ]; then
@@ -23,7 +23,7 @@ else
 fi
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT
-"$host" c-bindings --out-dir "$build/gen" >/dev/null
+"$tool" c-bindings --out-dir "$build/gen" >/dev/null
 shopt -s nullglob
 sources=("$env_dir"/*.c)
 if [ ${#sources[@]} -eq 0 ]; then
@@ -33,5 +33,5 @@ fi
 "${cc[@]}" -mexec-model=reactor -O2 -s -Wall -Werror -I"$here" -I"$build/gen" \
     "${sources[@]}" "$here/vagen.c" "$build/gen/environment.c" "$build/gen/environment_component_type.o" \
     -o "$build/core.wasm"
-"$host" componentize "$build/core.wasm" -o "$out" >/dev/null
+"$tool" componentize "$build/core.wasm" -o "$out" >/dev/null
 echo "built $out"

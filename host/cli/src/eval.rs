@@ -1,12 +1,12 @@
 //! `vagen-host eval`: a model's success on held-out seeds, through the rollout path; with
 //! `--config`, exactly as a training run evaluates.
 
-use crate::policy::PolicyKind;
-use crate::run::RunArgs;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::path::PathBuf;
 use std::rc::Rc;
+use vagen_env::policy::PolicyKind;
+use vagen_env::run::RunArgs;
 use vagen_trainer::TrainConfig;
 
 #[derive(Args)]
@@ -64,30 +64,33 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     if let Some(path) = &a.config {
         return eval_as_trained(&a, path);
     }
-    crate::run::run(RunArgs {
-        plugin: a.plugin,
-        replay: None,
-        max_failure_rate: 0.25,
-        policy: PolicyKind::Model,
-        episodes: a.episodes.unwrap_or(256),
-        seed: a.seed.unwrap_or(1 << 40),
-        env_config: a.env_config,
-        max_turns: a.max_turns,
-        out: a.out,
-        json: a.json,
-        parallel: None,
-        limits: a.limits,
-        format: Some(a.format),
-        group_size: 1,
-        history: "all".into(),
-        model: a.model,
-        device: a.device,
-        dtype: a.dtype,
-        temperature: a.temperature,
-        max_new_tokens: a.max_new_tokens,
-        context_overflow: Default::default(),
-        allow_native: false,
-    })
+    vagen_env::run::run(
+        RunArgs {
+            plugin: a.plugin,
+            replay: None,
+            max_failure_rate: 0.25,
+            policy: PolicyKind::Model,
+            episodes: a.episodes.unwrap_or(256),
+            seed: a.seed.unwrap_or(1 << 40),
+            env_config: a.env_config,
+            max_turns: a.max_turns,
+            out: a.out,
+            json: a.json,
+            parallel: None,
+            limits: a.limits,
+            format: Some(a.format),
+            group_size: 1,
+            history: "all".into(),
+            model: a.model,
+            device: a.device,
+            dtype: a.dtype,
+            temperature: a.temperature,
+            max_new_tokens: a.max_new_tokens,
+            context_overflow: Default::default(),
+            allow_native: false,
+        },
+        &crate::model_policy::make,
+    )
 }
 
 fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {

@@ -1,9 +1,8 @@
-//! `vagen-host run`: the command line of the one episode loop (`vagen_rollout::Episodes`):
+//! `run`: the command line of the one episode loop (`vagen_rollout::Episodes`):
 //! which plugin, policy, format and seeds; the summary and the log are `run_output`'s.
 
 use crate::limits_arg::{limits_from, load};
-use crate::model_args::ModelArgs;
-use crate::policy::{ModelChoice, PolicyKind};
+use crate::policy::{ModelPolicyMaker, PolicyKind};
 use crate::run_output::{Log, Shown, print_summary};
 use anyhow::{Context, Result, bail};
 use clap::Args;
@@ -64,6 +63,8 @@ pub struct RunArgs {
     /// Earlier turns each prompt carries: `all`, or a number (the last N).
     #[arg(long, default_value = "all")]
     pub history: String,
+    // The model's settings (`vagen-host` only) are plain fields, not a flattened group:
+    // flattening one into RunArgs would break clap's "no subcommand means run".
     /// For `--policy model`: a Hugging Face model folder, or `default` (the embedded model).
     #[arg(long, default_value = "default")]
     pub model: String,
@@ -104,7 +105,7 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(a: RunArgs, model: &ModelPolicyMaker) -> Result<()> {
     if let Some(file) = &a.replay {
         return replay(file, a.plugin.as_deref(), &a.limits, a.allow_native);
     }
@@ -112,15 +113,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let plugin = load(&path, limits_from(&a.limits)?)?;
     let config = rollout_config(&a)?;
     let format = config.format;
-    let model = ModelChoice {
-        // Flattening ModelArgs into RunArgs would break clap's "no subcommand means run".
-        args: ModelArgs { model: a.model.clone(), device: a.device.clone(), dtype: a.dtype.clone() },
-        max_new_tokens: a.max_new_tokens,
-        temperature: a.temperature,
-        seed: a.seed,
-        overflow: a.context_overflow,
-    };
-    let mut policy = crate::policy::make(a.policy, format, plugin.manifest(), model)?;
+    let mut policy = crate::policy::make(a.policy, format, plugin.manifest(), &a, model)?;
     let human = a.policy == PolicyKind::Human;
     if human && a.group_size > 1 {
         bail!("--policy human plays one episode at a time: drop --group-size");
@@ -224,13 +217,14 @@ fn failed_run(plugin: &dyn Plugin, a: &RunArgs, path: &Path, e: &TooManyFailures
         return w.context(format!("{} episodes of {} failed: {}", e.failed, path.display(), e.failure));
     }
     anyhow::anyhow!(
-        "{} of {} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
+        "{} of {} episodes of {} failed (more than {:.0}% allowed by --max-failure-rate); first error: {}; reproducer: {} (replay with `{} run --replay {}`)",
         e.failed,
         e.total,
         path.display(),
         a.max_failure_rate * 100.0,
         e.failure,
         file.display(),
+        crate::program(),
         file.display(),
     )
 }

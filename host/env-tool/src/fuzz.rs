@@ -1,4 +1,4 @@
-//! `vagen-host fuzz`: adversarial episodes against one plugin; reproducers for what breaks.
+//! `fuzz`: adversarial episodes against one plugin; reproducers for what breaks.
 
 use crate::limits_arg::{limits_from, load};
 use anyhow::{Context, Result, bail};
@@ -96,5 +96,9 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
             .with_context(|| format!("writing {}", file.display()))?;
         println!("{kind:<16} {:>6}  {:<40}  {}", f.count, f.message, file.display());
     }
-    bail!("{} kinds of finding in {name}; replay one with `vagen-host run --replay FILE`", report.findings.len())
+    bail!(
+        "{} kinds of finding in {name}; replay one with `{} run --replay FILE`",
+        report.findings.len(),
+        crate::program()
+    )
 }

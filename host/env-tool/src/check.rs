@@ -1,4 +1,4 @@
-//! `vagen-host check`: does a plugin honour the contract? One line per check; exit 1 on
+//! `check`: does a plugin honour the contract? One line per check; exit 1 on
 //! any failure.
 
 use crate::limits_arg::{limits_from, load};

@@ -1,16 +1,12 @@
-//! Who answers in `vagen-host run` and `eval`: random actions, the env's oracle, a person,
-//! or a language model, each as a rollout [`Policy`].
+//! Who answers in `run`: random actions, the env's oracle, a person, or (in `vagen-host`
+//! only) a language model, each as a rollout [`Policy`].
 
-use crate::model_args::ModelArgs;
 use crate::record::ImageSink;
+use crate::run::RunArgs;
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 use std::io::{BufRead, Write};
-use vagen_model::GenerateOptions;
-use vagen_policy::ModelPolicy;
-use vagen_rollout::{
-    AnswerOrigin, ContextOverflow, Format, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response,
-};
+use vagen_rollout::{AnswerOrigin, Format, OraclePolicy, Policy, PolicyError, RandomPolicy, Request, Response};
 use vagen_runtime::Manifest;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -26,17 +22,23 @@ pub enum PolicyKind {
     Model,
 }
 
-/// A model policy's settings from the command line.
-pub struct ModelChoice {
-    pub args: ModelArgs,
-    pub max_new_tokens: usize,
-    pub temperature: f64,
-    pub seed: u64,
-    pub overflow: ContextOverflow,
+/// Makes `--policy model`'s policy from the run's arguments, answering in the format given:
+/// `vagen-host` loads a language model; `vagen-env`, which has none, says so.
+pub type ModelPolicyMaker = dyn Fn(&RunArgs, Format) -> Result<Box<dyn Policy>>;
+
+/// [`ModelPolicyMaker`] of a tool without a language model.
+pub fn no_model(_: &RunArgs, _: Format) -> Result<Box<dyn Policy>> {
+    bail!("vagen-env runs no language model (it is built without libtorch): use `vagen-host run --policy model`")
 }
 
 /// The policy `kind` answering in `format` for the env `m`.
-pub fn make(kind: PolicyKind, format: Format, m: &Manifest, model: ModelChoice) -> Result<Box<dyn Policy>> {
+pub fn make(
+    kind: PolicyKind,
+    format: Format,
+    m: &Manifest,
+    a: &RunArgs,
+    model: &ModelPolicyMaker,
+) -> Result<Box<dyn Policy>> {
     Ok(match kind {
         PolicyKind::Random if m.action_names.is_empty() => {
             bail!("the random policy needs discrete action names, and {} takes free-form answers", m.name)
@@ -49,16 +51,7 @@ pub fn make(kind: PolicyKind, format: Format, m: &Manifest, model: ModelChoice) 
             let images = ImageSink::new(None, Some(std::env::temp_dir().join("vagen-human")));
             Box::new(Human { images, episode: 0 })
         }
-        PolicyKind::Model => {
-            let options = GenerateOptions {
-                max_new_tokens: model.max_new_tokens,
-                temperature: model.temperature,
-                stop: format.stop_strings(),
-                seed: model.seed,
-                ..Default::default()
-            };
-            Box::new(ModelPolicy::new(std::rc::Rc::new(model.args.load()?), options).with_overflow(model.overflow))
-        }
+        PolicyKind::Model => model(a, format)?,
     })
 }
 

@@ -1,4 +1,4 @@
-//! `vagen-host check --reward` and `fuzz --reward`: the contract's checks and a fuzzing
+//! `check --reward` and `fuzz --reward`: the contract's checks and a fuzzing
 //! campaign for a reward component (`vagen_runtime::reward::conformance`).
 
 use anyhow::{Result, bail};

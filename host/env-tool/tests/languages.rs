@@ -1,6 +1,6 @@
 //! Environments written in Python, JavaScript and C: each SDK's build command turns its
 //! example from source into a component (installing its toolchain on first use, into
-//! target/sdk-tools), and `vagen-host` checks it and plays it deterministically.
+//! target/sdk-tools), and `vagen-env` (no libtorch) checks it and plays it deterministically.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -16,20 +16,20 @@ fn ok(o: Output, what: &str) -> String {
 }
 
 fn host(cache: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+    Command::new(env!("CARGO_BIN_EXE_vagen-env"))
         .args(args)
         .env("VAGEN_CACHE_DIR", cache)
         .output()
-        .expect("vagen-host runs")
+        .expect("vagen-env runs")
 }
 
-/// `sdk/<sdk>/build.sh <source> <out>`, with this build's vagen-host.
+/// `sdk/<sdk>/build.sh <source> <out>`, with this build's vagen-env.
 fn build(sdk: &str, source: &Path, out: &Path) {
     let o = Command::new("bash")
         .arg(root().join("sdk").join(sdk).join("build.sh"))
         .arg(source)
         .arg(out)
-        .env("VAGEN_HOST", env!("CARGO_BIN_EXE_vagen-host"))
+        .env("VAGEN_ENV", env!("CARGO_BIN_EXE_vagen-env"))
         .output()
         .expect("bash runs");
     ok(o, &format!("building {}", source.display()));
@@ -177,7 +177,7 @@ fn the_three_templates_build_pass_check_and_play_the_same_seeded_episodes() {
             .arg(root().join("sdk").join(sdk).join("build.sh"))
             .arg(root().join("sdk").join(sdk).join("template"))
             .arg(&wasm)
-            .env("VAGEN_HOST", env!("CARGO_BIN_EXE_vagen-host"))
+            .env("VAGEN_ENV", env!("CARGO_BIN_EXE_vagen-env"))
             .output()
             .expect("bash runs");
         ok(o, &format!("building the {sdk} template"));

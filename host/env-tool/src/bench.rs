@@ -1,4 +1,4 @@
-//! `vagen-host bench`: what plugins cost on this machine, printed as figures. Several
+//! `bench`: what plugins cost on this machine, printed as figures. Several
 //! `--plugin`s (say the same env as `.wasm` and `.so`) are measured alike and shown side by side.
 
 use crate::limits_arg::limits_from;

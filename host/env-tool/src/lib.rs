@@ -1,0 +1,99 @@
+//! vagen-env: the environment author's tool, without libtorch. `inspect`, `check`, `fuzz`,
+//! `bench` and `run` (random, oracle, human and scripted policies, `--replay`) for env plugins
+//! and reward components, and the SDK helpers (`c-bindings`, `componentize`). `vagen-host`
+//! has the same commands (this crate's) beside its model commands, and gives `run` its
+//! language model ([`policy::ModelPolicyMaker`]).
+
+pub mod bench;
+pub mod check;
+pub mod fuzz;
+pub mod inspect;
+pub mod limits_arg;
+pub mod policy;
+pub mod record;
+pub mod reward_tools;
+pub mod run;
+pub mod run_output;
+pub mod sdk_tools;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+/// The env commands, as both binaries list them.
+#[derive(Subcommand)]
+pub enum EnvCommand {
+    /// Show a plugin's manifest, WIT version, size, sha256 and imports.
+    Inspect(inspect::InspectArgs),
+    /// Run episodes with a random, oracle, human (or, in vagen-host, model) policy.
+    Run(run::RunArgs),
+    /// Check that a plugin honours the contract (determinism, protocol, oracle).
+    Check(check::CheckArgs),
+    /// Shake a plugin with adversarial episodes; save a reproducer per finding.
+    Fuzz(fuzz::FuzzArgs),
+    /// Measure load, instantiate, reset and step costs of plugins (prints figures).
+    Bench(bench::BenchArgs),
+    /// For C (or any language compiling to a core module): write the C bindings of the env
+    /// contract (`environment.h`, `environment.c`, `environment_component_type.o`).
+    CBindings(sdk_tools::CBindingsArgs),
+    /// Wrap a core WebAssembly module (built with the C bindings) into an env component,
+    /// adapting WASI preview 1 to preview 2.
+    Componentize(sdk_tools::ComponentizeArgs),
+}
+
+/// Runs one env command; `model` makes `run --policy model`'s policy.
+pub fn dispatch(command: EnvCommand, model: &policy::ModelPolicyMaker) -> Result<()> {
+    match command {
+        EnvCommand::Inspect(a) => inspect::inspect(a),
+        EnvCommand::Run(a) => run::run(a, model),
+        EnvCommand::Check(a) => check::check(a),
+        EnvCommand::Fuzz(a) => fuzz::fuzz(a),
+        EnvCommand::Bench(a) => bench::bench(a),
+        EnvCommand::CBindings(a) => sdk_tools::c_bindings(a),
+        EnvCommand::Componentize(a) => sdk_tools::componentize(a),
+    }
+}
+
+/// An outcome that is not an error but must not exit 0 either, with its own status (see
+/// "Guarantees" in docs/architecture.md).
+#[derive(Debug)]
+pub struct Exit {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for Exit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Exit {}
+
+/// Ends the process as a command's outcome says: an [`Exit`] with its status and message,
+/// an error as one line naming the problem (causes joined with ": ", passed through `tidy`)
+/// with status 1.
+pub fn finish(outcome: Result<()>, tidy: fn(&str) -> &str) {
+    if let Err(e) = outcome {
+        if let Some(exit) = e.downcast_ref::<Exit>() {
+            eprintln!("{}", exit.message);
+            std::process::exit(exit.code);
+        }
+        eprintln!("error: {}", tidy(&format!("{e:#}")));
+        std::process::exit(1);
+    }
+}
+
+/// The running binary's name (`vagen-env` or `vagen-host`), for commands a message suggests.
+pub fn program() -> String {
+    let argv0 = std::env::args_os().next().unwrap_or_default();
+    let name = std::path::Path::new(&argv0).file_name().map(|n| n.to_string_lossy().into_owned());
+    name.filter(|n| n.starts_with("vagen-")).unwrap_or_else(|| "vagen-env".into())
+}
+
+/// Logs to stderr at `VAGEN_LOG`'s level (default `warn`).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VAGEN_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,30 @@
+//! `vagen-env`: build, check and play environment plugins with no libtorch on the machine.
+
+use clap::Parser;
+use vagen_env::{EnvCommand, dispatch, finish, init_logging, policy, run::RunArgs};
+
+/// Inspect, check, fuzz, benchmark and play environment plugins and reward components.
+///
+/// With no subcommand, `vagen-env --plugin F ...` is `vagen-env run --plugin F ...`.
+#[derive(Parser)]
+#[command(name = "vagen-env", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<EnvCommand>,
+    #[command(flatten)]
+    run: Option<RunArgs>,
+}
+
+fn main() {
+    init_logging();
+    let cli = Cli::parse();
+    let outcome = match (cli.command, cli.run) {
+        (Some(c), _) => dispatch(c, &policy::no_model),
+        (None, Some(a)) => dispatch(EnvCommand::Run(a), &policy::no_model),
+        (None, None) => {
+            use clap::CommandFactory;
+            Cli::command().print_help().map_err(Into::into)
+        }
+    };
+    finish(outcome, |s| s);
+}
