@@ -80,7 +80,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     let weight_bytes: i64 =
         model.vs.variables().values().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
     let described = serde_json::json!({
-        "name": a.config.clone().unwrap_or_else(|| a.model.model.clone()),
+        "name": a.config.clone().unwrap_or_else(|| a.model.model.to_string()),
         "parameters": params,
         "weight_bytes": weight_bytes,
         "kv_bytes_per_token": vagen_model::KvCache::bytes_per_position(c, model.dtype.kind()),
@@ -262,13 +262,15 @@ pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool
         }
         None => {
             let model = args.load()?;
-            let source = if transformers && args.model.starts_with("default") {
+            let source = match &args.model {
+                vagen_model::ModelSource::Folder(dir) => HfSource::Folder(dir.clone()),
                 // The embedded models have no folder: transformers reads the one saved here.
-                let dir = tempfile::tempdir()?;
-                model.save(dir.path())?;
-                HfSource::Saved(dir)
-            } else {
-                HfSource::Folder(args.model.clone().into())
+                _ if transformers => {
+                    let dir = tempfile::tempdir()?;
+                    model.save(dir.path())?;
+                    HfSource::Saved(dir)
+                }
+                _ => HfSource::Folder(args.model.to_string().into()),
             };
             (model, source)
         }
@@ -316,7 +318,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
         "--new-tokens",
         &a.new_tokens.to_string(),
     ]);
-    cmd.args(["--dtype", &a.model.dtype, "--device", &a.model.device]);
+    cmd.args(["--dtype", &a.model.dtype.to_string(), "--device", &a.model.device.to_string()]);
     let out = cmd.output().with_context(|| format!("starting {} {}", python.display(), script.display()))?;
     if !out.status.success() {
         bail!("bench_transformers.py failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));

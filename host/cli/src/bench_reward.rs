@@ -92,11 +92,11 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
             "--port",
             "0",
             "--model",
-            &a.model.model,
+            &a.model.model.to_string(),
             "--device",
-            &a.model.device,
+            &a.model.device.to_string(),
             "--dtype",
-            &a.model.dtype,
+            &a.model.dtype.to_string(),
         ])
         .args(["--max-batch", &a.judgments.to_string(), "--batch-wait-ms", "20"])
         .stdout(std::process::Stdio::piped())
@@ -109,7 +109,7 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
         let addr = line.trim().strip_prefix("listening on ").context("the server did not start")?;
         let judge = Arc::new(OpenAiJudge::new(OpenAiOptions {
             url: format!("{addr}/v1"),
-            model: a.model.model.clone(),
+            model: a.model.model.to_string(),
             api_key: None,
             concurrency: a.judgments,
             requests_per_minute: 0,

@@ -12,7 +12,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::time::Instant;
-use vagen_model::{Engine, EngineOptions, EngineRequest, GenerateOptions, Message, Model};
+use vagen_model::{DType, DeviceChoice, Engine, EngineOptions, EngineRequest, GenerateOptions, Message, Model};
 
 #[derive(Args)]
 pub struct BenchRolloutArgs {
@@ -56,8 +56,8 @@ struct Workload {
     between: Vec<Vec<Vec<u32>>>,
     new_tokens: usize,
     turns: usize,
-    dtype: String,
-    device: String,
+    dtype: DType,
+    device: DeviceChoice,
 }
 
 struct Figures {
@@ -136,7 +136,7 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
             })
             .collect();
         let workload = serde_json::json!({
-            "model": a.config.clone().unwrap_or_else(|| a.model.model.clone()),
+            "model": a.config.clone().unwrap_or_else(|| a.model.model.to_string()),
             "dtype": a.model.dtype,
             "device": a.model.device,
             "groups": a.groups,
@@ -191,8 +191,8 @@ fn workload(model: &Model, a: &BenchRolloutArgs) -> Result<Workload> {
             }
         }
     }
-    let dtype = a.model.dtype.clone();
-    Ok(Workload { first, between, new_tokens: a.new_tokens, turns: a.turns, dtype, device: a.model.device.clone() })
+    let dtype = a.model.dtype;
+    Ok(Workload { first, between, new_tokens: a.new_tokens, turns: a.turns, dtype, device: a.model.device })
 }
 
 fn sampling(w: &Workload, turn: usize) -> GenerateOptions {

@@ -7,13 +7,14 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use vagen_env::policy::PolicyKind;
 use vagen_env::run::RunArgs;
+use vagen_model::{DType, DeviceChoice, ModelSource};
 use vagen_trainer::TrainConfig;
 
 #[derive(Args)]
 pub struct EvalArgs {
     /// A model folder (e.g. RUN/checkpoints/step-000100/actor) or `default`.
     #[arg(long)]
-    model: String,
+    model: ModelSource,
     /// A training config (e.g. RUN/config.toml): its plugin, env config, rollout settings
     /// (format, system prompt, state description, per-turn prompts), held-out seeds and
     /// evaluation temperature and sandbox limits (`[sandbox]`), as the run's own evaluations.
@@ -44,9 +45,9 @@ pub struct EvalArgs {
     #[arg(long, default_value = "")]
     env_config: String,
     #[arg(long, default_value = "auto")]
-    device: String,
+    device: DeviceChoice,
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: DType,
     /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable; with
     /// `--config`, the config's `[sandbox]` table holds them).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
@@ -81,9 +82,9 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             format: Some(a.format),
             group_size: 1,
             history: "all".into(),
-            model: a.model,
-            device: a.device,
-            dtype: a.dtype,
+            model: a.model.to_string(),
+            device: a.device.to_string(),
+            dtype: a.dtype.to_string(),
             temperature: a.temperature,
             max_new_tokens: a.max_new_tokens,
             context_overflow: Default::default(),
@@ -95,11 +96,11 @@ pub fn eval(a: EvalArgs) -> Result<()> {
 
 fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let mut overrides = vec![format!("model.path={:?}", a.model), format!("model.device={:?}", a.device)];
-    overrides.push(format!("model.dtype={:?}", a.dtype));
-    overrides.extend(a.episodes.map(|n| format!("env.val_episodes={n}")));
+    let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
     overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
-    let cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
+    let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
+    // Typed, not written back as TOML: any path, quoted or not, stays the path given.
+    (cfg.model.path, cfg.model.device, cfg.model.dtype) = (a.model.clone(), a.device, a.dtype);
     let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
     let plugin = runtime
         .load_named_in(&cfg.env.plugin, path, a.allow_native)

@@ -1,29 +1,35 @@
-//! `--model`, `--device` and `--dtype`, shared by the commands that run a language model.
+//! `--model`, `--device` and `--dtype`, shared by the commands that run a language model:
+//! parsed here, once, into a [`ModelSpec`].
 
 use anyhow::{Context, Result};
 use clap::Args;
-use vagen_model::{DType, LoadOptions, Model};
+use vagen_model::{DType, DeviceChoice, LoadOptions, Model, ModelSource, ModelSpec};
 
 #[derive(Args, Clone)]
 pub struct ModelArgs {
     /// A Hugging Face model folder (config.json, *.safetensors, tokenizer files), or
-    /// `default` for the small embedded model built from a seed (no download).
+    /// `default` for the small embedded model built from a seed (no download; `default@7`
+    /// for another seed), or `default-vl` for its VL sibling.
     #[arg(long, default_value = "default")]
-    pub model: String,
+    pub model: ModelSource,
     /// `auto` (a GPU when libtorch sees one), `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "auto")]
-    pub device: String,
+    pub device: DeviceChoice,
     /// Parameter precision: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
-    pub dtype: String,
+    pub dtype: DType,
 }
 
 impl ModelArgs {
+    pub fn spec(&self) -> ModelSpec {
+        ModelSpec { source: self.model.clone(), device: self.device, dtype: self.dtype }
+    }
+
     pub fn options(&self) -> Result<LoadOptions> {
-        Ok(LoadOptions { device: vagen_model::parse_device(&self.device)?, dtype: self.dtype.parse::<DType>()? })
+        Ok(self.spec().options()?)
     }
 
     pub fn load(&self) -> Result<Model> {
-        Model::from_spec(&self.model, self.options()?).with_context(|| format!("loading model {}", self.model))
+        self.spec().load().with_context(|| format!("loading model {}", self.model))
     }
 }

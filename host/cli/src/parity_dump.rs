@@ -23,10 +23,10 @@ pub struct ParityDumpArgs {
     cases: PathBuf,
     /// `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "cpu")]
-    device: String,
+    device: vagen_model::DeviceChoice,
     /// Parameter precision: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
-    dtype: String,
+    dtype: vagen_model::DType,
 }
 
 #[derive(Deserialize)]
@@ -55,7 +55,7 @@ pub fn parity_dump(a: ParityDumpArgs) -> Result<()> {
     }
     for folder in folders {
         let model_args =
-            ModelArgs { model: folder.display().to_string(), device: a.device.clone(), dtype: a.dtype.clone() };
+            ModelArgs { model: vagen_model::ModelSource::Folder(folder.clone()), device: a.device, dtype: a.dtype };
         // tch turns a libtorch exception into a panic: caught here, it fails this case
         // with its message instead of ending every other case's run.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dump_case(&folder, &model_args)));

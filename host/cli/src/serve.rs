@@ -72,7 +72,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         bail!("--max-batch must be at least 1");
     }
     let model = a.model.load()?;
-    let name = a.served_name.clone().unwrap_or_else(|| a.model.model.clone());
+    let name = a.served_name.clone().unwrap_or_else(|| a.model.model.to_string());
     let has_vision = model.vision.is_some();
     let (jobs, queue) = mpsc::channel::<Job>();
     let generations = Arc::new(AtomicUsize::new(0));

@@ -70,11 +70,7 @@ impl Model {
     /// `default` for the embedded model (see [`crate::default_model`]), `default-vl` for its
     /// VL sibling ([`crate::default_vl_model`]), else a folder.
     pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        match spec {
-            "default" => crate::default_model(crate::DEFAULT_SEED, options),
-            "default-vl" => crate::default_vl_model(crate::DEFAULT_SEED, options),
-            _ => Self::load(Path::new(spec), options),
-        }
+        spec.parse::<crate::ModelSource>()?.load(crate::DEFAULT_SEED, options)
     }
 
     /// Loads `config.json`, `model.safetensors` (or its sharded index), `tokenizer.json`,

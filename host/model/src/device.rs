@@ -1,6 +1,6 @@
 use crate::{Error, Result};
 use serde::{Deserialize, Serialize};
-use tch::{Device, Kind};
+use tch::Kind;
 
 /// Parameter precision. Names as in HF's `torch_dtype`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -46,24 +46,12 @@ impl std::str::FromStr for DType {
     }
 }
 
-/// `cpu`, `cuda`, `cuda:N`, or `auto` (the first GPU when libtorch sees one, else the CPU).
-pub fn parse_device(s: &str) -> Result<Device> {
-    match s {
-        "auto" => Ok(Device::cuda_if_available()),
-        "cpu" => Ok(Device::Cpu),
-        "cuda" => cuda(0),
-        _ => match s.strip_prefix("cuda:").and_then(|n| n.parse::<usize>().ok()) {
-            Some(n) => cuda(n),
-            None => Err(Error::Invalid(format!("device {s:?}: expected cpu, cuda, cuda:N or auto"))),
-        },
-    }
-}
-
-fn cuda(n: usize) -> Result<Device> {
-    let count = tch::Cuda::device_count() as usize;
-    if n < count {
-        Ok(Device::Cuda(n))
-    } else {
-        Err(Error::Invalid(format!("device cuda:{n}: libtorch sees {count} CUDA device(s)")))
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DType::F32 => "f32",
+            DType::Bf16 => "bf16",
+            DType::F16 => "f16",
+        })
     }
 }

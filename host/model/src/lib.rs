@@ -33,6 +33,7 @@ mod panics;
 mod qwen2;
 mod rope;
 mod sampling;
+mod spec;
 mod tokenizer;
 mod value_head;
 mod vision;
@@ -47,7 +48,7 @@ pub use config::Qwen2Config;
 pub use default_model::{
     DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model, random_model,
 };
-pub use device::{DType, parse_device};
+pub use device::DType;
 pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats};
 pub use error::{Error, Result, without_cpp_backtrace};
 pub use folder::{FileKind, ModelFolder};
@@ -58,6 +59,7 @@ pub use image_processor::{ImageProcessor, PixelValues};
 pub use kv_cache::KvCache;
 pub use panics::{catch_panic, install_panic_hook};
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
+pub use spec::{DeviceChoice, ModelSource, ModelSpec};
 pub use tokenizer::Tokenizer;
 pub use vagen_abi::{IMAGE_MARKER, Image, Message};
 pub use value_head::ValueModel;

@@ -26,16 +26,15 @@ pub struct ValueModel {
 }
 
 impl ValueModel {
-    /// A critic from a policy checkpoint (`default` or a folder): the decoder's weights are
-    /// copied, the head starts at zero (every value 0) unless the folder is a saved critic
-    /// that has `score.weight`.
+    /// A critic from a model spec (`default`, `default-vl`, a folder; see
+    /// [`crate::ModelSource`]): the decoder's weights are copied, the head starts at zero
+    /// (every value 0) unless the folder is a saved critic that has `score.weight`.
     pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        if spec == "default" {
-            let config = crate::default_config();
-            let tensors = crate::default_model::initial_weights(&config, crate::DEFAULT_SEED);
-            return Self::assemble(config, None, tensors, Path::new("<default>"), options);
-        }
-        let dir = Path::new(spec);
+        spec.parse::<crate::ModelSource>()?.load_critic(crate::DEFAULT_SEED, options)
+    }
+
+    /// A critic from a model folder (a saved critic, or a policy checkpoint's decoder).
+    pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
         let folder = crate::folder::ModelFolder::open(dir)?;
         let (config, vl) = crate::checkpoint::read_configs(&folder)?;
         let mut tensors = weights::read_dir(&folder)?;

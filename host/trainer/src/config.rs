@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
+use vagen_model::{DType, DeviceChoice, ModelSource};
 use vagen_rollout::RolloutConfig;
 use vagen_runtime::{LimitError, Limits};
 
@@ -82,14 +83,14 @@ fn one() -> f64 {
 pub enum JudgeSection {
     /// A model of ours through the rollout engine, every request of a call in one batch.
     Local {
-        /// A Hugging Face folder, `default` or `default-vl`.
-        #[serde(default = "default_judge_model")]
-        model: String,
+        /// A Hugging Face folder, `default` or `default-vl` (`@SEED` to draw another).
+        #[serde(default = "embedded_model")]
+        model: ModelSource,
         /// `auto`, `cpu`, `cuda` or `cuda:N`: the judge's own device.
-        #[serde(default = "auto_device")]
-        device: String,
-        #[serde(default = "f32_dtype")]
-        dtype: String,
+        #[serde(default)]
+        device: DeviceChoice,
+        #[serde(default)]
+        dtype: DType,
     },
     /// An OpenAI-compatible `/v1/chat/completions` endpoint (vLLM, SGLang, `vagen-host
     /// serve`, a hosted API), answers cached in `RUN/judge-cache/`.
@@ -136,16 +137,8 @@ fn yes() -> bool {
     true
 }
 
-fn default_judge_model() -> String {
-    "default".into()
-}
-
-fn auto_device() -> String {
-    "auto".into()
-}
-
-fn f32_dtype() -> String {
-    "f32".into()
+fn embedded_model() -> ModelSource {
+    ModelSource::Embedded { vision: false, seed: None }
 }
 
 /// Which environment, with which seeds, in which batch shape.
@@ -210,19 +203,19 @@ fn default_group_size() -> usize {
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
     /// A Hugging Face folder (Qwen2 or Qwen2.5-VL), `default` (the embedded small model,
-    /// built from `schedule.seed`) or `default-vl` (its VL sibling).
-    pub path: String,
+    /// built from `schedule.seed`, or `default@SEED`) or `default-vl` (its VL sibling).
+    pub path: ModelSource,
     /// f32, bf16 or f16 parameters.
-    pub dtype: String,
+    pub dtype: DType,
     /// auto, cpu, cuda, cuda:N.
-    pub device: String,
+    pub device: DeviceChoice,
     /// Keep a VL model's vision tower fixed (false: trained with the rest, as VAGEN does).
     pub freeze_vision: bool,
 }
 
 impl Default for ModelSection {
     fn default() -> Self {
-        ModelSection { path: "default".into(), dtype: "f32".into(), device: "auto".into(), freeze_vision: false }
+        ModelSection { path: embedded_model(), dtype: DType::F32, device: DeviceChoice::Auto, freeze_vision: false }
     }
 }
 
@@ -584,10 +577,6 @@ impl TrainConfig {
         }
         self.check_rollout()?;
         self.check_numbers()?;
-        self.model
-            .dtype
-            .parse::<vagen_model::DType>()
-            .map_err(|e| ConfigError::Invalid { field: "model.dtype", message: e.to_string() })?;
         self.sandbox.validate()?;
         Ok(())
     }

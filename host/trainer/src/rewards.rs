@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use vagen_model::{DType, LoadOptions, Model};
+use vagen_model::LoadOptions;
 use vagen_policy::LocalJudge;
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
@@ -38,8 +38,10 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
     let judge: Option<Arc<dyn Judge>> = match &cfg.judge {
         None => None,
         Some(JudgeSection::Local { model, device, dtype }) => {
-            let options = LoadOptions { device: vagen_model::parse_device(device)?, dtype: dtype.parse::<DType>()? };
-            let model = Model::from_spec(model, options).with_context(|| format!("loading the judge model {model}"))?;
+            let options = LoadOptions { device: device.resolve()?, dtype: *dtype };
+            let model = model
+                .load(vagen_model::DEFAULT_SEED, options)
+                .with_context(|| format!("loading the judge model {model}"))?;
             Some(Arc::new(LocalJudge::new(model)?))
         }
         Some(JudgeSection::Openai {

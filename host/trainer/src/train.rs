@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
-use vagen_model::{DType, GenerateOptions, LoadOptions, Model, ValueModel};
+use vagen_model::{GenerateOptions, LoadOptions, Model, ValueModel};
 use vagen_policy::ModelPolicy;
 use vagen_rollout::{Episodes, FailurePolicy, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
 use vagen_runtime::{Plugin, Runtime};
@@ -529,12 +529,11 @@ fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
 /// `model.device` in `model.dtype`, with the run's vision settings.
 pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
     let options = load_options(cfg)?;
-    let mut model = match cfg.model.path.as_str() {
-        "default" => vagen_model::default_model(cfg.schedule.seed, options)?,
-        "default-vl" => vagen_model::default_vl_model(cfg.schedule.seed, options)?,
-        path => Model::load(Path::new(path), options)
-            .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?,
-    };
+    let mut model = cfg
+        .model
+        .path
+        .load(cfg.schedule.seed, options)
+        .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?;
     vision_settings(cfg, &mut model)?;
     Ok(model)
 }
@@ -577,7 +576,7 @@ fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
-    Ok(LoadOptions { device: vagen_model::parse_device(&cfg.model.device)?, dtype: cfg.model.dtype.parse::<DType>()? })
+    Ok(LoadOptions { device: cfg.model.device.resolve()?, dtype: cfg.model.dtype })
 }
 
 fn bar(len: u64, what: &str) -> ProgressBar {
@@ -606,7 +605,7 @@ fn load_checkpoint(
         anyhow::bail!("it has no critic/ folder, and RL has trained one");
     }
     let (critic, critic_opt) = if cfg.algorithm.advantage.estimator.uses_critic() && has_critic {
-        let critic = ValueModel::from_spec(ckpt.join("critic").to_str().context("non-UTF-8 path")?, options)?;
+        let critic = ValueModel::load(&ckpt.join("critic"), options)?;
         let mut opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);
         opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
         (Some(critic), Some(opt))

@@ -225,6 +225,9 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (config("gae", ""), vec!["rollout.per_turn=true"], "rollout.per_turn"),
         (good.clone(), vec!["algorithm.filter.drop_zero_advantage=true"], "algorithm.filter.drop_zero_advantage"),
         (good.clone(), vec!["nonsense"], "nonsense"),
+        (good.clone(), vec!["model.dtype=\"f64\""], "model.dtype"),
+        (good.clone(), vec!["model.device=\"gpu\""], "expected cpu, cuda, cuda:N or auto\nin `model.device`"),
+        (good.clone(), vec!["model.path=\"default@x\""], "must be a whole number\nin `model.path`"),
     ];
     for (text, overrides, needle) in cases {
         let err = parse(&text, &overrides).expect_err(needle);

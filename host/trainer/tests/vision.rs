@@ -152,7 +152,7 @@ fn the_visual_demo_sees_only_the_picture() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/frozenlake-vision-cpu.toml");
     let plugin = format!("env.plugin={:?}", common::plugin().display().to_string());
     let cfg = parse(&std::fs::read_to_string(path).unwrap(), &[&plugin]).unwrap();
-    assert_eq!(cfg.model.path, "default-vl");
+    assert_eq!(cfg.model.path.to_string(), "default-vl");
     assert_eq!(cfg.env.config["observation"].as_str(), Some("image"));
     assert!(!cfg.rollout.describe_state && cfg.rollout.system_prompt.as_deref() == Some("FrozenLake."));
     let (view, size) = (cfg.env.config["view"].as_str(), cfg.env.config["image_size"].as_integer());
