@@ -7,6 +7,28 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use tch::Device;
 
+/// Serde's `try_from = "String"` / `into = "String"` for a type, through its `FromStr` and
+/// `Display`: configs hold the same text as the command line.
+macro_rules! as_string_in_serde {
+    ($t:ty) => {
+        impl TryFrom<String> for $t {
+            type Error = Error;
+            fn try_from(s: String) -> Result<Self> {
+                s.parse()
+            }
+        }
+
+        impl From<$t> for String {
+            fn from(v: $t) -> String {
+                v.to_string()
+            }
+        }
+    };
+}
+
+as_string_in_serde!(ModelSource);
+as_string_in_serde!(DeviceChoice);
+
 /// Where a model's weights come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
@@ -67,13 +89,6 @@ impl FromStr for ModelSource {
     }
 }
 
-impl TryFrom<String> for ModelSource {
-    type Error = Error;
-    fn try_from(s: String) -> Result<Self> {
-        s.parse()
-    }
-}
-
 impl std::fmt::Display for ModelSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -83,12 +98,6 @@ impl std::fmt::Display for ModelSource {
             }
             ModelSource::Folder(dir) => write!(f, "{}", dir.display()),
         }
-    }
-}
-
-impl From<ModelSource> for String {
-    fn from(s: ModelSource) -> String {
-        s.to_string()
     }
 }
 
@@ -137,13 +146,6 @@ impl FromStr for DeviceChoice {
     }
 }
 
-impl TryFrom<String> for DeviceChoice {
-    type Error = Error;
-    fn try_from(s: String) -> Result<Self> {
-        s.parse()
-    }
-}
-
 impl std::fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -151,12 +153,6 @@ impl std::fmt::Display for DeviceChoice {
             DeviceChoice::Cpu => f.write_str("cpu"),
             DeviceChoice::Cuda(n) => write!(f, "cuda:{n}"),
         }
-    }
-}
-
-impl From<DeviceChoice> for String {
-    fn from(d: DeviceChoice) -> String {
-        d.to_string()
     }
 }
 

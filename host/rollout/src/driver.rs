@@ -184,15 +184,35 @@ struct Play<'a> {
     /// Members per group.
     g: usize,
     pool: EnvPool,
-    /// Each instance's own: its config may set another separator or per-turn limit than
-    /// the manifest's defaults.
-    spaces: Vec<Arc<ActionSpace>>,
-    trajs: Vec<Trajectory>,
-    /// What each episode still going shows the policy next; `None` once it has ended.
-    current: Vec<Option<Shown>>,
-    actions_sent: Vec<usize>,
-    /// This turn's state descriptions before and after the step, per instance.
-    states_seen: Vec<Option<(String, String)>>,
+    /// One per instance of the pool, in its order.
+    episodes: Vec<Episode>,
+}
+
+/// One episode: its record so far and what its instance needs to go on.
+struct Episode {
+    traj: Trajectory,
+    /// The instance's own: its config may set another separator or per-turn limit than the
+    /// manifest's defaults.
+    space: Arc<ActionSpace>,
+    /// What the episode shows the policy next; `None` once it has ended, and while a turn
+    /// has it out (asked, not yet recorded).
+    current: Option<Shown>,
+    actions_sent: usize,
+    /// This turn's state descriptions before and after the step.
+    states_seen: Option<(String, String)>,
+}
+
+impl Episode {
+    /// The episode goes no further: what it showed last is where it ended.
+    fn end_at(&mut self, shown: Shown) {
+        (self.traj.end_observation, self.traj.end_images) = (shown.observation, shown.images);
+    }
+
+    fn stop(&mut self) {
+        if let Some(shown) = self.current.take() {
+            self.end_at(shown);
+        }
+    }
 }
 
 /// A turn's answers: what goes to `step`, and the parse it came from.
@@ -212,41 +232,37 @@ impl<'a> Play<'a> {
         let manifest = Arc::new(plugin.manifest().clone());
         let g = config.group_size.max(1);
         let n = seeds.len() * g;
-        let trajs = (0..n).map(|i| Trajectory::empty(&manifest.name, i / g, i % g, seeds[i / g])).collect();
         let envs = (0..n)
             .map(|_| plugin.create(env_config))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| RolloutError::Create { env: manifest.name.clone(), message: e.to_string() })?;
         let mut pool = EnvPool::new(envs);
         let spaces = pool.for_each(|_, env| Arc::new(env.action_space().clone()));
-        let mut play = Play {
-            config,
-            manifest,
-            seeds,
-            g,
-            pool,
-            spaces,
-            trajs,
-            current: vec![],
-            actions_sent: vec![0; n],
-            states_seen: vec![None; n],
-        };
+        let episodes = spaces
+            .into_iter()
+            .enumerate()
+            .map(|(i, space)| Episode {
+                traj: Trajectory::empty(&manifest.name, i / g, i % g, seeds[i / g]),
+                space,
+                current: None,
+                actions_sent: 0,
+                states_seen: None,
+            })
+            .collect();
+        let mut play = Play { config, manifest, seeds, g, pool, episodes };
         play.reset_all();
         Ok(play)
     }
 
-    /// Episode `i` goes no further: what it showed last is where it ended.
-    fn stop(&mut self, i: usize) {
-        if let Some(shown) = self.current[i].take() {
-            let t = &mut self.trajs[i];
-            (t.end_observation, t.end_images) = (shown.observation, shown.images);
-        }
-    }
-
     /// The trajectories; episodes still going (out of turns) end where they are.
-    fn finish(mut self) -> Vec<Trajectory> {
-        (0..self.current.len()).for_each(|i| self.stop(i));
-        self.trajs
+    fn finish(self) -> Vec<Trajectory> {
+        self.episodes
+            .into_iter()
+            .map(|mut e| {
+                e.stop();
+                e.traj
+            })
+            .collect()
     }
 
     fn seed(&self, i: usize) -> u64 {
@@ -255,7 +271,7 @@ impl<'a> Play<'a> {
 
     fn reset_all(&mut self) {
         let config = self.config;
-        let seeds: Vec<u64> = (0..self.trajs.len()).map(|i| self.seed(i)).collect();
+        let seeds: Vec<u64> = (0..self.episodes.len()).map(|i| self.seed(i)).collect();
         let starts = self.pool.for_each(|i, env| -> Result<(String, Observation), vagen_runtime::Error> {
             let mut obs = env.reset(seeds[i])?;
             let system = env.system_prompt()?;
@@ -266,68 +282,66 @@ impl<'a> Play<'a> {
         });
         let example = self.manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
         let instructions = config.format.instructions(&example);
-        for (t, start) in self.trajs.iter_mut().zip(starts) {
+        for (e, start) in self.episodes.iter_mut().zip(starts) {
             match start {
                 Ok((system, obs)) => {
                     let system = config.system_prompt.as_deref().unwrap_or(&system);
-                    t.system = if config.instructions && !instructions.is_empty() {
+                    e.traj.system = if config.instructions && !instructions.is_empty() {
                         format!("{system}\n\n{instructions}")
                     } else {
                         system.to_string()
                     };
                     let user = user_message(config, None, &obs.text);
-                    self.current.push(Some(Shown { user, observation: obs.text, images: shared(obs.images) }));
+                    e.current = Some(Shown { user, observation: obs.text, images: shared(obs.images) });
                 }
-                Err(e) => {
-                    t.failure = Some(Failure::new(FailedCall::Reset, &e));
-                    self.current.push(None);
-                }
+                Err(err) => e.traj.failure = Some(Failure::new(FailedCall::Reset, &err)),
             }
         }
     }
 
     /// One turn of every episode still going; false when none was.
     fn turn(&mut self, turn: usize, policy: &mut dyn Policy) -> Result<bool, RolloutError> {
-        if self.current.iter().all(Option::is_none) {
+        if self.episodes.iter().all(|e| e.current.is_none()) {
             return Ok(false);
         }
-        let oracles = if policy.needs_oracle() { self.oracles(turn) } else { vec![None; self.trajs.len()] };
-        let active: Vec<usize> = (0..self.trajs.len()).filter(|&i| self.current[i].is_some()).collect();
-        if active.is_empty() {
+        let oracles = if policy.needs_oracle() { self.oracles(turn) } else { vec![None; self.episodes.len()] };
+        // Each asked episode's prompt is out of it until the turn is recorded.
+        let asked: Vec<(usize, Shown)> =
+            self.episodes.iter_mut().enumerate().filter_map(|(i, e)| Some((i, e.current.take()?))).collect();
+        if asked.is_empty() {
             return Ok(false);
         }
-        let requests: Vec<Request> = active.iter().map(|&i| self.request(i, turn, &oracles)).collect();
+        let requests: Vec<Request> = asked.iter().map(|(i, shown)| self.request(*i, shown, turn, &oracles)).collect();
         let responses = policy.respond(&requests)?;
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
-        let (active, responses) = self.end_unanswered(active, responses);
-        let mut answered = self.parse(&active, &responses);
+        let (asked, responses) = self.end_unanswered(asked, responses);
+        let mut answered = self.parse(&asked, &responses);
         let results = self.step(&answered.step);
-        self.record(turn, &active, responses, &mut answered, results);
+        self.record(turn, asked, responses, &mut answered, results);
         Ok(true)
     }
 
     /// The oracle's answer for every active episode; an oracle that faults fails its
     /// episode (its policy would act on nothing).
     fn oracles(&mut self, turn: usize) -> Vec<Option<String>> {
-        let current = &self.current;
-        let answers = self.pool.for_each(|i, env| current[i].as_ref().map(|_| env.oracle()));
-        let mut oracles = vec![None; self.trajs.len()];
-        for (i, answer) in answers.into_iter().enumerate() {
+        let episodes = &self.episodes;
+        let answers = self.pool.for_each(|i, env| episodes[i].current.as_ref().map(|_| env.oracle()));
+        let mut oracles = vec![None; self.episodes.len()];
+        for ((e, answer), oracle) in self.episodes.iter_mut().zip(answers).zip(&mut oracles) {
             match answer {
                 // Without a format there is no invalid answer to stand for "none": the
                 // episode cannot go on as asked.
                 Some(Ok(None)) if self.config.format == Format::Raw => {
                     let message = "the oracle gave no answer for this state".to_string();
-                    self.trajs[i].failure =
-                        Some(Failure { call: FailedCall::Oracle { turn }, kind: "no-answer", message });
-                    self.stop(i);
+                    e.traj.failure = Some(Failure { call: FailedCall::Oracle { turn }, kind: "no-answer", message });
+                    e.stop();
                 }
-                Some(Ok(a)) => oracles[i] = a,
-                Some(Err(e)) => {
-                    self.trajs[i].failure = Some(Failure::new(FailedCall::Oracle { turn }, &e));
-                    self.stop(i);
+                Some(Ok(a)) => *oracle = a,
+                Some(Err(err)) => {
+                    e.traj.failure = Some(Failure::new(FailedCall::Oracle { turn }, &err));
+                    e.stop();
                 }
                 None => {}
             }
@@ -335,51 +349,58 @@ impl<'a> Play<'a> {
         oracles
     }
 
-    fn request(&self, i: usize, turn: usize, oracles: &[Option<String>]) -> Request {
-        let (shown, history, g) = (self.current[i].as_ref().expect("active"), self.config.prompt_history(), self.g);
+    fn request(&self, i: usize, shown: &Shown, turn: usize, oracles: &[Option<String>]) -> Request {
+        let (e, history, g) = (&self.episodes[i], self.config.prompt_history(), self.g);
+        let kept = kept_turns(&e.traj, history);
         Request {
             trajectory: i,
             group: i / g,
             turn,
             state: state_key(&shown.observation, &shown.images),
-            messages: messages(&self.trajs[i], &shown.user, history),
+            messages: messages(&e.traj, &shown.user, history),
             images: shown.images.clone(),
-            sampled: kept_turns(&self.trajs[i], history).iter().map(|t| t.token_ids.clone()).collect(),
-            turn_images: kept_turns(&self.trajs[i], history).iter().map(|t| t.images.clone()).collect(),
+            sampled: kept.iter().map(|t| t.token_ids.clone()).collect(),
+            turn_images: kept.iter().map(|t| t.images.clone()).collect(),
             manifest: self.manifest.clone(),
-            actions: self.spaces[i].clone(),
+            actions: e.space.clone(),
             oracle: oracles[i].clone(),
-            last_reward: self.trajs[i].turns.last().map(|t| t.env_reward),
+            last_reward: e.traj.turns.last().map(|t| t.env_reward),
             seed: self.seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
         }
     }
 
     /// An episode whose prompt outgrew the context, or whose policy gave no answer, ends
     /// here, before its env is stepped.
-    fn end_unanswered(&mut self, active: Vec<usize>, responses: Vec<Response>) -> (Vec<usize>, Vec<Response>) {
-        active
+    fn end_unanswered(
+        &mut self,
+        asked: Vec<(usize, Shown)>,
+        responses: Vec<Response>,
+    ) -> (Vec<(usize, Shown)>, Vec<Response>) {
+        asked
             .into_iter()
             .zip(responses)
-            .filter(|(i, r)| {
+            .filter_map(|((i, shown), r)| {
                 let end = match (r.out_of_context, r.stop) {
                     (Some(_), _) => Truncation::Context,
                     (None, true) => Truncation::Stopped,
-                    (None, false) => return true,
+                    (None, false) => return Some(((i, shown), r)),
                 };
-                self.trajs[*i].truncated = Some(end);
-                self.stop(*i);
-                false
+                let e = &mut self.episodes[i];
+                e.traj.truncated = Some(end);
+                e.end_at(shown);
+                None
             })
             .unzip()
     }
 
     /// Each response read in the format, its actions capped per turn and per episode.
-    fn parse(&mut self, active: &[usize], responses: &[Response]) -> Answered {
-        let n = self.trajs.len();
+    fn parse(&mut self, asked: &[(usize, Shown)], responses: &[Response]) -> Answered {
+        let n = self.episodes.len();
         let config = self.config;
         let mut out = Answered { step: vec![None; n], parsed: vec![None; n] };
-        for (&i, response) in active.iter().zip(responses) {
-            let space = &self.spaces[i];
+        for ((i, _), response) in asked.iter().zip(responses) {
+            let e = &mut self.episodes[*i];
+            let space = &e.space;
             let per_turn = match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
                 (0, m) => m,
                 (c, 0) => c,
@@ -387,16 +408,16 @@ impl<'a> Play<'a> {
             };
             let mut p = parse(&response.text, config.format, &space.action_separator, per_turn);
             if config.max_actions_per_episode > 0 {
-                let left = config.max_actions_per_episode.saturating_sub(self.actions_sent[i]);
+                let left = config.max_actions_per_episode.saturating_sub(e.actions_sent);
                 p.actions.truncate(left);
             }
-            self.actions_sent[i] += p.actions.len();
+            e.actions_sent += p.actions.len();
             // Without a format the env gets the text as written, its own separators included.
-            out.step[i] = Some(match config.format {
+            out.step[*i] = Some(match config.format {
                 Format::Raw => response.text.clone(),
                 _ => p.step_answer(&separator_with_space(space)),
             });
-            out.parsed[i] = Some(p);
+            out.parsed[*i] = Some(p);
         }
         out
     }
@@ -406,11 +427,11 @@ impl<'a> Play<'a> {
         let before = self.states(answers);
         let mut results = self.pool.step_all(answers);
         let after = self.states(answers);
-        for (i, ((r, b), a)) in results.iter_mut().zip(before).zip(after).enumerate() {
+        for (((r, b), a), e) in results.iter_mut().zip(before).zip(after).zip(&mut self.episodes) {
             match (b, a) {
-                (Some(Ok(b)), Some(Ok(a))) => self.states_seen[i] = Some((b, a)),
+                (Some(Ok(b)), Some(Ok(a))) => e.states_seen = Some((b, a)),
                 // A state the records need and cannot have fails the episode, as a step would.
-                (Some(Err(e)), _) | (_, Some(Err(e))) if matches!(r, Some(Ok(_))) => *r = Some(Err(e)),
+                (Some(Err(err)), _) | (_, Some(Err(err))) if matches!(r, Some(Ok(_))) => *r = Some(Err(err)),
                 _ => {}
             }
         }
@@ -445,23 +466,22 @@ impl<'a> Play<'a> {
     fn record(
         &mut self,
         turn: usize,
-        active: &[usize],
+        asked: Vec<(usize, Shown)>,
         responses: Vec<Response>,
         answered: &mut Answered,
         mut results: Vec<Option<Result<StepResult, vagen_runtime::Error>>>,
     ) {
         let config = self.config;
-        for (&i, response) in active.iter().zip(responses) {
-            let p = answered.parsed[i].take().expect("parsed for every active env");
-            let Shown { user, observation, images } = self.current[i].take().expect("active");
+        for ((i, shown), response) in asked.into_iter().zip(responses) {
+            let p = answered.parsed[i].take().expect("parsed for every answered episode");
             let answer = answered.step[i].take().unwrap_or_default();
-            let t = &mut self.trajs[i];
+            let e = &mut self.episodes[i];
             let step = match results[i].take().expect("stepped") {
-                Err(e) => {
-                    t.failure = Some(Failure::new(FailedCall::Step { turn }, &e));
-                    t.failed_answer = Some(answer);
+                Err(err) => {
+                    e.traj.failure = Some(Failure::new(FailedCall::Step { turn }, &err));
+                    e.traj.failed_answer = Some(answer);
                     // The last observation is the one the failed step acted on.
-                    (t.end_observation, t.end_images) = (observation, images);
+                    e.end_at(shown);
                     continue;
                 }
                 Ok(step) => step,
@@ -473,18 +493,19 @@ impl<'a> Play<'a> {
                 _ if p.format_ok && all_valid => config.format_reward.bonus,
                 _ => config.format_reward.penalty,
             };
-            (t.done, t.success) = (step.done, step.success);
-            let out_of_actions =
-                config.max_actions_per_episode > 0 && self.actions_sent[i] >= config.max_actions_per_episode;
+            (e.traj.done, e.traj.success) = (step.done, step.success);
+            let out_of_actions = config.max_actions_per_episode > 0 && e.actions_sent >= config.max_actions_per_episode;
             let next = step.observation;
             if !step.done && !out_of_actions {
                 let feedback = feedback(&p, step.valid_actions, step.effective_actions);
                 let user = user_message(config, Some(feedback), &next.text);
-                self.current[i] = Some(Shown { user, observation: next.text, images: shared(next.images) });
+                e.current = Some(Shown { user, observation: next.text, images: shared(next.images) });
             } else {
-                (t.end_observation, t.end_images) = (next.text, shared(next.images));
+                (e.traj.end_observation, e.traj.end_images) = (next.text, shared(next.images));
             }
-            t.turns.push(TurnRecord {
+            let Shown { user, observation, images } = shown;
+            let states = e.states_seen.take();
+            e.traj.turns.push(TurnRecord {
                 user,
                 observation,
                 images,
@@ -502,8 +523,8 @@ impl<'a> Play<'a> {
                 valid_actions: step.valid_actions,
                 effective_actions: step.effective_actions,
                 metrics: step.metrics.into_iter().map(|m| (m.name, m.value)).collect(),
-                state_before: self.states_seen[i].as_ref().map(|(b, _)| b.clone()),
-                state_after: self.states_seen[i].take().map(|(_, a)| a),
+                state_before: states.as_ref().map(|(b, _)| b.clone()),
+                state_after: states.map(|(_, a)| a),
                 component_rewards: vec![],
             });
         }
