@@ -142,7 +142,7 @@ fn history_window_and_action_budget_are_honoured() {
             &mut self,
             r: &[vagen_rollout::Request],
         ) -> Result<Vec<vagen_rollout::Response>, vagen_rollout::PolicyError> {
-            self.0.extend(r.iter().map(|x| x.messages.len()));
+            self.0.extend(r.iter().map(|x| x.messages().len()));
             Ok(r.iter().map(|_| vagen_rollout::Response::text("<think>t</think><answer>Up, Up</answer>")).collect())
         }
     }

@@ -74,14 +74,12 @@ impl Policy for Human {
         for r in requests {
             if r.turn == 0 {
                 self.episode += 1;
-                if let Some(system) = r.messages.first() {
-                    println!("{}\n", system.content);
-                }
+                println!("{}\n", r.system);
             }
             if let Some(reward) = r.last_reward {
                 println!("reward {reward:+}");
             }
-            println!("{}", r.messages.last().map_or("", |m| m.content.as_str()));
+            println!("{}", r.user);
             for path in self.images.save(self.episode, r.turn as u32, &r.images).map_err(failed)? {
                 println!("[image: {path}]");
             }

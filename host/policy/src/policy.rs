@@ -6,8 +6,8 @@ use vagen_model::{
     Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt,
 };
 use vagen_rollout::{
-    AnswerOrigin, AssistantTurn, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError,
-    PromptIds, Request, Response, prompt_ids,
+    AnswerOrigin, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError, PromptIds,
+    Request, Response, prompt_ids,
 };
 
 /// The layout's view of a model: its chat template and tokenizer, and for a VL model the
@@ -117,13 +117,13 @@ impl ModelPolicy {
             let mut dropped = 0;
             while (self.context_window.saturating_sub(prompt.ids.len()) < self.options.max_new_tokens
                 || self.over_images(&prompt))
-                && dropped < r.sampled.len()
+                && dropped < r.history.len()
             {
                 dropped += 1;
                 prompt = prompt_of(self.model.as_ref(), r, dropped)?;
             }
         }
-        if r.sampled.is_empty() && self.over_images(&prompt) {
+        if r.history.is_empty() && self.over_images(&prompt) {
             return Err(PolicyError::Prompt(format!(
                 "trajectory {} turn {}: the observation's images take {} tokens, more than max_image_tokens {}",
                 r.trajectory, r.turn, prompt.image_tokens, self.max_image_tokens
@@ -218,32 +218,10 @@ impl Policy for ModelPolicy {
     }
 }
 
-/// `messages` = system, (user, assistant)*, user: prompted as `layout` lays turns out,
-/// leaving out the first `skip` (user, assistant) pairs with their images.
+/// `r`'s prompt as `layout` lays turns out, leaving out its first `skip` earlier turns with
+/// their images.
 fn prompt_of(model: &Model, r: &Request, skip: usize) -> Result<PromptIds, PolicyError> {
-    let bad = |what: &str| PolicyError::Prompt(format!("trajectory {} turn {}: {what}", r.trajectory, r.turn));
-    let [system, rest @ .., user] = r.messages.as_slice() else {
-        return Err(bad("needs at least a system and a user message"));
-    };
-    if rest.len() % 2 != 0 || rest.len() / 2 != r.sampled.len() {
-        return Err(bad("earlier turns must be (user, assistant) pairs, one sampled entry each"));
-    }
-    if r.turn_images.len() != r.sampled.len() {
-        return Err(bad("earlier turns' images must be one entry per turn"));
-    }
-    let history: Vec<AssistantTurn> = rest
-        .chunks(2)
-        .zip(&r.sampled)
-        .zip(&r.turn_images)
-        .skip(skip)
-        .map(|((pair, ids), images)| AssistantTurn {
-            user: pair[0].content.clone(),
-            response: pair[1].content.clone(),
-            token_ids: ids.clone(),
-            logprobs: None,
-            reward: 0.0,
-            images: images.clone(),
-        })
-        .collect();
-    prompt_ids(&ChatModel(model), &system.content, &history, &user.content, &r.images).map_err(|e| bad(&e.to_string()))
+    let history = &r.history[skip.min(r.history.len())..];
+    prompt_ids(&ChatModel(model), &r.system, history, &r.user, &r.images)
+        .map_err(|e| PolicyError::Prompt(format!("trajectory {} turn {}: {e}", r.trajectory, r.turn)))
 }

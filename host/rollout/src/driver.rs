@@ -4,7 +4,7 @@
 use crate::config::{History, RolloutConfig};
 use crate::failure::{FailedCall, Failure};
 use crate::policy::{AnswerOrigin, Policy, PolicyError, Request, Response};
-use crate::{Format, Message, Parsed, parse};
+use crate::{Format, Parsed, parse};
 use serde::Serialize;
 use std::sync::Arc;
 use vagen_runtime::{ActionSpace, EnvPool, Image, Manifest, Observation, Plugin, StepResult};
@@ -64,6 +64,18 @@ impl TurnRecord {
     /// A key of the env state this turn acted in (the observation and its images, not the
     /// feedback on how the episode got there): turns with equal keys acted in the same
     /// state, whatever the path to it. Stable within a process.
+    /// The turn as the token layout (and a model's prompt) takes it.
+    pub fn assistant_turn(&self) -> crate::AssistantTurn {
+        crate::AssistantTurn {
+            user: self.user.clone(),
+            response: self.response.clone(),
+            token_ids: self.token_ids.clone(),
+            logprobs: self.logprobs.clone(),
+            reward: self.reward as f32,
+            images: self.images.clone(),
+        }
+    }
+
     pub fn state_key(&self) -> u64 {
         state_key(&self.observation, &self.images)
     }
@@ -129,17 +141,7 @@ impl Trajectory {
 
     /// The turns as the token layout takes them.
     pub fn assistant_turns(&self) -> Vec<crate::AssistantTurn> {
-        self.turns
-            .iter()
-            .map(|t| crate::AssistantTurn {
-                user: t.user.clone(),
-                response: t.response.clone(),
-                token_ids: t.token_ids.clone(),
-                logprobs: t.logprobs.clone(),
-                reward: t.reward as f32,
-                images: t.images.clone(),
-            })
-            .collect()
+        self.turns.iter().map(TurnRecord::assistant_turn).collect()
     }
 }
 
@@ -357,10 +359,10 @@ impl<'a> Play<'a> {
             group: i / g,
             turn,
             state: state_key(&shown.observation, &shown.images),
-            messages: messages(&e.traj, &shown.user, history),
+            system: e.traj.system.clone(),
+            history: kept.iter().map(TurnRecord::assistant_turn).collect(),
+            user: shown.user.clone(),
             images: shown.images.clone(),
-            sampled: kept.iter().map(|t| t.token_ids.clone()).collect(),
-            turn_images: kept.iter().map(|t| t.images.clone()).collect(),
             manifest: self.manifest.clone(),
             actions: e.space.clone(),
             oracle: oracles[i].clone(),
@@ -599,17 +601,6 @@ fn kept_turns(t: &Trajectory, history: History) -> &[TurnRecord] {
         History::Last(k) => k.min(t.turns.len()),
     };
     &t.turns[t.turns.len() - keep..]
-}
-
-/// System, the turns the history window keeps, and the current observation.
-fn messages(t: &Trajectory, current: &str, history: History) -> Vec<Message> {
-    let mut m = vec![Message::system(t.system.as_str())];
-    for turn in kept_turns(t, history) {
-        m.push(Message::user(turn.user.as_str()));
-        m.push(Message::assistant(turn.response.as_str()));
-    }
-    m.push(Message::user(current));
-    m
 }
 
 /// Per-env figures over a rollout.

@@ -2,7 +2,7 @@
 //! Random and oracle answers are wrapped in the run's format, so every policy goes through
 //! the same parse → step path as a model.
 
-use crate::{Format, Message};
+use crate::{AssistantTurn, Format, Message};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
 use std::sync::Arc;
@@ -18,15 +18,16 @@ pub struct Request {
     pub turn: usize,
     /// The state this turn acts in: the key its `TurnRecord::state_key` will have.
     pub state: u64,
-    pub messages: Vec<Message>,
-    /// The images of the current observation (the last message's), in `<image>` order.
+    pub system: String,
+    /// The earlier turns the prompt carries (the history window's), as the token layout
+    /// takes them: each user message with its images (shared with the trajectory's records,
+    /// not copied) and the answer with the ids it was sampled as (`None` when its policy
+    /// had no tokens), so a model policy prompts with them rather than re-tokenising.
+    pub history: Vec<AssistantTurn>,
+    /// This turn's user message (feedback, observation, reminder) and its images, in
+    /// `<image>` order.
+    pub user: String,
     pub images: Vec<Arc<Image>>,
-    /// The ids each assistant message of `messages` was sampled as (`None` when its policy
-    /// had no tokens): a model policy prompts with them rather than re-tokenising the text.
-    pub sampled: Vec<Option<Vec<u32>>>,
-    /// The images of each earlier user message, parallel to `sampled` (shared with the
-    /// trajectory's records, not copied).
-    pub turn_images: Vec<Vec<Arc<Image>>>,
     pub manifest: Arc<Manifest>,
     /// How the trajectory's instance reads actions (its config's, not the manifest's).
     pub actions: Arc<ActionSpace>,
@@ -36,6 +37,19 @@ pub struct Request {
     pub last_reward: Option<f64>,
     /// Derived from the episode seed and the turn: a policy's draws for this request.
     pub seed: u64,
+}
+
+impl Request {
+    /// The conversation as chat templates take it: system, (user, assistant)*, user.
+    pub fn messages(&self) -> Vec<Message> {
+        let mut m = vec![Message::system(self.system.as_str())];
+        for turn in &self.history {
+            m.push(Message::user(turn.user.as_str()));
+            m.push(Message::assistant(turn.response.as_str()));
+        }
+        m.push(Message::user(self.user.as_str()));
+        m
+    }
 }
 
 /// Who wrote a turn's answer: the training batch keeps it as a column (a forced answer's
@@ -205,10 +219,10 @@ pub(crate) fn test_request(i: usize, manifest: &Arc<Manifest>) -> Request {
         group: i,
         turn: 0,
         state: 0,
-        messages: vec![],
+        system: String::new(),
+        history: vec![],
+        user: String::new(),
         images: vec![],
-        sampled: vec![],
-        turn_images: vec![],
         actions: Arc::new(ActionSpace::of(manifest)),
         manifest: manifest.clone(),
         oracle: None,
