@@ -38,6 +38,23 @@ pub struct BenchRewardArgs {
     model: ModelArgs,
 }
 
+/// `n` grounding questions of the kind a reward function asks, answers up to `tokens`.
+fn judgments(n: usize, tokens: u32) -> Vec<JudgeRequest> {
+    (0..n)
+        .map(|i| JudgeRequest {
+            messages: vec![JudgeMessage {
+                role: "user".into(),
+                content: vec![JudgePart::Text(format!(
+                    "True state: the goal is {} rows below you.\nThe agent's observation: the goal is below me.\nDoes it agree? Answer YES or NO.",
+                    i % 4
+                ))],
+            }],
+            max_tokens: tokens,
+            temperature: 0.0,
+        })
+        .collect()
+}
+
 pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
     if a.batch == 0 || a.judgments == 0 {
         bail!("--batch and --judgments must be at least 1");
@@ -60,19 +77,7 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
         rounds
     );
 
-    let requests: Vec<JudgeRequest> = (0..a.judgments)
-        .map(|i| JudgeRequest {
-            messages: vec![JudgeMessage {
-                role: "user".into(),
-                content: vec![JudgePart::Text(format!(
-                    "True state: the goal is {} rows below you.\nThe agent's observation: the goal is below me.\nDoes it agree? Answer YES or NO.",
-                    i % 4
-                ))],
-            }],
-            max_tokens: a.judge_tokens,
-            temperature: 0.0,
-        })
-        .collect();
+    let requests = judgments(a.judgments, a.judge_tokens);
     let local = LocalJudge::new(a.model.load()?)?;
     let rate = |judge: &dyn Judge| -> Result<f64> {
         judge.complete(&requests[..1]); // warm-up

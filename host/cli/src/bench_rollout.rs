@@ -104,12 +104,21 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
     if a.transformers {
         figures.push(run_transformers(&a, &source, &w)?);
     }
+    print_figures(&a, &figures);
+    if let Some(f) = figures.iter().find(|f| f.generated != rows * a.turns * a.new_tokens) {
+        bail!("{} generated {} tokens, not {}", f.name, f.generated, rows * a.turns * a.new_tokens);
+    }
+    Ok(())
+}
+
+/// The engines side by side (and, with `--json`, as one JSON line).
+fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
     println!(
         "{:>13} | {:>8} {:>11} {:>15} {:>14} {:>12} {:>14}",
         "engine", "seconds", "gen tok/s", "prefill tokens", "tokens saved", "peak KV MiB", "vs static"
     );
     let base = figures[0].seconds;
-    for f in &figures {
+    for f in figures {
         println!(
             "{:>13} | {:>8.2} {:>11.0} {:>15} {:>14} {:>12} {:>13.2}x",
             f.name,
@@ -146,10 +155,6 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
         });
         println!("{}", serde_json::json!({ "workload": workload, "engines": engines }));
     }
-    if let Some(f) = figures.iter().find(|f| f.generated != rows * a.turns * a.new_tokens) {
-        bail!("{} generated {} tokens, not {}", f.name, f.generated, rows * a.turns * a.new_tokens);
-    }
-    Ok(())
 }
 
 const SYSTEM: &str = "You are a Sokoban solver. The map is a grid: # is a wall, _ is floor, O is a target, \

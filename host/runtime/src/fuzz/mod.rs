@@ -240,20 +240,7 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
         report.steps += played.transcript.len().saturating_sub(1) as u64;
         if let Some((call, e)) = &played.error {
             *report.outcomes.entry(e.kind()).or_default() += 1;
-            let kind = if e.is_fault() { FindingKind::Fault } else { FindingKind::Error };
-            if !found.contains_key(&kind) {
-                let (small, call, error) = shrink(plugin, &opts.config, &script, (*call, e), deadline);
-                let message = format!(
-                    "{}: {error} (seed {}, {} answers after shrinking)",
-                    call_name(call),
-                    small.seed,
-                    small.answers.len()
-                );
-                let r = Reproducer::new(plugin, &opts.config, kind, &small, 1).with_error(call, &error);
-                note(&mut found, kind, message, r);
-            } else {
-                note(&mut found, kind, String::new(), Reproducer::default());
-            }
+            note_failure(&mut found, plugin, opts, &script, (*call, e), deadline);
             continue; // a faulted instance was re-created; memory and determinism start over
         }
         *report.outcomes.entry("ok").or_default() += 1;
@@ -278,41 +265,69 @@ pub fn fuzz(plugin: &dyn Plugin, opts: &FuzzOptions) -> Result<FuzzReport, Error
             if again.cut {
                 break;
             }
-            if again.transcript != played.transcript {
-                let at = (0..played.transcript.len().max(again.transcript.len()))
-                    .find(|&i| played.transcript.get(i) != again.transcript.get(i))
-                    .unwrap_or(0);
+            if let Some(at) = first_difference(&played.transcript, &again.transcript) {
                 let msg = format!("seed {seed}: a fresh instance replaying the episode differs at {}", call_name(at));
-                note(
-                    &mut found,
-                    FindingKind::Nondeterminism,
-                    msg,
-                    Reproducer::new(plugin, &opts.config, FindingKind::Nondeterminism, &script, 2),
-                );
+                let r = Reproducer::new(plugin, &opts.config, FindingKind::Nondeterminism, &script, 2);
+                note(&mut found, FindingKind::Nondeterminism, msg, r);
             }
         }
         if let Some(now) = env.memory_bytes() {
-            // The first 8 episodes let allocators settle; growth after that is suspect.
-            match baseline {
-                None if report.episodes >= 8 => baseline = Some((now, report.episodes)),
-                Some((base, since)) if now > base + opts.leak_bytes => {
-                    let n = report.episodes - since;
-                    let msg = format!("memory grew from {} to {} MiB over {n} episodes", base >> 20, now >> 20);
-                    note(
-                        &mut found,
-                        FindingKind::Leak,
-                        msg,
-                        Reproducer::new(plugin, &opts.config, FindingKind::Leak, &script, n as u32 + 8),
-                    );
-                    baseline = Some((now, report.episodes));
-                }
-                _ => {}
-            }
+            watch_memory(&mut found, &mut baseline, now, report.episodes, plugin, opts, &script);
         }
     }
     report.elapsed = started.elapsed();
     report.findings = found.into_values().collect();
     Ok(report)
+}
+
+/// The first failure of each kind (fault, error) shrunk to a small reproducer; later ones
+/// only counted.
+fn note_failure(
+    found: &mut BTreeMap<FindingKind, Finding>,
+    plugin: &dyn Plugin,
+    opts: &FuzzOptions,
+    script: &Script,
+    (call, e): (usize, &Error),
+    deadline: Option<Instant>,
+) {
+    let kind = if e.is_fault() { FindingKind::Fault } else { FindingKind::Error };
+    if found.contains_key(&kind) {
+        return note(found, kind, String::new(), Reproducer::default());
+    }
+    let (small, call, error) = shrink(plugin, &opts.config, script, (call, e), deadline);
+    let message =
+        format!("{}: {error} (seed {}, {} answers after shrinking)", call_name(call), small.seed, small.answers.len());
+    let r = Reproducer::new(plugin, &opts.config, kind, &small, 1).with_error(call, &error);
+    note(found, kind, message, r);
+}
+
+/// The first call at which two plays of one script differ, if any.
+fn first_difference<T: PartialEq>(a: &[T], b: &[T]) -> Option<usize> {
+    (0..a.len().max(b.len())).find(|&i| a.get(i) != b.get(i))
+}
+
+/// A leak finding when the instance's memory has grown past `leak_bytes` since the
+/// baseline, taken after the first 8 episodes (they let allocators settle).
+fn watch_memory(
+    found: &mut BTreeMap<FindingKind, Finding>,
+    baseline: &mut Option<(u64, u64)>,
+    now: u64,
+    episodes: u64,
+    plugin: &dyn Plugin,
+    opts: &FuzzOptions,
+    script: &Script,
+) {
+    match *baseline {
+        None if episodes >= 8 => *baseline = Some((now, episodes)),
+        Some((base, since)) if now > base + opts.leak_bytes => {
+            let n = episodes - since;
+            let msg = format!("memory grew from {} to {} MiB over {n} episodes", base >> 20, now >> 20);
+            let r = Reproducer::new(plugin, &opts.config, FindingKind::Leak, script, n as u32 + 8);
+            note(found, FindingKind::Leak, msg, r);
+            *baseline = Some((now, episodes));
+        }
+        _ => {}
+    }
 }
 
 /// Counts a finding; the first of each kind keeps its message and reproducer.
