@@ -57,21 +57,12 @@ pub fn parity_dump(a: ParityDumpArgs) -> Result<()> {
         let model_args =
             ModelArgs { model: vagen_model::ModelSource::Folder(folder.clone()), device: a.device, dtype: a.dtype };
         // tch turns a libtorch exception into a panic: caught here, it fails this case
-        // with its message instead of ending every other case's run.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dump_case(&folder, &model_args)));
-        let summary = match outcome {
-            Ok(Ok(summary)) => summary,
-            Ok(Err(e)) => serde_json::json!({ "error": format!("{e:#}"), "prompts": [] }),
-            Err(panic) => {
-                let message = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_else(|| "a panic without a message".into());
-                // The first lines name the failing operation; libtorch's frame list follows.
-                let head: String = message.lines().take(6).collect::<Vec<_>>().join("\n");
-                serde_json::json!({ "error": format!("panicked: {head}"), "prompts": [] })
-            }
+        // with its message (without libtorch's frame list) instead of ending every other
+        // case's run.
+        let outcome = vagen_model::catch_panic(|| Ok(dump_case(&folder, &model_args)));
+        let summary = match outcome.map_err(anyhow::Error::from).and_then(|r| r) {
+            Ok(summary) => summary,
+            Err(e) => serde_json::json!({ "error": format!("{e:#}"), "prompts": [] }),
         };
         std::fs::write(folder.join("ours.json"), summary.to_string())
             .with_context(|| format!("writing {}", folder.join("ours.json").display()))?;

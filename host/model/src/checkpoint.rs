@@ -97,8 +97,7 @@ impl Model {
             generation_config: folder.read_json("generation_config.json", FileKind::Json)?,
             chat: ChatTemplate::from_folder(&folder)?,
         };
-        let mut tensors = weights::read_dir(&folder)?;
-        weights::legacy_names(&mut tensors);
+        let tensors = weights::read_dir(&folder)?;
         Self::assemble(parts, &tensors, dir, options)
     }
 
@@ -108,19 +107,22 @@ impl Model {
         source: &Path,
         options: LoadOptions,
     ) -> Result<Self> {
-        parts.check_tokenizer()?;
-        weights::check_shapes(&parts.config, parts.vl.as_ref().map(|(v, _)| &v.vision), tensors, source)?;
-        Self::assemble_with(parts, options, |vs| weights::fill(vs, tensors, source))
+        let shapes =
+            |p: &Parts| weights::check_shapes(&p.config, p.vl.as_ref().map(|(v, _)| &v.vision), tensors, source);
+        Self::assemble_with(parts, options, shapes, |vs| weights::fill(vs, tensors, source))
     }
 
     /// [`Self::assemble`] with the parameters written by `fill` (e.g. drawn in place, so a
-    /// multi-billion-parameter benchmark model is never held twice).
+    /// multi-billion-parameter benchmark model is never held twice). `check` runs on the
+    /// parts before anything is allocated.
     pub(crate) fn assemble_with(
         parts: Parts,
         options: LoadOptions,
+        check: impl FnOnce(&Parts) -> Result<()>,
         fill: impl FnOnce(&VarStore) -> Result<()>,
     ) -> Result<Self> {
         parts.check_tokenizer()?;
+        check(&parts)?;
         let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
         let mut vs = VarStore::new(options.device);
         let lm = Qwen2ForCausalLM::new(&vs.root(), &config);

@@ -134,22 +134,27 @@ pub fn benchmark_model(
         Some(vl) => vl_parts(vl, ImageProcessor::default())?,
         None => text_parts(config)?,
     };
-    Model::assemble_with(parts, options, |vs| {
-        let _guard = tch::no_grad_guard();
-        tch::manual_seed(seed as i64);
-        let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        vars.sort_by(|a, b| a.0.cmp(&b.0));
-        for (name, mut var) in vars {
-            if name.ends_with(".bias") {
-                let _ = var.f_zero_()?;
-            } else if name.contains("norm") || name.contains("ln_q") {
-                let _ = var.f_fill_(1.0)?;
-            } else {
-                let _ = var.f_normal_(0.0, 0.02)?;
+    Model::assemble_with(
+        parts,
+        options,
+        |_| Ok(()),
+        |vs| {
+            let _guard = tch::no_grad_guard();
+            tch::manual_seed(seed as i64);
+            let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+            vars.sort_by(|a, b| a.0.cmp(&b.0));
+            for (name, mut var) in vars {
+                if name.ends_with(".bias") {
+                    let _ = var.f_zero_()?;
+                } else if name.contains("norm") || name.contains("ln_q") {
+                    let _ = var.f_fill_(1.0)?;
+                } else {
+                    let _ = var.f_normal_(0.0, 0.02)?;
+                }
             }
-        }
-        Ok(())
-    })
+            Ok(())
+        },
+    )
 }
 
 fn text_parts(config: Qwen2Config) -> Result<Parts> {

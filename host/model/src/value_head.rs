@@ -37,8 +37,7 @@ impl ValueModel {
     pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
         let folder = crate::folder::ModelFolder::open(dir)?;
         let (config, vl) = crate::checkpoint::read_configs(&folder)?;
-        let mut tensors = weights::read_dir(&folder)?;
-        weights::legacy_names(&mut tensors);
+        let tensors = weights::read_dir(&folder)?;
         weights::check_shapes(&config, vl.as_ref().map(|(v, _)| &v.vision), &tensors, dir)?;
         Self::assemble(config, vl, tensors, dir, options)
     }

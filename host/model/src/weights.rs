@@ -9,38 +9,39 @@ use tch::nn::VarStore;
 use tch::{Device, Tensor};
 use vagen_files::{self as files, Links};
 
-/// Every tensor of a checkpoint folder: `model.safetensors`, or the shards listed in
+/// Every tensor of a checkpoint folder, named as the layout files name them (see
+/// [`legacy_names`]): `model.safetensors`, or the shards listed in
 /// `model.safetensors.index.json` (each a file inside the folder).
 pub(crate) fn read_dir(folder: &ModelFolder) -> Result<HashMap<String, Tensor>> {
     const SINGLE: &str = "model.safetensors";
     const INDEX: &str = "model.safetensors.index.json";
-    let shards: Vec<String> = if let Some(bytes) = folder.read(SINGLE, FileKind::Weights)? {
-        return Ok(parse(&bytes, &folder.path().join(SINGLE))?.into_iter().collect());
-    } else if let Some(json) = folder.read_json(INDEX, FileKind::Json)? {
-        let index = folder.path().join(INDEX);
-        let map = json
-            .get("weight_map")
-            .and_then(|m| m.as_object())
-            .ok_or_else(|| Error::Weights { path: index.clone(), message: "no \"weight_map\" object".into() })?;
-        let mut shards: Vec<String> = map.values().filter_map(|v| v.as_str().map(String::from)).collect();
+    let mut out = HashMap::new();
+    if let Some(bytes) = folder.read(SINGLE, FileKind::Weights)? {
+        out.extend(parse(&bytes, &folder.path().join(SINGLE))?);
+    } else {
+        let Some(json) = folder.read_json(INDEX, FileKind::Json)? else {
+            return Err(Error::Weights {
+                path: folder.path().into(),
+                message: format!("neither {SINGLE} nor {INDEX} is here"),
+            });
+        };
+        let map = json.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| Error::Weights {
+            path: folder.path().join(INDEX),
+            message: "no \"weight_map\" object".into(),
+        })?;
+        let mut shards: Vec<&str> = map.values().filter_map(|v| v.as_str()).collect();
         shards.sort();
         shards.dedup();
-        shards
-    } else {
-        return Err(Error::Weights {
-            path: folder.path().into(),
-            message: format!("neither {SINGLE} nor {INDEX} is here"),
-        });
-    };
-    let mut out = HashMap::new();
-    for shard in shards {
-        let path = folder.path().join(&shard);
-        let bytes = folder.read(&shard, FileKind::Weights)?.ok_or_else(|| Error::Weights {
-            path: path.clone(),
-            message: "listed in the shard index but not in the folder".into(),
-        })?;
-        out.extend(parse(&bytes, &path)?);
+        for shard in shards {
+            let path = folder.path().join(shard);
+            let bytes = folder.read(shard, FileKind::Weights)?.ok_or_else(|| Error::Weights {
+                path: path.clone(),
+                message: "listed in the shard index but not in the folder".into(),
+            })?;
+            out.extend(parse(&bytes, &path)?);
+        }
     }
+    legacy_names(&mut out);
     Ok(out)
 }
 
@@ -72,7 +73,7 @@ fn parse(bytes: &[u8], path: &Path) -> Result<Vec<(String, Tensor)>> {
 /// transformers 5's in-memory names for Qwen2.5-VL (`model.language_model.*`,
 /// `model.visual.*`), which some checkpoints carry, as the layout files use (`model.*`,
 /// `visual.*`).
-pub(crate) fn legacy_names(tensors: &mut HashMap<String, Tensor>) {
+fn legacy_names(tensors: &mut HashMap<String, Tensor>) {
     let renamed: Vec<String> = tensors
         .keys()
         .filter(|k| k.starts_with("model.language_model.") || k.starts_with("model.visual."))
