@@ -3,7 +3,7 @@
 //! sums, an oracle that traps. Each is contained: refused, capped or one failed episode.
 
 use std::time::Duration;
-use vagen_rollout::{Format, OraclePolicy, RandomPolicy, RolloutConfig, metrics, rollout};
+use vagen_rollout::{EpisodeShape, Format, OraclePolicy, RandomPolicy, RolloutConfig, metrics, rollout};
 use vagen_runtime::fuzz::{FuzzOptions, Reproducer, fuzz, replay};
 use vagen_runtime::{Error, Limits, MAX_GUEST_TEXT};
 use vagen_tests::{load, plugin_path, runtime};
@@ -41,7 +41,15 @@ fn the_hosts_turn_cap_bounds_a_plugin_that_asks_for_u32_max_turns() {
     assert!(report.steps <= 3 * 42, "{} steps", report.steps);
     // The rollout driver: episodes end at the cap, not done.
     let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
-    let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &mut RandomPolicy { format: Format::NoThink }).unwrap();
+    let trajs = rollout(
+        plugin.as_ref(),
+        "",
+        &[1, 2],
+        &config,
+        &EpisodeShape::default(),
+        &mut RandomPolicy { format: Format::NoThink },
+    )
+    .unwrap();
     assert!(trajs.iter().all(|t| t.turns.len() == 40 && !t.done), "{:?}", trajs[0].turns.len());
     // A reproducer is a file anyone can send: its loops are checked before they run.
     let mut r = Reproducer::failure(plugin.as_ref(), "", 0, vec!["go".into(); 43], "x", None);
@@ -75,7 +83,15 @@ fn a_reward_or_count_that_would_overflow_a_sum_fails_its_episode_naming_the_fiel
         // Through the driver: every episode fails with that reason; the rollout goes on.
         let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
         let policy = &mut OraclePolicy { format: Format::NoThink };
-        let trajs = rollout(plugin.as_ref(), &format!(r#"{{"mode": "{mode}"}}"#), &[1, 2], &config, policy).unwrap();
+        let trajs = rollout(
+            plugin.as_ref(),
+            &format!(r#"{{"mode": "{mode}"}}"#),
+            &[1, 2],
+            &config,
+            &EpisodeShape::default(),
+            policy,
+        )
+        .unwrap();
         assert!(
             trajs.iter().all(|t| t.failure.as_ref().is_some_and(|f| f.to_string().contains(field))),
             "{:?}",
@@ -92,7 +108,9 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
     let seeds: Vec<u64> = (0..9).collect();
     // One seed in three cannot start; the others are won.
     let policy = &mut OraclePolicy { format: Format::NoThink };
-    let trajs = rollout(plugin.as_ref(), r#"{"mode": "reset-fails"}"#, &seeds, &config, policy).unwrap();
+    let trajs =
+        rollout(plugin.as_ref(), r#"{"mode": "reset-fails"}"#, &seeds, &config, &EpisodeShape::default(), policy)
+            .unwrap();
     let m = metrics(&trajs);
     assert_eq!((m.episodes, m.failed), (9, 3));
     assert_eq!(
@@ -103,7 +121,9 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
     assert!((m.success - 6.0 / 9.0).abs() < 1e-12, "success {} counts the failed episodes", m.success);
     assert!((m.pass_at_group - 6.0 / 9.0).abs() < 1e-12);
     // An oracle that traps is the episode's failure, not an empty answer to act on.
-    let trajs = rollout(plugin.as_ref(), r#"{"mode": "oracle-traps"}"#, &[1, 2], &config, policy).unwrap();
+    let trajs =
+        rollout(plugin.as_ref(), r#"{"mode": "oracle-traps"}"#, &[1, 2], &config, &EpisodeShape::default(), policy)
+            .unwrap();
     for t in &trajs {
         let f = t.failure.as_ref().expect("failed");
         assert_eq!((f.call, f.kind), (vagen_rollout::FailedCall::Oracle { turn: 0 }, "trap"), "{f:?}");
@@ -113,10 +133,18 @@ fn failed_episodes_count_as_failures_and_a_trapping_oracle_fails_its_episode() {
     // An oracle with no answer: in a format, an empty (invalid) answer the env is stepped
     // with; without one, nothing to send, so the episode fails, saying why.
     let silent = r#"{"mode": "oracle-none"}"#;
-    let trajs = rollout(plugin.as_ref(), silent, &[1], &config, policy).unwrap();
+    let trajs = rollout(plugin.as_ref(), silent, &[1], &config, &EpisodeShape::default(), policy).unwrap();
     assert!(trajs[0].failure.is_none() && trajs[0].turns[0].answer.is_empty(), "{:?}", trajs[0].failure);
     let raw = RolloutConfig { format: Format::Raw, ..Default::default() };
-    let trajs = rollout(plugin.as_ref(), silent, &[1], &raw, &mut OraclePolicy { format: Format::Raw }).unwrap();
+    let trajs = rollout(
+        plugin.as_ref(),
+        silent,
+        &[1],
+        &raw,
+        &EpisodeShape::default(),
+        &mut OraclePolicy { format: Format::Raw },
+    )
+    .unwrap();
     let f = trajs[0].failure.as_ref().expect("failed");
     assert_eq!((f.call, f.kind), (vagen_rollout::FailedCall::Oracle { turn: 0 }, "no-answer"));
 }
@@ -203,11 +231,11 @@ fn an_episode_and_all_instances_together_are_held_to_their_memory_caps() {
 fn the_episode_loop_hands_over_chunks_and_stops_once_the_failure_rate_is_past() {
     use vagen_rollout::{Episodes, FailedCall, FailurePolicy};
     let (plugin, _cache) = load("hostile", Limits::default());
-    let config = RolloutConfig { format: Format::NoThink, group_size: 2, ..Default::default() };
+    let (config, shape) = (RolloutConfig { format: Format::NoThink, ..Default::default() }, EpisodeShape::groups_of(2));
     // Seeds 1, 4, 7, … cannot start: a third of the episodes fail, over a 20% limit.
     let failures = FailurePolicy { max_rate: 0.2, min_episodes: 8 };
     let env_config = r#"{"mode": "reset-fails"}"#;
-    let episodes = Episodes { plugin: plugin.as_ref(), env_config, config: &config, failures, chunk_groups: 3 };
+    let episodes = Episodes { plugin: plugin.as_ref(), env_config, config: &config, shape, failures, chunk_groups: 3 };
     let seeds: Vec<u64> = (0..30).collect();
     let mut chunks = Vec::new();
     let policy = &mut OraclePolicy { format: Format::NoThink };

@@ -1,11 +1,12 @@
 //! The rollout driver end to end on real plugins: every policy through prompt → parse →
 //! step; groups share seeds; faults fail only their trajectory; model rollouts lay out.
 
+use std::num::NonZeroUsize;
 use vagen_model::{GenerateOptions, LoadOptions, Model};
 use vagen_policy::{ChatModel, ModelPolicy};
 use vagen_rollout::{
-    ContextOverflow, Format, History, LayoutOptions, OraclePolicy, Policy, PolicyError, RandomPolicy, Request,
-    Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
+    ContextOverflow, EpisodeShape, Format, History, LayoutOptions, OraclePolicy, Policy, PolicyError, RandomPolicy,
+    Request, Response, RolloutConfig, ScriptedPolicy, Truncation, layout, metrics, rollout,
 };
 use vagen_runtime::Limits;
 use vagen_tests::load;
@@ -15,9 +16,9 @@ fn oracle_through_the_full_path_solves_frozenlake_and_sokoban_in_every_format() 
     for env in ["frozenlake", "sokoban"] {
         let (plugin, _cache) = load(env, Limits::default());
         for format in Format::ALL {
-            let config = RolloutConfig { format, group_size: 2, ..Default::default() };
+            let (config, pairs) = (RolloutConfig { format, ..Default::default() }, EpisodeShape::groups_of(2));
             let seeds: Vec<u64> = (0..25).collect();
-            let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut OraclePolicy { format }).unwrap();
+            let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &pairs, &mut OraclePolicy { format }).unwrap();
             let m = metrics(&trajs);
             assert_eq!(m.episodes, 50);
             assert_eq!(m.failed, 0);
@@ -42,11 +43,11 @@ fn oracle_through_the_full_path_solves_frozenlake_and_sokoban_in_every_format() 
 fn random_answers_follow_the_instances_separator_and_action_limit() {
     // RAGEN's preset: `||` between up to 5 actions, where the manifest says `,` and 3.
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = RolloutConfig { group_size: 2, format: Format::NoThink, ..Default::default() };
+    let (config, pairs) = (RolloutConfig { format: Format::NoThink, ..Default::default() }, EpisodeShape::groups_of(2));
     let seeds: Vec<u64> = (0..40).collect();
     let ragen = r#"{"preset": "ragen"}"#;
-    let trajs =
-        rollout(plugin.as_ref(), ragen, &seeds, &config, &mut RandomPolicy { format: Format::NoThink }).unwrap();
+    let trajs = rollout(plugin.as_ref(), ragen, &seeds, &config, &pairs, &mut RandomPolicy { format: Format::NoThink })
+        .unwrap();
     let turns: Vec<_> = trajs.iter().flat_map(|t| &t.turns).collect();
     let most = turns.iter().map(|t| t.parsed.actions.len()).max().unwrap();
     assert_eq!(most, 5, "answers carry up to the preset's 5 actions");
@@ -66,9 +67,11 @@ fn extra_actions_can_count_as_an_invalid_answer() {
     let script = vec!["<answer>Down</answer>".to_string(), "<answer>Down, Right</answer>".to_string()];
     let run = |extra_actions_invalid| {
         let format_reward = vagen_rollout::FormatReward { bonus: 0.5, penalty: -1.0, extra_actions_invalid };
-        let config = RolloutConfig { format: Format::NoThink, max_turns: 2, format_reward, ..Default::default() };
+        let config = RolloutConfig { format: Format::NoThink, format_reward, ..Default::default() };
+        let two_turns = EpisodeShape::default().with_max_turns(2);
         let policy = &mut ScriptedPolicy { scripts: vec![script.clone(); seeds.len()] };
-        let trajs = rollout(plugin.as_ref(), r#"{"max_actions_per_turn": 1}"#, &seeds, &config, policy).unwrap();
+        let trajs =
+            rollout(plugin.as_ref(), r#"{"max_actions_per_turn": 1}"#, &seeds, &config, &two_turns, policy).unwrap();
         // The episodes whose first move did not end them.
         let second: Vec<(String, f64)> =
             trajs.iter().filter_map(|t| t.turns.get(1)).map(|t| (t.answer.clone(), t.format_reward)).collect();
@@ -84,9 +87,10 @@ fn extra_actions_can_count_as_an_invalid_answer() {
 #[test]
 fn random_policy_metrics_are_plausible() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = RolloutConfig { group_size: 4, ..Default::default() };
+    let (config, fours) = (RolloutConfig::default(), EpisodeShape::groups_of(4));
     let seeds: Vec<u64> = (100..150).collect();
-    let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let trajs =
+        rollout(plugin.as_ref(), "", &seeds, &config, &fours, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
     let m = metrics(&trajs);
     assert_eq!(m.episodes, 200);
     assert!(m.success > 0.0 && m.success < 0.7, "{m:?}");
@@ -97,7 +101,8 @@ fn random_policy_metrics_are_plausible() {
     assert!(m.effective_action_rate > 0.3 && m.effective_action_rate < 1.0, "{m:?}");
     assert_eq!(m.format_correct_rate, 1.0);
     // Same seeds, same rollout.
-    let again = rollout(plugin.as_ref(), "", &seeds, &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let again =
+        rollout(plugin.as_ref(), "", &seeds, &config, &fours, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
     let answers = |ts: &[vagen_rollout::Trajectory]| {
         ts.iter().flat_map(|t| t.turns.iter().map(|x| x.answer.clone())).collect::<Vec<_>>()
     };
@@ -113,11 +118,19 @@ fn bad_responses_are_invalid_turns_and_the_next_prompt_says_so() {
         "<think>ok</think><answer>Jump</answer>".to_string(),                        // unknown action
         "<think>x</think><answer>Left, Left, Left, Left, Left</answer>".to_string(), // over the cap
     ]];
-    let config = RolloutConfig { max_turns: 4, ..Default::default() };
+    let (config, four_turns) = (RolloutConfig::default(), EpisodeShape::default().with_max_turns(4));
     // The first seed whose episode survives the one "Left" that is executed.
     let trajs = (0..50)
         .map(|seed| {
-            rollout(plugin.as_ref(), "", &[seed], &config, &mut ScriptedPolicy { scripts: scripts.clone() }).unwrap()
+            rollout(
+                plugin.as_ref(),
+                "",
+                &[seed],
+                &config,
+                &four_turns,
+                &mut ScriptedPolicy { scripts: scripts.clone() },
+            )
+            .unwrap()
         })
         .find(|t| t[0].turns.len() == 4)
         .expect("some seed lasts four turns");
@@ -146,9 +159,10 @@ fn history_window_and_action_budget_are_honoured() {
             Ok(r.iter().map(|_| vagen_rollout::Response::text("<think>t</think><answer>Up, Up</answer>")).collect())
         }
     }
-    let config =
-        RolloutConfig { history: History::Last(1), max_turns: 5, max_actions_per_episode: 5, ..Default::default() };
-    let trajs = rollout(plugin.as_ref(), "", &[3], &config, &mut Spy(&mut seen)).unwrap();
+    let config = RolloutConfig { history: History::Last(1), ..Default::default() };
+    let shape =
+        EpisodeShape { max_actions_per_episode: NonZeroUsize::new(5), ..EpisodeShape::default().with_max_turns(5) };
+    let trajs = rollout(plugin.as_ref(), "", &[3], &config, &shape, &mut Spy(&mut seen)).unwrap();
     // system + user, then system + one earlier turn (2 messages) + user.
     assert_eq!(seen[0], 2);
     assert!(seen[1..].iter().all(|&n| n == 4), "{seen:?}");
@@ -161,9 +175,15 @@ fn an_env_fault_fails_only_its_trajectory() {
     let (plugin, _cache) = load("hostile", Limits::default());
     let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
     let seeds: Vec<u64> = (0..40).collect();
-    let trajs =
-        rollout(plugin.as_ref(), r#"{"mode":"flaky"}"#, &seeds, &config, &mut OraclePolicy { format: Format::NoThink })
-            .unwrap();
+    let trajs = rollout(
+        plugin.as_ref(),
+        r#"{"mode":"flaky"}"#,
+        &seeds,
+        &config,
+        &EpisodeShape::default(),
+        &mut OraclePolicy { format: Format::NoThink },
+    )
+    .unwrap();
     let failed: Vec<_> = trajs.iter().filter(|t| t.failure.is_some()).collect();
     assert!(!failed.is_empty() && failed.len() < trajs.len(), "{} of {} failed", failed.len(), trajs.len());
     assert!(failed.iter().all(|t| t.failure.as_ref().unwrap().to_string().contains("flaky plugin fails")));
@@ -184,8 +204,8 @@ fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
         ..Default::default()
     };
     let mut policy = ModelPolicy::new(model.clone(), options);
-    let config = RolloutConfig { group_size: 2, max_turns: 2, ..Default::default() };
-    let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &mut policy).unwrap();
+    let (config, shape) = (RolloutConfig::default(), EpisodeShape::groups_of(2).with_max_turns(2));
+    let trajs = rollout(plugin.as_ref(), "", &[1, 2], &config, &shape, &mut policy).unwrap();
     assert_eq!(trajs.len(), 4);
     for t in &trajs {
         assert!(t.failure.is_none());
@@ -209,8 +229,16 @@ fn first_prompts(
 ) -> (std::rc::Rc<Model>, GenerateOptions, Vec<usize>) {
     let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
     let options = GenerateOptions { max_new_tokens, stop: vec!["</answer>".into()], seed: 3, ..Default::default() };
-    let once = RolloutConfig { max_turns: 1, ..Default::default() };
-    let first = rollout(plugin, "", &SEEDS, &once, &mut ModelPolicy::new(model.clone(), options.clone())).unwrap();
+    let once = EpisodeShape::default().with_max_turns(1);
+    let first = rollout(
+        plugin,
+        "",
+        &SEEDS,
+        &RolloutConfig::default(),
+        &once,
+        &mut ModelPolicy::new(model.clone(), options.clone()),
+    )
+    .unwrap();
     let prompts = first
         .iter()
         .map(|t| {
@@ -229,11 +257,12 @@ const SEEDS: [u64; 3] = [4, 5, 6];
 fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     let (model, options, prompts) = first_prompts(plugin.as_ref(), 64);
-    let (config, seeds) = (RolloutConfig { max_turns: 6, ..Default::default() }, SEEDS);
+    let (config, seeds) = (RolloutConfig::default(), SEEDS);
+    let six_turns = EpisodeShape::default().with_max_turns(6);
     // Room for a short first answer and no second prompt.
     let window = prompts.iter().max().unwrap() + 10;
     let mut tight = ModelPolicy::new(model.clone(), options).with_context_window(window);
-    let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &mut tight).unwrap();
+    let trajs = rollout(plugin.as_ref(), "", &seeds, &config, &six_turns, &mut tight).unwrap();
     for (t, prompt) in trajs.iter().zip(&prompts) {
         assert!(t.failure.is_none(), "{:?}", t.failure);
         assert_eq!(t.turns.len(), 1, "only the first turn fits");
@@ -252,15 +281,17 @@ fn a_prompt_that_outgrows_the_context_ends_its_episode_not_the_rollout() {
 fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     let (model, options, prompts) = first_prompts(plugin.as_ref(), 24);
-    let (config, seeds) = (RolloutConfig { max_turns: 6, ..Default::default() }, SEEDS);
+    let (config, seeds) = (RolloutConfig::default(), SEEDS);
+    let six_turns = EpisodeShape::default().with_max_turns(6);
     let longest = *prompts.iter().max().unwrap();
     // A full answer after the first prompt, and room for a later one's feedback line (which
     // echoes up to 24 tokens of answer), but not for two turns of history on top of it.
     let window = longest + 24 + 60;
     let policy =
         |overflow| ModelPolicy::new(model.clone(), options.clone()).with_context_window(window).with_overflow(overflow);
-    let ended = rollout(plugin.as_ref(), "", &seeds, &config, &mut policy(ContextOverflow::End)).unwrap();
-    let going = rollout(plugin.as_ref(), "", &seeds, &config, &mut policy(ContextOverflow::DropOldest)).unwrap();
+    let ended = rollout(plugin.as_ref(), "", &seeds, &config, &six_turns, &mut policy(ContextOverflow::End)).unwrap();
+    let going =
+        rollout(plugin.as_ref(), "", &seeds, &config, &six_turns, &mut policy(ContextOverflow::DropOldest)).unwrap();
     assert!(metrics(&ended).truncated_context > 0, "{:?}", metrics(&ended));
     assert_eq!(metrics(&going).truncated_context, 0, "{:?}", metrics(&going));
     for (e, g) in ended.iter().zip(&going) {
@@ -288,20 +319,30 @@ fn drop_oldest_keeps_episodes_going_in_a_window_that_ends_them() {
 #[test]
 fn observations_can_carry_the_env_state_description() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = RolloutConfig { describe_state: true, max_turns: 3, ..Default::default() };
+    let (config, three_turns) =
+        (RolloutConfig { describe_state: true, ..Default::default() }, EpisodeShape::default().with_max_turns(3));
     let trajs =
-        rollout(plugin.as_ref(), "", &[4, 5], &config, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+        rollout(plugin.as_ref(), "", &[4, 5], &config, &three_turns, &mut RandomPolicy { format: Format::FreeThink })
+            .unwrap();
     for t in &trajs {
         assert!(t.turns.iter().all(|x| x.user.contains("The goal is")), "{:?}", t.turns[0].user);
     }
-    let plain =
-        rollout(plugin.as_ref(), "", &[4], &RolloutConfig::default(), &mut RandomPolicy { format: Format::FreeThink })
-            .unwrap();
+    let plain = rollout(
+        plugin.as_ref(),
+        "",
+        &[4],
+        &RolloutConfig::default(),
+        &three_turns,
+        &mut RandomPolicy { format: Format::FreeThink },
+    )
+    .unwrap();
     assert!(!plain[0].turns[0].user.contains("The goal is"));
     // Without the env's text observation the description stands in for the grid: the
     // same episode (same seed, same answers) with the grid lines left out.
     let only = RolloutConfig { observation_text: false, ..config };
-    let short = rollout(plugin.as_ref(), "", &[4, 5], &only, &mut RandomPolicy { format: Format::FreeThink }).unwrap();
+    let short =
+        rollout(plugin.as_ref(), "", &[4, 5], &only, &three_turns, &mut RandomPolicy { format: Format::FreeThink })
+            .unwrap();
     for (full, short) in trajs.iter().zip(&short) {
         assert_eq!(full.turns.len(), short.turns.len());
         for (a, b) in full.turns.iter().zip(&short.turns) {
@@ -315,9 +356,14 @@ fn observations_can_carry_the_env_state_description() {
     }
 }
 
-/// Four turns of FrozenLake prompted with its state description alone.
-fn description_only(group_size: usize) -> RolloutConfig {
-    RolloutConfig { group_size, max_turns: 4, describe_state: true, observation_text: false, ..Default::default() }
+/// FrozenLake prompted with its state description alone.
+fn description_only() -> RolloutConfig {
+    RolloutConfig { describe_state: true, observation_text: false, ..Default::default() }
+}
+
+/// Groups of `group_size` episodes of four turns.
+fn four_turns(group_size: usize) -> EpisodeShape {
+    EpisodeShape::groups_of(group_size).with_max_turns(4)
 }
 
 /// A random policy that notes each request's (trajectory, turn, group, state).
@@ -338,7 +384,7 @@ fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     // The description alone: FrozenLake's own text also reports the last actions.
     let mut policy = Noting(RandomPolicy { format: Format::FreeThink }, vec![]);
-    let trajs = rollout(plugin.as_ref(), "", &[7, 8], &description_only(16), &mut policy).unwrap();
+    let trajs = rollout(plugin.as_ref(), "", &[7, 8], &description_only(), &four_turns(16), &mut policy).unwrap();
     let turns: Vec<_> = trajs.iter().flat_map(|t| t.turns.iter().map(move |x| (t.group, x))).collect();
     let mut across_paths = 0;
     for (ga, a) in &turns {
@@ -363,10 +409,11 @@ fn turns_in_the_same_state_share_a_state_key_whatever_the_path_to_it() {
 #[test]
 fn feedback_and_reminder_lines_can_be_left_out_of_user_turns() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
-    let config = description_only(2);
+    let config = description_only();
     let bare = RolloutConfig { feedback: false, reminder: false, ..config.clone() };
     let run = |c: &RolloutConfig| {
-        rollout(plugin.as_ref(), "", &[3, 9], c, &mut RandomPolicy { format: Format::FreeThink }).unwrap()
+        rollout(plugin.as_ref(), "", &[3, 9], c, &four_turns(2), &mut RandomPolicy { format: Format::FreeThink })
+            .unwrap()
     };
     let (full, short) = (run(&config), run(&bare));
     let mut later_turns = 0;
@@ -394,9 +441,9 @@ fn feedback_and_reminder_lines_can_be_left_out_of_user_turns() {
 fn format_instructions_can_be_left_out_of_the_system_prompt() {
     let (plugin, _cache) = load("frozenlake", Limits::default());
     let config =
-        RolloutConfig { format: Format::NoThink, system_prompt: Some("FrozenLake.".into()), ..description_only(2) };
+        RolloutConfig { format: Format::NoThink, system_prompt: Some("FrozenLake.".into()), ..description_only() };
     let run = |c: &RolloutConfig| {
-        rollout(plugin.as_ref(), "", &[3, 9], c, &mut RandomPolicy { format: Format::NoThink }).unwrap()
+        rollout(plugin.as_ref(), "", &[3, 9], c, &four_turns(2), &mut RandomPolicy { format: Format::NoThink }).unwrap()
     };
     let with = run(&config);
     let without = run(&RolloutConfig { instructions: false, ..config });

@@ -9,7 +9,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use vagen_rollout::{Episodes, FailurePolicy, Format, History, RolloutConfig, TooManyFailures};
+use vagen_rollout::{EpisodeShape, Episodes, FailurePolicy, Format, History, RolloutConfig, TooManyFailures};
 use vagen_runtime::Plugin;
 use vagen_runtime::fuzz::{Reproducer, Verdict, replay as replay_file};
 
@@ -118,7 +118,8 @@ pub fn run(a: RunArgs, model: &ModelPolicyMaker) -> Result<()> {
     if human && a.group_size > 1 {
         bail!("--policy human plays one episode at a time: drop --group-size");
     }
-    let g = config.group_size;
+    let shape = EpisodeShape::groups_of(a.group_size).with_max_turns(a.max_turns.unwrap_or(0));
+    let g = shape.group_size.get();
     // Instances live for one chunk of groups; the failure rate is judged between chunks. A
     // raw run keeps as many instances as step at once (a model's batch gains from more); a
     // person plays one episode at a time.
@@ -129,6 +130,7 @@ pub fn run(a: RunArgs, model: &ModelPolicyMaker) -> Result<()> {
         plugin: plugin.as_ref(),
         env_config: &a.env_config,
         config: &config,
+        shape,
         failures: FailurePolicy::new(a.max_failure_rate),
         chunk_groups,
     };
@@ -168,7 +170,7 @@ pub fn run(a: RunArgs, model: &ModelPolicyMaker) -> Result<()> {
     }
 }
 
-/// The format (raw without `--format`, free-think for a model), history and batch shape.
+/// The format (raw without `--format`, free-think for a model) and history.
 fn rollout_config(a: &RunArgs) -> Result<RolloutConfig> {
     let format = match (a.format.as_deref(), a.policy) {
         (Some(name), _) => Format::from_name(name).with_context(|| {
@@ -187,8 +189,6 @@ fn rollout_config(a: &RunArgs) -> Result<RolloutConfig> {
     };
     Ok(RolloutConfig {
         format,
-        group_size: a.group_size.max(1),
-        max_turns: a.max_turns.unwrap_or(0) as usize,
         history,
         // A person answers without a format: the line on what the last answer did is theirs.
         feedback: format != Format::Raw || a.policy == PolicyKind::Human,

@@ -45,6 +45,55 @@ impl Default for GenerateOptions {
     }
 }
 
+/// How a run's policy samples: `[rollout]`'s sampling keys (the rest of that table is the
+/// rollout's and the trainer's). Training rollouts and held-out evaluation differ in
+/// temperature only; [`Sampling::options`] is the one conversion to [`GenerateOptions`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Sampling {
+    /// Sampling temperature for training rollouts (RAGEN 1.0, VAGEN 0.7).
+    pub temperature: f64,
+    pub top_p: f64,
+    /// 0: no top-k.
+    pub top_k: usize,
+    /// Temperature for evaluation (0: greedy; RAGEN 0.5), with no top-p or top-k.
+    pub val_temperature: f64,
+    /// Tokens per response at most (RAGEN 400).
+    pub max_new_tokens: usize,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Sampling { temperature: 1.0, top_p: 1.0, top_k: 0, val_temperature: 0.0, max_new_tokens: 128 }
+    }
+}
+
+/// Which of a run's samplings: its training rollouts' or its held-out evaluation's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SamplingFor {
+    Training,
+    HeldOut,
+}
+
+impl Sampling {
+    /// The generation options for `purpose`, ending answers at `stop`, drawing from `seed`.
+    pub fn options(&self, purpose: SamplingFor, stop: Vec<String>, seed: u64) -> GenerateOptions {
+        let (temperature, top_p, top_k) = match purpose {
+            SamplingFor::Training => (self.temperature, self.top_p, self.top_k),
+            SamplingFor::HeldOut => (self.val_temperature, 1.0, 0),
+        };
+        GenerateOptions {
+            max_new_tokens: self.max_new_tokens,
+            temperature,
+            top_p,
+            top_k,
+            stop,
+            seed,
+            max_new_tokens_per_prompt: Vec::new(),
+        }
+    }
+}
+
 impl GenerateOptions {
     /// Tokens prompt `i` may generate.
     pub fn cap(&self, i: usize) -> usize {

@@ -53,7 +53,8 @@ pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats};
 pub use error::{Error, Result, without_cpp_backtrace};
 pub use folder::{FileKind, ModelFolder};
 pub use generate::{
-    FinishReason, GenerateOptions, Generation, generate, generate_vl, sequence_logprobs, sequence_logprobs_vl,
+    FinishReason, GenerateOptions, Generation, Sampling, SamplingFor, generate, generate_vl, sequence_logprobs,
+    sequence_logprobs_vl,
 };
 pub use image_processor::{ImageProcessor, PixelValues};
 pub use kv_cache::KvCache;

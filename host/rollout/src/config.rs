@@ -1,11 +1,11 @@
-//! `[rollout]` of a training config, and the settings of `vagen-host run`: how episodes
-//! are played (format, prompts, history, format reward), how a model samples its answers,
-//! how exploration replaces some, and how the turns become training sequences. One struct,
-//! deserialised straight from the table; the batch shape (`group_size`, `max_turns`, the
-//! action limits) is the caller's (`[env]` in a training config).
+//! `[rollout]`'s part that the rollout reads: how episodes are played (format, prompts,
+//! history, format reward, exploration); and [`EpisodeShape`], the batch a call plays,
+//! which is its caller's. Sampling is the model's (`vagen_model::Sampling`); the training
+//! sequences' budgets and layout are the trainer's.
 
-use crate::{ContextOverflow, ExploreAt, Format, RewardPlacement};
+use crate::{ExploreAt, Format};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::num::{NonZeroU32, NonZeroUsize};
 
 /// How much earlier conversation each prompt carries; written as a count (0: all).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,12 +54,16 @@ impl Default for FormatReward {
     }
 }
 
+/// How episodes are played and what the policy is shown: the format and its reward, the
+/// prompt's wording and history, and exploration. Deserialised from `[rollout]` beside
+/// the sampling (`vagen_model::Sampling`) and the trainer's layout fields, each part taking
+/// its own keys (the trainer refuses keys no part takes).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+#[serde(default)]
 pub struct RolloutConfig {
     pub format: Format,
     /// Earlier turns in each prompt: 0 for all, else the last k (one sequence per
-    /// trajectory; with `per_turn`, none).
+    /// trajectory; a trainer laying out one sequence per turn asks for none).
     pub history: History,
     pub format_reward: FormatReward,
     /// Replaces the env's system prompt (the format instructions are still appended unless
@@ -84,22 +88,6 @@ pub struct RolloutConfig {
     pub feedback: bool,
     /// End each user turn with the one-line format reminder (true).
     pub reminder: bool,
-
-    /// Sampling temperature for training rollouts (RAGEN 1.0, VAGEN 0.7).
-    pub temperature: f64,
-    pub top_p: f64,
-    /// 0: no top-k.
-    pub top_k: usize,
-    /// Temperature for evaluation (0: greedy; RAGEN 0.5).
-    pub val_temperature: f64,
-    /// Tokens per response at most (RAGEN 400).
-    pub max_new_tokens: usize,
-    /// A prompt that leaves too little of the context window (`max_sequence_tokens`) for
-    /// an answer: `end` (default) its episode; `drop-oldest`: the prompt leaves out its
-    /// oldest whole turns until a full `max_new_tokens` answer fits, and the episode goes
-    /// on (with one sequence per trajectory, the update still lays out every turn, as with
-    /// `history`).
-    pub context_overflow: ContextOverflow,
     /// Probability that a training turn's answer is replaced by a random valid action
     /// (written in the format), for exploration where the policy is confidently wrong:
     /// a group whose episodes all answer alike has nothing to compare. The replaced turns
@@ -109,59 +97,6 @@ pub struct RolloutConfig {
     /// What `explore` applies to: `turn` (each training turn) or `shared-state` (once per
     /// state several episodes of a group are in at the same turn, diverting one of them).
     pub explore_at: ExploreAt,
-
-    /// Train on one sequence per turn (system prompt + that turn's observation + the
-    /// sampled response: exactly what the model saw, since prompts then carry no history)
-    /// instead of one per trajectory. Cheaper for small models; needs a critic-free
-    /// estimator; each turn's advantage comes from its whole episode (the estimator runs
-    /// over episodes, one position per turn).
-    pub per_turn: bool,
-    /// Longest training sequence; whole turns past it are dropped from the end. Also the
-    /// rollout's context window (with the model's own as the ceiling): a turn's answer is
-    /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
-    /// there (`train/out_of_context_trajectories`), trained on as far as it went.
-    pub max_sequence_tokens: usize,
-    /// Image tokens one sequence (a prompt, a training sequence) may hold; 0: no limit but
-    /// `max_sequence_tokens`, which counts them too. A first turn past it is an error; a
-    /// later prompt past it ends its episode as one past the window does, and a training
-    /// sequence drops the turns past it from its end.
-    pub max_image_tokens: usize,
-    /// Pixels an image is resized to at most before a VL model sees it (transformers'
-    /// `max_pixels`; VAGEN's processors cap it); 0: the model's processor's own.
-    pub max_image_pixels: usize,
-    /// Where rewards go in a sequence: each turn's on its last token, or the total on the
-    /// last.
-    pub rewards: RewardPlacement,
-    /// Take the old log-probs from generation (the full tempered distribution, as the
-    /// training forward computes them) instead of a second no-grad forward over the batch:
-    /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
-    /// report how far generation and training disagree (≈1e-7 on CPU in f32).
-    pub reuse_logprobs: bool,
-
-    /// Episodes of one group share their seed (GRPO-style groups). The caller's.
-    #[serde(skip)]
-    pub group_size: usize,
-    /// 0: the env's default. The caller's.
-    #[serde(skip)]
-    pub max_turns: usize,
-    /// 0: the env's own limit per turn. The caller's.
-    #[serde(skip)]
-    pub max_actions_per_turn: usize,
-    /// Actions an episode may send in all; 0 for no limit. The caller's.
-    #[serde(skip)]
-    pub max_actions_per_episode: usize,
-    /// Keep the env's `describe_state` before and after every step in the turn records
-    /// (what reward functions compare the agent's observation and prediction with). The
-    /// caller's: the trainer sets it when it has reward functions.
-    #[serde(skip)]
-    pub record_states: bool,
-}
-
-impl RolloutConfig {
-    /// The earlier turns a prompt carries: none with one sequence per turn.
-    pub fn prompt_history(&self) -> History {
-        if self.per_turn { History::Last(0) } else { self.history }
-    }
 }
 
 impl Default for RolloutConfig {
@@ -176,25 +111,49 @@ impl Default for RolloutConfig {
             observation_text: true,
             feedback: true,
             reminder: true,
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: 0,
-            val_temperature: 0.0,
-            max_new_tokens: 128,
-            context_overflow: ContextOverflow::End,
             explore: 0.0,
             explore_at: ExploreAt::default(),
-            per_turn: false,
-            max_sequence_tokens: 4096,
-            max_image_tokens: 0,
-            max_image_pixels: 0,
-            rewards: RewardPlacement::PerTurn,
-            reuse_logprobs: false,
-            group_size: 1,
-            max_turns: 0,
-            max_actions_per_turn: 0,
-            max_actions_per_episode: 0,
+        }
+    }
+}
+
+/// The batch a `rollout` call plays and what its records keep: the caller's (`[env]` of a
+/// training config, `vagen-host run`'s flags), not `[rollout]`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpisodeShape {
+    /// Episodes of one group share their seed (GRPO-style groups).
+    pub group_size: NonZeroUsize,
+    /// `None`: the env's default; the sandbox's `max_turns` caps either.
+    pub max_turns: Option<NonZeroU32>,
+    /// `None`: the env's own limit per turn.
+    pub max_actions_per_turn: Option<NonZeroUsize>,
+    /// Actions an episode may send in all; `None` for no limit.
+    pub max_actions_per_episode: Option<NonZeroUsize>,
+    /// Keep the env's `describe_state` before and after every step in the turn records
+    /// (what reward functions compare the agent's observation and prediction with).
+    pub record_states: bool,
+}
+
+impl Default for EpisodeShape {
+    fn default() -> Self {
+        EpisodeShape {
+            group_size: NonZeroUsize::MIN,
+            max_turns: None,
+            max_actions_per_turn: None,
+            max_actions_per_episode: None,
             record_states: false,
         }
+    }
+}
+
+impl EpisodeShape {
+    /// Groups of `group_size` episodes (0 counts as 1), the env's own limits otherwise.
+    pub fn groups_of(group_size: usize) -> Self {
+        EpisodeShape { group_size: NonZeroUsize::new(group_size).unwrap_or(NonZeroUsize::MIN), ..Default::default() }
+    }
+
+    /// At most `turns` turns an episode (0: the env's default).
+    pub fn with_max_turns(self, turns: u32) -> Self {
+        EpisodeShape { max_turns: NonZeroU32::new(turns), ..self }
     }
 }

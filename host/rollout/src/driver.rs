@@ -1,11 +1,12 @@
 //! The multi-turn driver: groups × members of one env, stepped in parallel, turn by turn,
 //! until every episode is done, out of turns or actions, or failed.
 
-use crate::config::{History, RolloutConfig};
+use crate::config::{EpisodeShape, History, RolloutConfig};
 use crate::failure::{FailedCall, Failure};
 use crate::policy::{AnswerOrigin, Policy, PolicyError, Request, Response};
 use crate::{Format, Parsed, parse};
 use serde::Serialize;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use vagen_runtime::{ActionSpace, EnvPool, Image, Manifest, Observation, Plugin, StepResult};
 
@@ -49,7 +50,7 @@ pub struct TurnRecord {
     pub valid_actions: u32,
     pub effective_actions: u32,
     pub metrics: Vec<(String, f64)>,
-    /// The env's `describe_state` before and after the step (`RolloutConfig::record_states`).
+    /// The env's `describe_state` before and after the step (`EpisodeShape::record_states`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_before: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -158,18 +159,18 @@ pub enum RolloutError {
     Output(String),
 }
 
-/// Runs `seeds.len()` groups of `config.group_size` episodes of `plugin`.
+/// Runs `seeds.len()` groups of `shape.group_size` episodes of `plugin`.
 pub fn rollout(
     plugin: &dyn Plugin,
     env_config: &str,
     seeds: &[u64],
     config: &RolloutConfig,
+    shape: &EpisodeShape,
     policy: &mut dyn Policy,
 ) -> Result<Vec<Trajectory>, RolloutError> {
     policy.begin_rollout();
-    let mut play = Play::start(plugin, env_config, seeds, config)?;
-    let asked = u32::try_from(config.max_turns).unwrap_or(u32::MAX);
-    for turn in 0..plugin.max_turns(Some(asked)) as usize {
+    let mut play = Play::start(plugin, env_config, seeds, config, shape)?;
+    for turn in 0..plugin.max_turns(shape.max_turns.map(NonZeroU32::get)) as usize {
         if !play.turn(turn, policy)? {
             break;
         }
@@ -181,6 +182,7 @@ pub fn rollout(
 /// policy wants it), asks the policy, parses, steps every active instance, records.
 struct Play<'a> {
     config: &'a RolloutConfig,
+    shape: &'a EpisodeShape,
     manifest: Arc<Manifest>,
     seeds: &'a [u64],
     /// Members per group.
@@ -230,9 +232,10 @@ impl<'a> Play<'a> {
         env_config: &str,
         seeds: &'a [u64],
         config: &'a RolloutConfig,
+        shape: &'a EpisodeShape,
     ) -> Result<Self, RolloutError> {
         let manifest = Arc::new(plugin.manifest().clone());
-        let g = config.group_size.max(1);
+        let g = shape.group_size.get();
         let n = seeds.len() * g;
         let envs = (0..n)
             .map(|_| plugin.create(env_config))
@@ -251,7 +254,7 @@ impl<'a> Play<'a> {
                 states_seen: None,
             })
             .collect();
-        let mut play = Play { config, manifest, seeds, g, pool, episodes };
+        let mut play = Play { config, shape, manifest, seeds, g, pool, episodes };
         play.reset_all();
         Ok(play)
     }
@@ -352,7 +355,7 @@ impl<'a> Play<'a> {
     }
 
     fn request(&self, i: usize, shown: &Shown, turn: usize, oracles: &[Option<String>]) -> Request {
-        let (e, history, g) = (&self.episodes[i], self.config.prompt_history(), self.g);
+        let (e, history, g) = (&self.episodes[i], self.config.history, self.g);
         let kept = kept_turns(&e.traj, history);
         Request {
             trajectory: i,
@@ -398,19 +401,19 @@ impl<'a> Play<'a> {
     /// Each response read in the format, its actions capped per turn and per episode.
     fn parse(&mut self, asked: &[(usize, Shown)], responses: &[Response]) -> Answered {
         let n = self.episodes.len();
-        let config = self.config;
+        let (config, shape) = (self.config, self.shape);
         let mut out = Answered { step: vec![None; n], parsed: vec![None; n] };
         for ((i, _), response) in asked.iter().zip(responses) {
             let e = &mut self.episodes[*i];
             let space = &e.space;
-            let per_turn = match (config.max_actions_per_turn, space.max_actions_per_turn as usize) {
-                (0, m) => m,
-                (c, 0) => c,
-                (c, m) => c.min(m),
+            let per_turn = match (shape.max_actions_per_turn, space.max_actions_per_turn as usize) {
+                (None, m) => m,
+                (Some(c), 0) => c.get(),
+                (Some(c), m) => c.get().min(m),
             };
             let mut p = parse(&response.text, config.format, &space.action_separator, per_turn);
-            if config.max_actions_per_episode > 0 {
-                let left = config.max_actions_per_episode.saturating_sub(e.actions_sent);
+            if let Some(limit) = shape.max_actions_per_episode {
+                let left = limit.get().saturating_sub(e.actions_sent);
                 p.actions.truncate(left);
             }
             e.actions_sent += p.actions.len();
@@ -457,7 +460,7 @@ impl<'a> Play<'a> {
 
     /// Every answered instance's state description, when the records keep them.
     fn states(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<String, vagen_runtime::Error>>> {
-        if !self.config.record_states {
+        if !self.shape.record_states {
             return answers.iter().map(|_| None).collect();
         }
         self.pool.for_each(|i, env| answers[i].as_ref().map(|_| env.describe_state()))
@@ -496,7 +499,7 @@ impl<'a> Play<'a> {
                 _ => config.format_reward.penalty,
             };
             (e.traj.done, e.traj.success) = (step.done, step.success);
-            let out_of_actions = config.max_actions_per_episode > 0 && e.actions_sent >= config.max_actions_per_episode;
+            let out_of_actions = self.shape.max_actions_per_episode.is_some_and(|m| e.actions_sent >= m.get());
             let next = step.observation;
             if !step.done && !out_of_actions {
                 let feedback = feedback(&p, step.valid_actions, step.effective_actions);

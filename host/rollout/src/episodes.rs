@@ -5,13 +5,14 @@
 //! chunks and at the end.
 
 use crate::failure::{FailurePolicy, TooManyFailures};
-use crate::{Policy, RolloutConfig, RolloutError, Trajectory, rollout};
+use crate::{EpisodeShape, Policy, RolloutConfig, RolloutError, Trajectory, rollout};
 use vagen_runtime::Plugin;
 
 pub struct Episodes<'a> {
     pub plugin: &'a dyn Plugin,
     pub env_config: &'a str,
     pub config: &'a RolloutConfig,
+    pub shape: EpisodeShape,
     pub failures: FailurePolicy,
     /// Groups per driver call (0: all at once). More instances step in parallel; fewer
     /// hold less memory and let the failure rate stop a run sooner.
@@ -28,7 +29,7 @@ pub struct Outcome {
 }
 
 impl Episodes<'_> {
-    /// One group of `config.group_size` episodes per seed. `on_chunk` sees each chunk's
+    /// One group of `shape.group_size` episodes per seed. `on_chunk` sees each chunk's
     /// trajectories as it ends (and may slim them: the outcome keeps what it leaves).
     pub fn run(
         &self,
@@ -39,7 +40,7 @@ impl Episodes<'_> {
         let per_call = if self.chunk_groups == 0 { seeds.len().max(1) } else { self.chunk_groups };
         let (mut trajectories, mut failed) = (Vec::<Trajectory>::new(), 0);
         for (k, chunk) in seeds.chunks(per_call).enumerate() {
-            let mut trajs = rollout(self.plugin, self.env_config, chunk, self.config, policy)?;
+            let mut trajs = rollout(self.plugin, self.env_config, chunk, self.config, &self.shape, policy)?;
             for t in &mut trajs {
                 t.group += k * per_call;
             }
@@ -52,7 +53,7 @@ impl Episodes<'_> {
             }
         }
         let verdict = self.failures.check(&trajectories);
-        let requested = seeds.len() * self.config.group_size.max(1);
+        let requested = seeds.len() * self.shape.group_size.get();
         Ok(Outcome { trajectories, requested, verdict })
     }
 }

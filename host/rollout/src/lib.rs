@@ -21,7 +21,7 @@ mod noisy;
 mod parse;
 mod policy;
 
-pub use config::{FormatReward, History, RolloutConfig};
+pub use config::{EpisodeShape, FormatReward, History, RolloutConfig};
 pub use driver::{RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics, rollout};
 pub use episodes::{Episodes, Outcome};
 pub use explore::{ExploreAt, Exploring};

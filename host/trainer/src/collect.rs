@@ -5,7 +5,7 @@ use crate::config::TrainConfig;
 use crate::step_batch::{Source, StepBatch};
 use crate::train::Trainer;
 use anyhow::Result;
-use vagen_model::GenerateOptions;
+use vagen_model::SamplingFor;
 use vagen_policy::ChatModel;
 use vagen_rollout::{
     AnswerOrigin, ChatTokenizer, Exploring, LayoutOptions, NoisyOracle, RolloutMetrics, Trajectory, layout,
@@ -36,27 +36,22 @@ impl Trainer {
         let step = self.state.step as u64;
         let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
         let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + step * cfg.env.groups as u64 + g).collect();
-        let options = GenerateOptions {
-            max_new_tokens: cfg.rollout.max_new_tokens,
-            temperature: cfg.rollout.temperature,
-            top_p: cfg.rollout.top_p,
-            top_k: cfg.rollout.top_k,
-            stop: cfg.rollout.format.stop_strings(),
-            seed: cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15),
-            ..Default::default()
-        };
+        let seed = cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let options =
+            cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
         let mut policy = Exploring {
             inner: crate::train::model_policy(cfg, self.actor.clone(), options)?,
-            format: cfg.rollout.format,
-            rate: cfg.rollout.explore,
-            at: cfg.rollout.explore_at,
+            format: cfg.rollout.episodes.format,
+            rate: cfg.rollout.episodes.explore,
+            at: cfg.rollout.episodes.explore_at,
         };
         let n = self.state.step + 1;
         let mut trajs =
             self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let engine = policy.inner.engine_stats();
-        let scored = self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.format, cfg.env.max_failure_rate)?;
+        let scored =
+            self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.episodes.format, cfg.env.max_failure_rate)?;
         crate::report::save_rewards(&self.run_dir, n, &scored)?;
         // After scoring: `train/reward` includes what the reward functions paid.
         let rollout = vagen_rollout::metrics(&trajs);
@@ -78,7 +73,7 @@ impl Trainer {
         let cfg = &self.cfg;
         let seeds: Vec<u64> =
             (0..cfg.sft.episodes_per_step as u64).map(|i| cfg.env.train_seed_start + k * SFT_SEED_STRIDE + i).collect();
-        let mut policy = NoisyOracle { format: cfg.rollout.format, noise: cfg.sft.action_noise };
+        let mut policy = NoisyOracle { format: cfg.rollout.episodes.format, noise: cfg.sft.action_noise };
         let n = self.state.sft_steps_done + 1;
         let trajs = self.episodes(&seeds, 1, &mut policy, &format!("SFT step {n}"), &format!("sft{n}"))?;
         let mut batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &trajs)?;
@@ -91,9 +86,9 @@ impl Trainer {
 /// trajectory order; failed and turn-less trajectories are left out.
 pub fn lay_out(cfg: &TrainConfig, tok: &dyn ChatTokenizer, trajs: &[Trajectory]) -> Result<StepBatch> {
     let options = LayoutOptions {
-        max_tokens: cfg.rollout.max_sequence_tokens,
-        rewards: cfg.rollout.rewards,
-        max_image_tokens: cfg.rollout.max_image_tokens,
+        max_tokens: cfg.rollout.sequences.max_sequence_tokens,
+        rewards: cfg.rollout.sequences.rewards,
+        max_image_tokens: cfg.rollout.sequences.max_image_tokens,
     };
     let mut batch = StepBatch::new();
     for (i, t) in trajs.iter().enumerate() {
@@ -102,7 +97,7 @@ pub fn lay_out(cfg: &TrainConfig, tok: &dyn ChatTokenizer, trajs: &[Trajectory])
         }
         let source = |turns| Source { episode: i, group: t.group as u64, seed: t.seed, turns };
         let turns = t.assistant_turns();
-        if cfg.rollout.per_turn {
+        if cfg.rollout.sequences.per_turn {
             for (k, turn) in turns.into_iter().enumerate() {
                 let seq = layout(tok, &t.system, &[turn], &options)?;
                 batch.push(seq, source(vec![(k, &t.turns[k])]));

@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
 use vagen_model::{DType, DeviceChoice, ModelSource};
-use vagen_rollout::RolloutConfig;
 use vagen_runtime::{LimitError, Limits};
 
 use crate::{PolicyLossConfig, ValueLossConfig};
@@ -17,7 +16,7 @@ pub struct TrainConfig {
     #[serde(default)]
     pub model: ModelSection,
     #[serde(default)]
-    pub rollout: RolloutConfig,
+    pub rollout: crate::RolloutSection,
     /// The generation engine for rollouts: `kind` (`continuous`, default, or `static`),
     /// `max_batch` (64), `max_prefill_tokens` (16384), `kv_cache_mib` (4096), `reuse`
     /// (true); each documented in `vagen_model::EngineOptions`.
@@ -172,7 +171,7 @@ pub struct EnvSection {
     pub group_size: usize,
     /// Turns per episode; 0: the env's default.
     #[serde(default)]
-    pub max_turns: usize,
+    pub max_turns: u32,
     /// Actions per turn; 0: the env's limit.
     #[serde(default)]
     pub max_actions_per_turn: usize,
@@ -381,6 +380,11 @@ pub enum ConfigError {
     BadOverride(String),
     #[error("{field}: {message}")]
     Invalid { field: &'static str, message: String },
+    /// A key of a table that several parts read (`[rollout]`) that none of them takes.
+    #[error(
+        "{0}: unknown key (the rollout's, the sampling's and the sequences' keys are documented in vagen_rollout::RolloutConfig, vagen_model::Sampling and host/trainer/src/rollout_section.rs)"
+    )]
+    UnknownKey(String),
     /// A `[sandbox]` key that is unknown or holds an unusable value. (Not a `#[from]`,
     /// which would make the limit error a source and print its message twice.)
     #[error("sandbox.{0}")]
@@ -430,11 +434,11 @@ impl TrainConfig {
             ("sft.lr", self.sft.lr, LearningRate),
             ("optim.weight_decay", self.optim.weight_decay, Unit),
             ("optim.grad_clip", self.optim.grad_clip, PositiveScale),
-            ("rollout.temperature", r.temperature, NonNegative),
-            ("rollout.val_temperature", r.val_temperature, NonNegative),
-            ("rollout.top_p", r.top_p, Share),
-            ("rollout.format_reward.bonus", r.format_reward.bonus, Scale),
-            ("rollout.format_reward.penalty", r.format_reward.penalty, Scale),
+            ("rollout.temperature", r.sampling.temperature, NonNegative),
+            ("rollout.val_temperature", r.sampling.val_temperature, NonNegative),
+            ("rollout.top_p", r.sampling.top_p, Share),
+            ("rollout.format_reward.bonus", r.episodes.format_reward.bonus, Scale),
+            ("rollout.format_reward.penalty", r.episodes.format_reward.penalty, Scale),
             ("algorithm.policy_loss.clip_low", pl.clip_low, NonNegative),
             ("algorithm.policy_loss.clip_high", pl.clip_high, NonNegative),
             ("algorithm.policy_loss.entropy_coef", pl.entropy_coef, Scale),
@@ -460,7 +464,10 @@ impl TrainConfig {
     /// `[rollout]`'s own rules.
     fn check_rollout(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
-        let r = &self.rollout;
+        if let Some(key) = self.rollout.unknown_keys().into_iter().next() {
+            return Err(ConfigError::UnknownKey(key));
+        }
+        let r = &self.rollout.episodes;
         if r.format == vagen_rollout::Format::Raw {
             let why = "`raw` is `vagen-host run`'s (answers sent as written, no format reward); a model trains in a format with an <answer>";
             return bad("rollout.format", why.into());
@@ -474,7 +481,7 @@ impl TrainConfig {
         if !(0.0..=1.0).contains(&r.explore) {
             return bad("rollout.explore", format!("{} is not a probability", r.explore));
         }
-        if r.max_new_tokens == 0 {
+        if self.rollout.sampling.max_new_tokens == 0 {
             return bad("rollout.max_new_tokens", "must be at least 1".into());
         }
         if let Some(JudgeSection::Openai { api_key_env: Some(name), .. }) = &self.judge {
@@ -535,7 +542,7 @@ impl TrainConfig {
                     .into(),
             );
         }
-        if self.rollout.per_turn && est.uses_critic() {
+        if self.rollout.sequences.per_turn && est.uses_critic() {
             return bad(
                 "rollout.per_turn",
                 format!("needs a critic-free estimator (grpo, gigpo, brpo, reinforce), not {est:?}"),

@@ -13,7 +13,7 @@ pub fn assign_credit(cfg: &TrainConfig, batch: &mut StepBatch) -> Result<()> {
     if cfg.algorithm.advantage.estimator.uses_critic() {
         batch.scores()?;
     }
-    let mut credit = if cfg.rollout.per_turn { per_episode(cfg, batch)? } else { per_sequence(cfg, batch)? };
+    let mut credit = if cfg.rollout.sequences.per_turn { per_episode(cfg, batch)? } else { per_sequence(cfg, batch)? };
     if cfg.algorithm.filter.drop_zero_advantage {
         for k in 0..batch.len() {
             if credit.keep[k] && credit.advantages[batch.tokens_of(k)].iter().all(|&a| a == 0.0) {

@@ -266,7 +266,7 @@ mod tests {
     use std::rc::Rc;
     use vagen_model::{GenerateOptions, LoadOptions, default_model};
     use vagen_policy::ModelPolicy;
-    use vagen_rollout::{RolloutConfig, rollout};
+    use vagen_rollout::{EpisodeShape, RolloutConfig, rollout};
     use vagen_runtime::Limits;
 
     fn built(path: &str) -> std::path::PathBuf {
@@ -290,14 +290,9 @@ mod tests {
         let model = Rc::new(default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap());
         let options = GenerateOptions { max_new_tokens: 8, ..Default::default() };
         let mut policy = ModelPolicy::new(model.clone(), options);
-        let config = RolloutConfig {
-            format: Format::Grounding,
-            group_size: 2,
-            max_turns: 3,
-            record_states: true,
-            ..Default::default()
-        };
-        let mut trajs = rollout(plugin.as_ref(), "{}", &[0, 1], &config, &mut policy).unwrap();
+        let config = RolloutConfig { format: Format::Grounding, ..Default::default() };
+        let shape = EpisodeShape { record_states: true, ..EpisodeShape::groups_of(2).with_max_turns(3) };
+        let mut trajs = rollout(plugin.as_ref(), "{}", &[0, 1], &config, &shape, &mut policy).unwrap();
         let before: Vec<f64> = trajs.iter().flat_map(|t| t.turns.iter().map(|u| u.reward)).collect();
         assert!(trajs.iter().flat_map(|t| &t.turns).all(|u| u.state_before.is_some() && u.state_after.is_some()));
         let scored = score(&components, &mut trajs, Format::Grounding, 0.0).unwrap();

@@ -21,7 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
-use vagen_model::{GenerateOptions, LoadOptions, Model, ValueModel};
+use vagen_model::{GenerateOptions, LoadOptions, Model, SamplingFor, ValueModel};
 use vagen_policy::ModelPolicy;
 use vagen_rollout::{Episodes, FailurePolicy, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
 use vagen_runtime::{Plugin, Runtime};
@@ -326,9 +326,12 @@ impl Trainer {
         file: &str,
     ) -> Result<Vec<Trajectory>> {
         let env_config = self.cfg.train_env_config_json();
-        let config = rollout_config(&self.cfg, group_size);
-        let outcome =
-            episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config).run(seeds, policy, &mut |_| Ok(()))?;
+        let config = self.cfg.rollout.rollout_config();
+        let outcome = episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config, group_size).run(
+            seeds,
+            policy,
+            &mut |_| Ok(()),
+        )?;
         self.check_failures(outcome.verdict, what, file, &env_config)?;
         Ok(outcome.trajectories)
     }
@@ -438,7 +441,7 @@ impl Trainer {
             step: t0.elapsed().as_secs_f64(),
             vision: vagen_model::vision_forward_seconds() - vision0,
         };
-        Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.reuse_logprobs))
+        Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.sequences.reuse_logprobs))
     }
 
     fn models(&self) -> Models<'_> {
@@ -447,8 +450,8 @@ impl Trainer {
 
     fn score(&self, collected: &mut Collected) -> Result<()> {
         let o = ScoreOptions {
-            reuse_logprobs: self.cfg.rollout.reuse_logprobs,
-            temperature: self.cfg.rollout.temperature.max(1e-6),
+            reuse_logprobs: self.cfg.rollout.sequences.reuse_logprobs,
+            temperature: self.cfg.rollout.sampling.temperature.max(1e-6),
             micro_batch: self.cfg.optim.micro_batch,
             micro_batch_tokens: self.cfg.optim.micro_batch_tokens,
         };
@@ -479,50 +482,34 @@ fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
 /// `Trainer::evaluate` and `vagen-host eval --config` measure.
 pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
-    let options = GenerateOptions {
-        max_new_tokens: cfg.rollout.max_new_tokens,
-        temperature: cfg.rollout.val_temperature,
-        top_p: 1.0,
-        top_k: 0,
-        stop: cfg.rollout.format.stop_strings(),
-        seed: cfg.schedule.seed,
-        ..Default::default()
-    };
+    let stop = cfg.rollout.episodes.format.stop_strings();
+    let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
     let mut policy = model_policy(cfg, model, options)?;
-    let (env_config, config) = (cfg.env_config_json(), rollout_config(cfg, 1));
-    Ok(episodes(cfg, plugin, &env_config, &config).run(&seeds, &mut policy, &mut |_| Ok(()))?)
+    let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
+    Ok(episodes(cfg, plugin, &env_config, &config, 1).run(&seeds, &mut policy, &mut |_| Ok(()))?)
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.
 pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> Result<ModelPolicy> {
     Ok(ModelPolicy::new(model, options)
-        .with_context_window(cfg.rollout.max_sequence_tokens)
-        .with_overflow(cfg.rollout.context_overflow)
-        .with_max_image_tokens(cfg.rollout.max_image_tokens)
+        .with_context_window(cfg.rollout.sequences.max_sequence_tokens)
+        .with_overflow(cfg.rollout.sequences.context_overflow)
+        .with_max_image_tokens(cfg.rollout.sequences.max_image_tokens)
         .with_engine(&cfg.engine)?)
 }
 
-/// The episode loop with the run's failure policy (`env.max_failure_rate`), all groups at
-/// once.
+/// The episode loop over groups of `group_size` in `[env]`'s shape, with the run's
+/// failure policy (`env.max_failure_rate`), all groups at once.
 fn episodes<'a>(
     cfg: &TrainConfig,
     plugin: &'a dyn Plugin,
     env_config: &'a str,
     config: &'a RolloutConfig,
+    group_size: usize,
 ) -> Episodes<'a> {
     let failures = FailurePolicy::new(cfg.env.max_failure_rate);
-    Episodes { plugin, env_config, config, failures, chunk_groups: 0 }
-}
-
-/// `[rollout]` with the batch shape `[env]` gives it.
-fn rollout_config(cfg: &TrainConfig, group_size: usize) -> RolloutConfig {
-    RolloutConfig {
-        group_size,
-        max_turns: cfg.env.max_turns,
-        max_actions_per_turn: cfg.env.max_actions_per_turn,
-        record_states: !cfg.rewards.is_empty(),
-        ..cfg.rollout.clone()
-    }
+    let shape = crate::rollout_section::shape(cfg, group_size);
+    Episodes { plugin, env_config, config, shape, failures, chunk_groups: 0 }
 }
 
 /// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`) on
@@ -542,7 +529,7 @@ pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
 /// set for a text-only model is refused (it would silently do nothing).
 fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
     let Some(vision) = model.vision.as_mut() else {
-        if cfg.model.freeze_vision || cfg.rollout.max_image_pixels > 0 {
+        if cfg.model.freeze_vision || cfg.rollout.sequences.max_image_pixels > 0 {
             bail!(
                 "model.freeze_vision and rollout.max_image_pixels need a VL model; {} has no vision tower",
                 cfg.model.path
@@ -550,8 +537,8 @@ fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
         }
         return Ok(());
     };
-    if cfg.rollout.max_image_pixels > 0 {
-        vision.processor.limit_pixels(cfg.rollout.max_image_pixels).context("rollout.max_image_pixels")?;
+    if cfg.rollout.sequences.max_image_pixels > 0 {
+        vision.processor.limit_pixels(cfg.rollout.sequences.max_image_pixels).context("rollout.max_image_pixels")?;
     }
     model.set_vision_trainable(!cfg.model.freeze_vision);
     Ok(())

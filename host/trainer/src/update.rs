@@ -68,7 +68,7 @@ pub fn update(cfg: &TrainConfig, models: &Models, opt: Optimizers, batch: &StepB
 /// tokens), in the order of the paper: ratio, clipped surrogate, KL, entropy; then the
 /// critic's clipped value loss.
 fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, acc: &mut Accumulator) -> Result<()> {
-    let temperature = cfg.rollout.temperature.max(1e-6);
+    let temperature = cfg.rollout.sampling.temperature.max(1e-6);
     let (logp, entropy) = logprobs_and_entropy(models.actor, micro, temperature)?;
     let ref_logp = match models.reference {
         Some(_) => Some(column(&micro.ref_logprobs, "reference log-probs")?),

@@ -7,7 +7,7 @@ mod common;
 use std::rc::Rc;
 use vagen_model::{EngineOptions, EngineStats, GenerateOptions, LoadOptions, default_model};
 use vagen_policy::ModelPolicy;
-use vagen_rollout::{Format, History, RolloutConfig, Trajectory, rollout};
+use vagen_rollout::{EpisodeShape, Format, History, RolloutConfig, Trajectory, rollout};
 use vagen_runtime::{Limits, Runtime};
 
 fn play(engine: EngineOptions, history: History) -> (Vec<Trajectory>, EngineStats) {
@@ -22,8 +22,9 @@ fn play(engine: EngineOptions, history: History) -> (Vec<Trajectory>, EngineStat
         ..Default::default()
     };
     let mut policy = ModelPolicy::new(model, options).with_engine(&engine).unwrap();
-    let config = RolloutConfig { format: Format::NoThink, group_size: 4, max_turns: 4, history, ..Default::default() };
-    let trajs = rollout(plugin.as_ref(), "{}", &[0, 1], &config, &mut policy).unwrap();
+    let config = RolloutConfig { format: Format::NoThink, history, ..Default::default() };
+    let shape = EpisodeShape::groups_of(4).with_max_turns(4);
+    let trajs = rollout(plugin.as_ref(), "{}", &[0, 1], &config, &shape, &mut policy).unwrap();
     (trajs, policy.engine_stats().expect("the continuous engine"))
 }
 

@@ -228,6 +228,12 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["model.dtype=\"f64\""], "model.dtype"),
         (good.clone(), vec!["model.device=\"gpu\""], "expected cpu, cuda, cuda:N or auto\nin `model.device`"),
         (good.clone(), vec!["model.path=\"default@x\""], "must be a whole number\nin `model.path`"),
+        // `[rollout]` is read by three parts: a key none takes, or a bad value for one, is
+        // still refused by name.
+        (good.clone(), vec!["rollout.temprature=0.5"], "rollout.temprature: unknown key"),
+        (good.clone(), vec!["rollout.temperature=\"hot\""], "rollout"),
+        (good.clone(), vec!["rollout.format_reward.bonsu=1"], "bonsu"),
+        (good.clone(), vec!["env.max_turns=-1"], "max_turns"),
     ];
     for (text, overrides, needle) in cases {
         let err = parse(&text, &overrides).expect_err(needle);

@@ -136,7 +136,7 @@ fn the_vagen_presets_run_a_step_on_a_tiny_vl_checkpoint() {
         ];
         overrides.extend(extra);
         let cfg = parse(&text, &overrides).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(cfg.rollout.format, vagen_rollout::Format::GroundingWorldModeling);
+        assert_eq!(cfg.rollout.episodes.format, vagen_rollout::Format::GroundingWorldModeling);
         let dir = tempfile::tempdir().unwrap();
         Trainer::new(cfg, dir.path()).unwrap().run().unwrap_or_else(|e| panic!("{name} {extra:?}: {e:#}"));
         let m = step_line(dir.path(), 1);
@@ -154,7 +154,9 @@ fn the_visual_demo_sees_only_the_picture() {
     let cfg = parse(&std::fs::read_to_string(path).unwrap(), &[&plugin]).unwrap();
     assert_eq!(cfg.model.path.to_string(), "default-vl");
     assert_eq!(cfg.env.config["observation"].as_str(), Some("image"));
-    assert!(!cfg.rollout.describe_state && cfg.rollout.system_prompt.as_deref() == Some("FrozenLake."));
+    assert!(
+        !cfg.rollout.episodes.describe_state && cfg.rollout.episodes.system_prompt.as_deref() == Some("FrozenLake.")
+    );
     let (view, size) = (cfg.env.config["view"].as_str(), cfg.env.config["image_size"].as_integer());
     assert_eq!((view, size), (Some("centered"), Some(7 * 28)), "7×7 cells of 28 pixels");
 }

@@ -1,0 +1,135 @@
+//! `[rollout]` of a training config: one table for users, three owners in code. How
+//! episodes are played is the rollout's (`vagen_rollout::RolloutConfig`), how answers are
+//! sampled the model's (`vagen_model::Sampling`), and the training sequences' budgets and
+//! layout the trainer's ([`SequenceConfig`], here). Each part takes its own keys; a key
+//! none takes is refused (see [`RolloutSection::unknown_keys`]).
+
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use vagen_model::Sampling;
+use vagen_rollout::{ContextOverflow, EpisodeShape, History, RewardPlacement, RolloutConfig};
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RolloutSection {
+    #[serde(flatten)]
+    pub episodes: RolloutConfig,
+    #[serde(flatten)]
+    pub sampling: Sampling,
+    #[serde(flatten)]
+    pub sequences: SequenceConfig,
+    /// What no part took: serde's flatten cannot deny unknown fields itself, and the
+    /// last flattened map sees only the keys the parts before it left.
+    #[serde(flatten, skip_serializing)]
+    unknown: BTreeMap<String, IgnoredAny>,
+}
+
+/// The training sequences an episode becomes, and the context window its prompts live in.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SequenceConfig {
+    /// Train on one sequence per turn (system prompt + that turn's observation + the
+    /// sampled response: exactly what the model saw, since prompts then carry no history)
+    /// instead of one per trajectory. Cheaper for small models; needs a critic-free
+    /// estimator; each turn's advantage comes from its whole episode (the estimator runs
+    /// over episodes, one position per turn).
+    pub per_turn: bool,
+    /// Longest training sequence; whole turns past it are dropped from the end. Also the
+    /// rollout's context window (with the model's own as the ceiling): a turn's answer is
+    /// capped at what its prompt leaves, and an episode whose prompt leaves nothing ends
+    /// there (`train/out_of_context_trajectories`), trained on as far as it went.
+    pub max_sequence_tokens: usize,
+    /// A prompt that leaves too little of the context window for an answer: `end`
+    /// (default) its episode; `drop-oldest`: the prompt leaves out its oldest whole turns
+    /// until a full `max_new_tokens` answer fits, and the episode goes on (with one
+    /// sequence per trajectory, the update still lays out every turn, as with `history`).
+    pub context_overflow: ContextOverflow,
+    /// Image tokens one sequence (a prompt, a training sequence) may hold; 0: no limit but
+    /// `max_sequence_tokens`, which counts them too. A first turn past it is an error; a
+    /// later prompt past it ends its episode as one past the window does, and a training
+    /// sequence drops the turns past it from its end.
+    pub max_image_tokens: usize,
+    /// Pixels an image is resized to at most before a VL model sees it (transformers'
+    /// `max_pixels`; VAGEN's processors cap it); 0: the model's processor's own.
+    pub max_image_pixels: usize,
+    /// Where rewards go in a sequence: each turn's on its last token, or the total on the
+    /// last.
+    pub rewards: RewardPlacement,
+    /// Take the old log-probs from generation (the full tempered distribution, as the
+    /// training forward computes them) instead of a second no-grad forward over the batch:
+    /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
+    /// report how far generation and training disagree (≈1e-7 on CPU in f32).
+    pub reuse_logprobs: bool,
+}
+
+impl Default for SequenceConfig {
+    fn default() -> Self {
+        SequenceConfig {
+            per_turn: false,
+            max_sequence_tokens: 4096,
+            context_overflow: ContextOverflow::End,
+            max_image_tokens: 0,
+            max_image_pixels: 0,
+            rewards: RewardPlacement::PerTurn,
+            reuse_logprobs: false,
+        }
+    }
+}
+
+impl RolloutSection {
+    /// The keys of `[rollout]` that no part reads, as `rollout.KEY`.
+    pub fn unknown_keys(&self) -> Vec<String> {
+        self.unknown.keys().map(|k| format!("rollout.{k}")).collect()
+    }
+
+    /// How the rollout plays a run's episodes: with one sequence per turn, prompts carry
+    /// no history (a turn is trained on exactly what its prompt showed).
+    pub fn rollout_config(&self) -> RolloutConfig {
+        let history = if self.sequences.per_turn { History::Last(0) } else { self.episodes.history };
+        RolloutConfig { history, ..self.episodes.clone() }
+    }
+}
+
+/// `[env]`'s batch shape for a rollout of `group_size` episodes a seed.
+pub(crate) fn shape(cfg: &crate::TrainConfig, group_size: usize) -> EpisodeShape {
+    EpisodeShape {
+        max_actions_per_turn: std::num::NonZeroUsize::new(cfg.env.max_actions_per_turn),
+        record_states: !cfg.rewards.is_empty(),
+        ..EpisodeShape::groups_of(group_size).with_max_turns(cfg.env.max_turns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vagen_rollout::Format;
+
+    #[test]
+    fn each_key_lands_in_its_part_and_the_table_round_trips() {
+        let text = r#"
+            format = "no-think"
+            temperature = 0.7
+            top_k = 5
+            per_turn = true
+            max_sequence_tokens = 512
+            history = 2
+            context_overflow = "drop-oldest"
+            format_reward = { bonus = 0.0, penalty = -1.0 }
+        "#;
+        let section: RolloutSection = toml::from_str(text).unwrap();
+        assert!(section.unknown_keys().is_empty());
+        assert_eq!((section.episodes.format, section.episodes.history), (Format::NoThink, History::Last(2)));
+        assert_eq!(section.episodes.format_reward.penalty, -1.0);
+        assert_eq!((section.sampling.temperature, section.sampling.top_k), (0.7, 5));
+        assert_eq!(section.sampling.max_new_tokens, Sampling::default().max_new_tokens);
+        assert!(section.sequences.per_turn && section.sequences.max_sequence_tokens == 512);
+        assert_eq!(section.sequences.context_overflow, ContextOverflow::DropOldest);
+        // One sequence per turn: the rollout is asked for prompts without history.
+        assert_eq!(section.rollout_config().history, History::Last(0));
+        // A run folder's config.toml is this written back: read again, it is the same.
+        let again: RolloutSection = toml::from_str(&toml::to_string(&section).unwrap()).unwrap();
+        assert_eq!(again, section);
+        let odd: RolloutSection = toml::from_str("temprature = 1.0\nformat = \"no-think\"").unwrap();
+        assert_eq!(odd.unknown_keys(), ["rollout.temprature"]);
+    }
+}
