@@ -78,7 +78,7 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
     );
 
     let requests = judgments(a.judgments, a.judge_tokens);
-    let local = LocalJudge::new(a.model.load()?)?;
+    let local = LocalJudge::new(a.model.load()?);
     let rate = |judge: &dyn Judge| -> Result<f64> {
         judge.complete(&requests[..1]); // warm-up
         let started = Instant::now();

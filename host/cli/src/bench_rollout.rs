@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
+use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Instant;
 use vagen_model::{DType, DeviceChoice, Engine, EngineOptions, EngineRequest, GenerateOptions, Message, Model};
@@ -33,8 +34,8 @@ pub struct BenchRolloutArgs {
     #[arg(long, default_value_t = 64)]
     new_tokens: usize,
     /// Rows the continuous engine decodes together at most.
-    #[arg(long, default_value_t = 64)]
-    max_batch: usize,
+    #[arg(long, default_value = "64")]
+    max_batch: NonZeroUsize,
     /// Also time transformers (host/model/reference/bench_rollout_transformers.py) with
     /// `--python`, else `VAGEN_PYTHON`, else `python3`.
     #[arg(long)]
@@ -224,8 +225,8 @@ fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
     Ok(Figures { name: "static", seconds, generated, prefilled, saved: 0, peak_kv_mib: Some(mib(peak)) })
 }
 
-fn run_engine(model: &Model, w: &Workload, max_batch: usize) -> Result<Figures> {
-    let mut engine = Engine::new(EngineOptions { max_batch, ..Default::default() })?;
+fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize) -> Result<Figures> {
+    let mut engine = Engine::new(EngineOptions { max_batch, ..Default::default() });
     let mut prompts = w.first.clone();
     let started = Instant::now();
     for turn in 0..w.turns {

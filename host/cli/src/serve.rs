@@ -4,7 +4,7 @@
 //! (up to `--max-batch`, for at most `--batch-wait-ms` after the first).
 
 use crate::model_args::ModelArgs;
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
@@ -14,6 +14,7 @@ use axum::{Json, Router};
 use base64::Engine as _;
 use clap::Args;
 use serde_json::{Value, json};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -30,8 +31,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8000)]
     port: u16,
     /// Requests answered by one generation call at most.
-    #[arg(long, default_value_t = 64)]
-    max_batch: usize,
+    #[arg(long, default_value = "64")]
+    max_batch: NonZeroUsize,
     /// How long the first waiting request waits for others to join its batch (ms).
     #[arg(long, default_value_t = 5)]
     batch_wait_ms: u64,
@@ -68,9 +69,6 @@ struct Shared {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
-    if a.max_batch == 0 {
-        bail!("--max-batch must be at least 1");
-    }
     let model = a.model.load()?;
     let name = a.served_name.clone().unwrap_or_else(|| a.model.model.to_string());
     let has_vision = model.vision.is_some();
@@ -79,8 +77,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let requests = Arc::new(AtomicUsize::new(0));
     let worker = Worker {
         model,
-        engine: Engine::new(EngineOptions { max_batch: a.max_batch, kv_cache_mib: 1024, ..Default::default() })?,
-        max_batch: a.max_batch,
+        engine: Engine::new(EngineOptions {
+            max_batch: a.max_batch,
+            kv_cache_mib: NonZeroUsize::new(1024).expect("positive"),
+            ..Default::default()
+        }),
+        max_batch: a.max_batch.get(),
         wait: Duration::from_millis(a.batch_wait_ms),
         generations: generations.clone(),
     };

@@ -57,8 +57,12 @@ fn converse(
     all
 }
 
+fn n(v: usize) -> std::num::NonZeroUsize {
+    std::num::NonZeroUsize::new(v).unwrap()
+}
+
 fn engine(options: EngineOptions) -> Engine {
-    Engine::new(options).unwrap()
+    Engine::new(options)
 }
 
 fn assert_same(a: &[Vec<Generation>], b: &[Vec<Generation>], tolerance: f32) {
@@ -120,8 +124,8 @@ fn batching_decisions_do_not_change_the_samples() {
     let options = sampling(12);
     // Caps that differ per row and turn: rows end at different steps.
     let caps = |turn: usize, i: usize| 3 + (turn * 5 + i * 7) % 10;
-    let mut one = engine(EngineOptions { max_batch: 1, ..Default::default() });
-    let mut few = engine(EngineOptions { max_batch: 3, max_prefill_tokens: 64, ..Default::default() });
+    let mut one = engine(EngineOptions { max_batch: n(1), ..Default::default() });
+    let mut few = engine(EngineOptions { max_batch: n(3), max_prefill_tokens: n(64), ..Default::default() });
     let mut all = engine(EngineOptions::default());
     let a = converse(&model, &mut one, 2, 3, 3, &options, &caps);
     let b = converse(&model, &mut few, 2, 3, 3, &options, &caps);
@@ -175,7 +179,7 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
     let options = sampling(8);
     let full = converse(&model, &mut engine(EngineOptions::default()), 2, 4, 3, &options, &|_, _| 8);
     // 1 MiB holds 64 positions per MiB... enough for a few rows of this conversation only.
-    let mut tight = engine(EngineOptions { kv_cache_mib: 1, max_batch: 2, ..Default::default() });
+    let mut tight = engine(EngineOptions { kv_cache_mib: n(1), max_batch: n(2), ..Default::default() });
     let evicting = converse(&model, &mut tight, 2, 4, 3, &options, &|_, _| 8);
     assert_same(&full, &evicting, 1e-4);
     let s = tight.stats();
@@ -183,7 +187,7 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
     assert!(s.peak_kv_bytes <= 1 << 20, "{s:?}");
 
     let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
-    let mut tiny = engine(EngineOptions { kv_cache_mib: 1, ..Default::default() });
+    let mut tiny = engine(EngineOptions { kv_cache_mib: n(1), ..Default::default() });
     let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0 };
     let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
     assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
@@ -198,7 +202,9 @@ fn the_engine_refuses_bad_requests() {
     assert!(err.to_string().contains("trajectory 1"), "{err}");
     let err = model.generate_with(&mut e, &[r(1, vec![])], &sampling(4)).unwrap_err();
     assert!(err.to_string().contains("no tokens"), "{err}");
-    assert!(Engine::new(EngineOptions { max_batch: 0, ..Default::default() }).is_err());
+    // Limits that must be positive cannot be zero: refused where they are read.
+    let zero = serde_json::from_str::<EngineOptions>(r#"{"max_batch": 0}"#).unwrap_err();
+    assert!(zero.to_string().contains("nonzero"), "{zero}");
     // The engine is still usable after a refused call.
     let g = model.generate_with(&mut e, &[r(1, vec![5, 6])], &sampling(4)).unwrap();
     assert!(!g[0].token_ids.is_empty() && g[0].finish != FinishReason::Stop);

@@ -19,9 +19,9 @@ struct Inner {
 }
 
 impl LocalJudge {
-    pub fn new(model: Model) -> vagen_model::Result<Self> {
-        let engine = Engine::new(EngineOptions::default())?;
-        Ok(LocalJudge { inner: Mutex::new(Inner { model, engine }), calls: 0.into(), requests: 0.into() })
+    pub fn new(model: Model) -> Self {
+        let engine = Engine::new(EngineOptions::default());
+        LocalJudge { inner: Mutex::new(Inner { model, engine }), calls: 0.into(), requests: 0.into() }
     }
 
     /// Generation calls made so far (one per distinct temperature in a judge call).

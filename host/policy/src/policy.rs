@@ -70,17 +70,17 @@ impl ModelPolicy {
     /// with its default options.
     pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
         let context_window = model.lm.config().max_position_embeddings;
-        let engine = Some(Engine::new(EngineOptions::default()).expect("the default engine options are valid"));
+        let engine = Some(Engine::new(EngineOptions::default()));
         ModelPolicy { model, options, context_window, overflow: ContextOverflow::End, max_image_tokens: 0, engine }
     }
 
     /// Generation by the engine `options` name.
-    pub fn with_engine(mut self, options: &EngineOptions) -> vagen_model::Result<Self> {
+    pub fn with_engine(mut self, options: &EngineOptions) -> Self {
         self.engine = match options.kind {
-            EngineKind::Continuous => Some(Engine::new(options.clone())?),
+            EngineKind::Continuous => Some(Engine::new(options.clone())),
             EngineKind::Static => None,
         };
-        Ok(self)
+        self
     }
 
     /// What the engine did over this policy's rollouts (`None` on the static path).

@@ -509,16 +509,6 @@ impl TrainConfig {
                 return bad("reward.weight", format!("{} is not a finite number", r.weight));
             }
         }
-        let e = &self.engine;
-        for (field, v) in [
-            ("engine.max_batch", e.max_batch),
-            ("engine.max_prefill_tokens", e.max_prefill_tokens),
-            ("engine.kv_cache_mib", e.kv_cache_mib),
-        ] {
-            if v == 0 {
-                return bad(field, "must be at least 1".into());
-            }
-        }
         Ok(())
     }
 

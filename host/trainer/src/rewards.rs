@@ -42,7 +42,7 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             let model = model
                 .load(vagen_model::DEFAULT_SEED, options)
                 .with_context(|| format!("loading the judge model {model}"))?;
-            Some(Arc::new(LocalJudge::new(model)?))
+            Some(Arc::new(LocalJudge::new(model)))
         }
         Some(JudgeSection::Openai {
             url, model, concurrency, requests_per_minute, timeout_s, retries, cache, ..

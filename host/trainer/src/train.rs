@@ -484,18 +484,18 @@ pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
     let stop = cfg.rollout.episodes.format.stop_strings();
     let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
-    let mut policy = model_policy(cfg, model, options)?;
+    let mut policy = model_policy(cfg, model, options);
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
     Ok(episodes(cfg, plugin, &env_config, &config, 1).run(&seeds, &mut policy, &mut |_| Ok(()))?)
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.
-pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> Result<ModelPolicy> {
-    Ok(ModelPolicy::new(model, options)
+pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: GenerateOptions) -> ModelPolicy {
+    ModelPolicy::new(model, options)
         .with_context_window(cfg.rollout.sequences.max_sequence_tokens)
         .with_overflow(cfg.rollout.sequences.context_overflow)
         .with_max_image_tokens(cfg.rollout.sequences.max_image_tokens)
-        .with_engine(&cfg.engine)?)
+        .with_engine(&cfg.engine)
 }
 
 /// The episode loop over groups of `group_size` in `[env]`'s shape, with the run's

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::num::NonZeroUsize;
 use std::rc::Rc;
 use vagen_model::{EngineOptions, EngineStats, GenerateOptions, LoadOptions, default_model};
 use vagen_policy::ModelPolicy;
@@ -21,7 +22,7 @@ fn play(engine: EngineOptions, history: History) -> (Vec<Trajectory>, EngineStat
         seed: 3,
         ..Default::default()
     };
-    let mut policy = ModelPolicy::new(model, options).with_engine(&engine).unwrap();
+    let mut policy = ModelPolicy::new(model, options).with_engine(&engine);
     let config = RolloutConfig { format: Format::NoThink, history, ..Default::default() };
     let shape = EpisodeShape::groups_of(4).with_max_turns(4);
     let trajs = rollout(plugin.as_ref(), "{}", &[0, 1], &config, &shape, &mut policy).unwrap();
@@ -45,7 +46,8 @@ fn assert_same(a: &[Trajectory], b: &[Trajectory]) {
 fn rollouts_sample_the_same_with_and_without_reuse() {
     let (reused, s) = play(EngineOptions::default(), History::All);
     let (full, f) = play(EngineOptions { reuse: false, ..Default::default() }, History::All);
-    let (narrow, _) = play(EngineOptions { max_batch: 3, ..Default::default() }, History::All);
+    let (narrow, _) =
+        play(EngineOptions { max_batch: NonZeroUsize::new(3).unwrap(), ..Default::default() }, History::All);
     assert_same(&reused, &full);
     assert_same(&reused, &narrow);
     assert!(turns(&reused).len() > 8, "several turns of 8 episodes");

@@ -234,6 +234,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["rollout.temperature=\"hot\""], "rollout"),
         (good.clone(), vec!["rollout.format_reward.bonsu=1"], "bonsu"),
         (good.clone(), vec!["env.max_turns=-1"], "max_turns"),
+        (good.clone(), vec!["engine.max_batch=0"], "max_batch"),
     ];
     for (text, overrides, needle) in cases {
         let err = parse(&text, &overrides).expect_err(needle);

@@ -12,18 +12,20 @@
 //! logits depend only on its own tokens, so the sampled ids do not depend on which rows
 //! share a batch, how many run at once, or whether a prefix came from the cache.
 
+mod kv;
+mod schedule;
 mod slots;
 
-use crate::generate::{Ends, Row, validate};
+use crate::generate::{Ends, validate};
 use crate::image_processor::PixelValues;
-use crate::sampling::{Sampler, uniform};
+use crate::sampling::Sampler;
 use crate::vl::MropePositions;
 use crate::{Error, GenerateOptions, Generation, Qwen2ForCausalLM, Result, Tokenizer, Vision};
-use rand_chacha::ChaCha8Rng;
-use rand_core::SeedableRng;
+use kv::KvRows;
+use schedule::{Ask, Decode, Prefill, Scheduler};
 use serde::{Deserialize, Serialize};
-use slots::SlotStore;
-use std::collections::VecDeque;
+use slots::Slots;
+use std::num::NonZeroUsize;
 use tch::{Kind, Tensor};
 
 /// Which generation engine answers rollout requests.
@@ -45,13 +47,13 @@ pub enum EngineKind {
 pub struct EngineOptions {
     pub kind: EngineKind,
     /// Rows decoded together at most; requests past it wait and join as rows end.
-    pub max_batch: usize,
+    pub max_batch: NonZeroUsize,
     /// Prompt tokens one prefill forward takes at most (rows × longest new part, padding
     /// included): bounds the activations of a wave of long prompts.
-    pub max_prefill_tokens: usize,
+    pub max_prefill_tokens: NonZeroUsize,
     /// Memory for cached keys and values, in MiB. Past it, the least recently used cached
     /// sequences not being decoded are evicted (their next turn is prefilled whole).
-    pub kv_cache_mib: usize,
+    pub kv_cache_mib: NonZeroUsize,
     /// Reuse cached keys and values. Off, every prompt is prefilled whole: the baseline the
     /// tests compare reuse against.
     pub reuse: bool,
@@ -61,26 +63,11 @@ impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             kind: EngineKind::Continuous,
-            max_batch: 64,
-            max_prefill_tokens: 16384,
-            kv_cache_mib: 4096,
+            max_batch: NonZeroUsize::new(64).expect("positive"),
+            max_prefill_tokens: NonZeroUsize::new(16384).expect("positive"),
+            kv_cache_mib: NonZeroUsize::new(4096).expect("positive"),
             reuse: true,
         }
-    }
-}
-
-impl EngineOptions {
-    pub fn check(&self) -> Result<()> {
-        for (name, v) in [
-            ("max_batch", self.max_batch),
-            ("max_prefill_tokens", self.max_prefill_tokens),
-            ("kv_cache_mib", self.kv_cache_mib),
-        ] {
-            if v == 0 {
-                return Err(Error::Invalid(format!("engine {name} must be at least 1")));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -135,57 +122,41 @@ impl EngineStats {
     }
 }
 
-/// A row being decoded; `active[i]` lives in store row `i`.
-struct Active {
-    request: usize,
-    row: Row,
-    rng: ChaCha8Rng,
-    cap: usize,
-}
-
-/// Prompt tokens a request must gain by waiting for a request of the same wave to be
-/// prefilled (and copying it) rather than starting from what is cached: each wait is one
-/// more prefill forward.
-const MIN_WAIT_GAIN: usize = 16;
-
-/// Where a prompt's reusable prefix comes from.
-#[derive(Clone, Copy)]
-struct Source {
-    /// The cached row's serial, and how many of its positions the prompt shares.
-    serial: u64,
-    len: usize,
-    own: bool,
-}
-
 pub struct Engine {
     pub options: EngineOptions,
-    store: Option<SlotStore>,
+    cache: Option<Cache>,
     stats: EngineStats,
     calls: u64,
 }
 
+/// The cached rows: their metadata (the scheduler's) and their tensors (the runner's).
+struct Cache {
+    slots: Slots,
+    kv: KvRows,
+}
+
 impl Engine {
-    pub fn new(options: EngineOptions) -> Result<Self> {
-        options.check()?;
-        Ok(Engine { options, store: None, stats: EngineStats::default(), calls: 0 })
+    pub fn new(options: EngineOptions) -> Self {
+        Engine { options, cache: None, stats: EngineStats::default(), calls: 0 }
     }
 
     pub fn stats(&self) -> EngineStats {
         let mut s = self.stats.clone();
-        s.peak_kv_bytes = self.store.as_ref().map_or(0, |st| st.peak_bytes);
+        s.peak_kv_bytes = self.cache.as_ref().map_or(0, |c| c.slots.peak_bytes);
         s
     }
 
     /// Bytes the cache holds now.
     pub fn kv_bytes(&self) -> usize {
-        self.store.as_ref().map_or(0, SlotStore::bytes)
+        self.cache.as_ref().map_or(0, |c| c.slots.bytes())
     }
 
     /// Forgets every cached sequence (the weights changed, or a new rollout starts) and
     /// releases its memory; the figures stay.
     pub fn clear(&mut self) {
-        if let Some(s) = &mut self.store {
-            s.clear();
+        if let Some(c) = &mut self.cache {
+            c.slots.clear();
+            c.kv.clear();
         }
     }
 
@@ -212,30 +183,29 @@ impl Engine {
         let prompts = requests.iter().map(|r| Prompted::new(vision, r)).collect::<Result<Vec<_>>>()?;
         let _guard = tch::no_grad_guard();
         self.calls += 1;
-        let store = self.store.get_or_insert_with(|| {
-            SlotStore::new(lm.config(), lm.model.kind(), lm.model.device(), self.options.kv_cache_mib << 20)
+        let budget = self.options.kv_cache_mib.get() << 20;
+        let cache = self.cache.get_or_insert_with(|| Cache {
+            slots: Slots::new(crate::KvCache::bytes_per_position(lm.config(), lm.model.kind()), budget),
+            kv: KvRows::new(lm.config(), lm.model.kind(), lm.model.device()),
         });
-        store.budget = self.options.kv_cache_mib << 20;
+        cache.slots.budget = budget;
+        let asks = requests
+            .iter()
+            .zip(&prompts)
+            .zip(&caps)
+            .map(|((r, p), &cap)| Ask { key: r.key, content: &p.content, cap, seed: r.seed })
+            .collect();
         let mut call = Call {
             lm,
             vision,
-            prompts,
+            prompts: &prompts,
+            requests,
             ends: Ends { eos, stop: &options.stop, tokenizer },
             sampler: Sampler::new(options.temperature, options.top_p, options.top_k, 0),
-            requests,
-            caps,
-            options: &self.options,
-            store,
-            stats: &mut self.stats,
-            now: self.calls,
-            active: vec![],
-            queue: (0..requests.len()).collect(),
+            schedule: Scheduler::new(asks, &self.options, &mut cache.slots, &mut self.stats, self.calls),
+            kv: &mut cache.kv,
             out: (0..requests.len()).map(|_| None).collect(),
         };
-        // Every row of this call fits: its prompt and answer (the store keeps cached rows
-        // only as far as the budget allows).
-        let need = requests.iter().zip(&call.caps).map(|(r, c)| r.ids.len() + c).max().unwrap_or(0);
-        call.make_room(0, need, requests.len().min(self.options.max_batch))?;
         call.run()?;
         call.out.into_iter().map(|g| Ok(g.expect("every request ends"))).collect()
     }
@@ -293,298 +263,60 @@ fn image_key(image: &PixelValues) -> Result<u64> {
     Ok(h.finish())
 }
 
-/// One `generate` call's state.
+/// One `generate` call: the scheduler's plans run on the model and the cache tensors.
 struct Call<'a> {
     lm: &'a Qwen2ForCausalLM,
     vision: Option<&'a Vision>,
-    prompts: Vec<Prompted>,
+    prompts: &'a [Prompted],
+    requests: &'a [EngineRequest],
     ends: Ends<'a>,
     sampler: Sampler,
-    requests: &'a [EngineRequest],
-    caps: Vec<usize>,
-    options: &'a EngineOptions,
-    store: &'a mut SlotStore,
-    stats: &'a mut EngineStats,
-    now: u64,
-    active: Vec<Active>,
-    queue: VecDeque<usize>,
+    schedule: Scheduler<'a>,
+    kv: &'a mut KvRows,
     out: Vec<Option<Generation>>,
 }
 
 impl Call<'_> {
     fn run(&mut self) -> Result<()> {
-        loop {
-            self.admit()?;
-            self.retire()?;
-            if self.active.is_empty() {
-                if self.queue.is_empty() {
-                    return Ok(());
+        // Every row of this call fits: its prompt and answer (the cache keeps cached rows
+        // only as far as the budget allows).
+        let moves = self.schedule.reserve()?;
+        self.kv.apply(&moves)?;
+        while !self.schedule.done() {
+            while let Some(wave) = self.schedule.admit()? {
+                self.kv.apply(&wave.moves)?;
+                for p in &wave.prefills {
+                    self.prefill(p)?;
                 }
+            }
+            self.retire()?;
+            if self.schedule.active.is_empty() {
                 continue;
             }
-            self.decode()?;
+            let step = self.schedule.decode();
+            self.decode(&step)?;
             self.retire()?;
         }
-    }
-
-    /// The reusable prefix of request `r`'s prompt among the cached rows (at least one
-    /// prompt token is always left to prefill: its logits start the answer).
-    fn source(&self, r: usize) -> Option<Source> {
-        if !self.options.reuse {
-            return None;
-        }
-        let req = &self.requests[r];
-        let content = &self.prompts[r].content;
-        let limit = content.len() - 1;
-        let mut best: Option<Source> = None;
-        for slot in self.store.slots.iter().filter(|s| s.owner.is_some()) {
-            let len = common_prefix(&slot.ids, content).min(limit);
-            let own = slot.owner == Some(req.key);
-            let better = match best {
-                None => len > 0 || own,
-                Some(b) => len > b.len || (len == b.len && own && !b.own),
-            };
-            if better {
-                best = Some(Source { serial: slot.serial, len, own });
-            }
-        }
-        best
-    }
-
-    /// Moves waiting requests into the decode batch while there is room: a wave at a time,
-    /// each prefilled in one or more forwards. A request whose prompt shares more with one
-    /// already in the wave than with anything cached waits for the next wave and copies it.
-    fn admit(&mut self) -> Result<()> {
-        while !self.queue.is_empty() && self.active.len() < self.options.max_batch {
-            let room = self.options.max_batch - self.active.len();
-            let mut wave: Vec<(usize, Option<Source>)> = vec![];
-            let mut deferred = VecDeque::new();
-            while let Some(r) = self.queue.pop_front() {
-                if wave.len() == room {
-                    deferred.push_back(r);
-                    continue;
-                }
-                let cached = self.source(r);
-                let in_wave = wave
-                    .iter()
-                    .map(|&(q, _)| common_prefix(&self.prompts[q].content, &self.prompts[r].content))
-                    .max()
-                    .unwrap_or(0)
-                    .min(self.requests[r].ids.len() - 1);
-                if self.options.reuse && in_wave >= cached.map_or(0, |s| s.len) + MIN_WAIT_GAIN {
-                    deferred.push_back(r);
-                } else {
-                    wave.push((r, cached));
-                }
-            }
-            self.queue = deferred;
-            let running = !self.active.is_empty();
-            let mut placed = self.place(&wave)?;
-            if placed == 0 && !running && wave.len() > 1 {
-                // Later members' sources may hold the only rows: the first goes alone.
-                for &(r, _) in wave[1..].iter().rev() {
-                    self.queue.push_front(r);
-                }
-                wave.truncate(1);
-                placed = self.place(&wave)?;
-            }
-            if placed == 0 {
-                if !running {
-                    return Err(self.store.over_budget(self.store.rows() + 1, self.store.capacity()));
-                }
-                // No memory until a running row ends.
-                for &(r, _) in wave.iter().rev() {
-                    self.queue.push_front(r);
-                }
-                return Ok(());
-            }
-            for &(r, _) in wave[placed..].iter().rev() {
-                self.queue.push_front(r);
-            }
-            if running {
-                self.stats.joined_running += placed;
-            }
-            self.prefill(self.active.len() - placed)?;
-        }
         Ok(())
     }
 
-    /// Puts the wave's prompts (as many as memory allows, in order) in rows after the
-    /// active ones, their reusable prefixes in place; returns how many were placed.
-    fn place(&mut self, wave: &[(usize, Option<Source>)]) -> Result<usize> {
-        // Rows a later member of the wave still reads.
-        let needed: Vec<Option<u64>> = wave.iter().map(|&(_, s)| s.map(|s| s.serial)).collect();
-        for (j, &(r, source)) in wave.iter().enumerate() {
-            let target = self.active.len();
-            let req = &self.requests[r];
-            match source {
-                Some(s) if s.own => {
-                    let at = self.store.find(s.serial).expect("a source row is kept");
-                    self.store.swap(at, target);
-                    let cached = self.store.slots[target].ids.len();
-                    if common_prefix(&self.store.slots[target].ids, &self.prompts[r].content) < cached {
-                        self.stats.fallbacks += 1;
-                    }
-                    self.store.slots[target].ids.truncate(s.len);
-                    self.store.slots[target].used = self.now;
-                    self.stats.reused_tokens += s.len;
-                }
-                _ => {
-                    let own = self.store.slots.iter().position(|s| s.owner == Some(req.key));
-                    if let Some(o) = own
-                        && self.options.reuse
-                    {
-                        // The trajectory's cached sequence shares nothing it can use.
-                        self.stats.fallbacks += usize::from(!self.store.slots[o].ids.is_empty());
-                    }
-                    let reserved = |slot: &slots::Slot| needed[j..].contains(&Some(slot.serial));
-                    match (self.free_row(target, own, &reserved)?, source) {
-                        (Some(row), _) => {
-                            self.store.swap(row, target);
-                            self.store.claim(target, req.key, self.now);
-                            if let Some(s) = source {
-                                let from = self.store.find(s.serial).expect("a source row is kept");
-                                let len = self.still_shared(from, r, s.len);
-                                self.store.copy_prefix(from, target, len);
-                                self.stats.shared_tokens += len;
-                            }
-                        }
-                        // No row to copy into: the request takes the cached row it shares a
-                        // prefix with (its owner's next turn starts over).
-                        (None, Some(s))
-                            if !needed[j + 1..].contains(&Some(s.serial))
-                                && self.store.find(s.serial).is_some_and(|at| at >= target) =>
-                        {
-                            let at = self.store.find(s.serial).expect("just found");
-                            let len = self.still_shared(at, r, s.len);
-                            self.store.swap(at, target);
-                            let mut held = std::mem::take(&mut self.store.slots[target].ids);
-                            held.truncate(len);
-                            self.store.claim(target, req.key, self.now);
-                            self.store.slots[target].ids = held;
-                            self.stats.shared_tokens += len;
-                            self.stats.evictions += 1;
-                        }
-                        (None, _) => return Ok(j),
-                    }
-                }
-            }
-            self.stats.requests += 1;
-            self.stats.prompt_tokens += req.ids.len();
-            self.active.push(Active {
-                request: r,
-                row: Row::default(),
-                rng: ChaCha8Rng::seed_from_u64(req.seed),
-                cap: self.caps[r],
-            });
-        }
-        Ok(wave.len())
-    }
-
-    /// What row `row` still shares with request `r`'s prompt, at most `planned`: an earlier
-    /// member of the wave may have cut the row back to its own shared part since.
-    fn still_shared(&self, row: usize, r: usize, planned: usize) -> usize {
-        common_prefix(&self.store.slots[row].ids, &self.prompts[r].content).min(planned)
-    }
-
-    /// A row at or after `first` for a new sequence: the request's own old row, a free
-    /// one, a new one within the budget, or the least recently used cached one.
-    fn free_row(
-        &mut self,
-        first: usize,
-        own: Option<usize>,
-        reserved: &dyn Fn(&slots::Slot) -> bool,
-    ) -> Result<Option<usize>> {
-        if let Some(o) = own.filter(|&o| o >= first && !reserved(&self.store.slots[o])) {
-            return Ok(Some(o));
-        }
-        if let Some(f) = (first..self.store.rows()).find(|&i| self.store.slots[i].owner.is_none()) {
-            return Ok(Some(f));
-        }
-        let (rows, cap) = (self.store.rows(), self.store.capacity());
-        if self.store.bytes_for(rows + 1, cap) <= self.store.budget {
-            let grown = (rows * 2).max(rows + 1).min(self.store.budget / self.store.bytes_for(1, cap).max(1));
-            self.store.grow(grown, cap)?;
-            return Ok(Some(rows));
-        }
-        let victim =
-            (first..rows).filter(|&i| !reserved(&self.store.slots[i])).min_by_key(|&i| self.store.slots[i].used);
-        if let Some(v) = victim {
-            self.store.slots[v].owner = None;
-            self.stats.evictions += 1;
-        }
-        Ok(victim)
-    }
-
-    /// Capacity for `cap` positions a row and `rows` rows: more room when the budget allows
-    /// it for every row, else fewer rows, the least recently used cached ones evicted (never the first
-    /// `keep`, which are being decoded).
-    fn make_room(&mut self, keep: usize, cap: usize, rows: usize) -> Result<()> {
-        let cap = cap.max(self.store.capacity()).next_multiple_of(64);
-        let roomy = if cap > self.store.capacity() { (cap + cap / 2).next_multiple_of(64) } else { cap };
-        let rows = self.store.rows().max(keep).max(rows);
-        if self.store.bytes_for(rows, roomy) <= self.store.budget {
-            return self.store.grow(rows, roomy);
-        }
-        let fit = self.store.budget / self.store.bytes_for(1, cap).max(1);
-        if fit < keep.max(1) {
-            return Err(self.store.over_budget(keep.max(1), cap));
-        }
-        if fit < rows {
-            // Keep the most recently used cached rows in front, then drop the rest.
-            let mut cached: Vec<usize> = (keep..rows).collect();
-            cached.sort_by_key(|&i| std::cmp::Reverse(self.store.slots[i].used));
-            let order: Vec<u64> = cached.iter().map(|&i| self.store.slots[i].serial).collect();
-            for (k, serial) in order.iter().enumerate() {
-                if let Some(at) = self.store.slots.iter().position(|s| s.serial == *serial) {
-                    self.store.swap(at, keep + k);
-                }
-            }
-            let dropped = self.store.slots[fit..].iter().filter(|s| s.owner.is_some()).count();
-            self.stats.evictions += dropped;
-            self.store.truncate(fit);
-        }
-        self.store.grow(fit.min(rows), cap)
-    }
-
-    /// Runs the new part of the prompts in rows `from..` of the decode batch and samples
-    /// each row's first token, in forwards of at most `max_prefill_tokens`.
-    fn prefill(&mut self, from: usize) -> Result<()> {
-        let mut start = from;
-        while start < self.active.len() {
-            let mut end = start + 1;
-            let new = |a: &Active, s: &SlotStore, i: usize| self.requests[a.request].ids.len() - s.slots[i].ids.len();
-            let mut longest = new(&self.active[start], self.store, start);
-            while end < self.active.len() {
-                let l = longest.max(new(&self.active[end], self.store, end));
-                if l * (end + 1 - start) > self.options.max_prefill_tokens {
-                    break;
-                }
-                (longest, end) = (l, end + 1);
-            }
-            self.prefill_rows(start, end)?;
-            start = end;
-        }
-        Ok(())
-    }
-
-    fn prefill_rows(&mut self, start: usize, end: usize) -> Result<()> {
+    /// One prefill forward: each row's new part, padded to the longest, attending to its
+    /// cached prefix; samples each row's first token.
+    fn prefill(&mut self, p: &Prefill) -> Result<()> {
         let device = self.lm.model.device();
-        let requests = self.requests;
-        let rows: Vec<usize> = (start..end).collect();
-        let reqs: Vec<usize> = rows.iter().map(|&i| self.active[i].request).collect();
-        let past: Vec<usize> = rows.iter().map(|&i| self.store.slots[i].ids.len()).collect();
-        let parts: Vec<&[u32]> = reqs.iter().zip(&past).map(|(&r, &p)| &requests[r].ids[p..]).collect();
-        let t = parts.iter().map(|p| p.len()).max().unwrap_or(1);
-        let n = rows.len() as i64;
-        let mut ids = Vec::with_capacity(rows.len() * t);
-        for p in &parts {
-            ids.extend(p.iter().map(|&x| x as i64).chain(std::iter::repeat_n(0, t - p.len())));
+        let reqs: Vec<usize> = p.rows.iter().map(|r| r.request).collect();
+        let past: Vec<usize> = p.rows.iter().map(|r| r.past).collect();
+        let lens: Vec<usize> = p.rows.iter().map(|r| r.len).collect();
+        let t = lens.iter().copied().max().unwrap_or(1);
+        let n = p.rows.len() as i64;
+        let mut ids = Vec::with_capacity(p.rows.len() * t);
+        for r in &p.rows {
+            let part = &self.requests[r.request].ids[r.past..r.past + r.len];
+            ids.extend(part.iter().map(|&x| x as i64).chain(std::iter::repeat_n(0, t - r.len)));
         }
         let ids = Tensor::from_slice(&ids).view([n, t as i64]).to_device(device);
         let starts = Tensor::from_slice(&past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
         let steps = starts.view([n, 1]) + Tensor::arange(t as i64, (Kind::Int64, device)).view([1, -1]);
-        let lens: Vec<usize> = parts.iter().map(|p| p.len()).collect();
         let keys = past.iter().zip(&lens).map(|(p, l)| p + l).max().unwrap_or(0);
         // Query i of a row sits at its place in the cache and sees every key up to it. A
         // padding query's keys are never kept; it sees real ones, so no attention row is
@@ -597,20 +329,14 @@ impl Call<'_> {
             Some(v) => (self.vl_embeds(v, &ids, &reqs, &past)?, self.vl_positions(&reqs, &past, t)),
         };
         let hidden = {
-            let mut view = self.store.view(start, &past, &lens, keys);
+            let mut view = self.kv.view(p.start, &past, &lens, keys);
             self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
         };
         let last: Vec<i64> = lens.iter().map(|&l| l as i64 - 1).collect();
         let last = Tensor::from_slice(&last).to_device(device);
         let hidden = hidden.gather(1, &last.view([n, 1, 1]).expand([n, 1, hidden.size()[2]], false), false);
         let logits = self.logits(&hidden.squeeze_dim(1));
-        for ((&i, &r), &p) in rows.iter().zip(&reqs).zip(&past) {
-            let new = &self.prompts[r].content[p..];
-            self.store.slots[i].ids.extend_from_slice(new);
-        }
-        self.stats.prefill_calls += 1;
-        self.stats.prefilled_tokens += lens.iter().sum::<usize>();
-        self.sample(start, end, &logits)
+        self.sample(p.start, p.start + p.rows.len(), &logits)
     }
 
     /// The head, with a VL model's placeholder tokens out of reach.
@@ -667,13 +393,11 @@ impl Call<'_> {
     }
 
     /// One token for every row of the decode batch.
-    fn decode(&mut self) -> Result<()> {
+    fn decode(&mut self, step: &Decode) -> Result<()> {
         let device = self.lm.model.device();
-        let m = self.active.len();
-        let feed: Vec<i64> = self.active.iter().map(|a| *a.row.ids.last().expect("a sampled token") as i64).collect();
-        let past: Vec<usize> = (0..m).map(|i| self.store.slots[i].ids.len()).collect();
-        let keys = past.iter().max().unwrap_or(&0) + 1;
-        let pos = Tensor::from_slice(&past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
+        let m = step.feed.len();
+        let keys = step.past.iter().max().unwrap_or(&0) + 1;
+        let pos = Tensor::from_slice(&step.past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
         let mask = Tensor::arange(keys as i64, (Kind::Int64, device))
             .view([1, 1, 1, -1])
             .le_tensor(&pos.view([m as i64, 1, 1, 1]));
@@ -682,61 +406,38 @@ impl Call<'_> {
         let positions = match self.vision {
             None => pos.view([m as i64, 1]),
             Some(_) => {
-                let delta = |a: &Active| self.prompts[a.request].mrope.as_ref().map_or(0, |p| p.delta);
-                let deltas: Vec<i64> = self.active.iter().map(delta).collect();
+                let delta = |r: usize| self.prompts[r].mrope.as_ref().map_or(0, |p| p.delta);
+                let deltas: Vec<i64> = self.schedule.active.iter().map(|a| delta(a.request)).collect();
                 let with = pos + Tensor::from_slice(&deltas).to_device(device);
                 with.view([1, m as i64, 1]).expand([3, m as i64, 1], false)
             }
         };
+        let feed: Vec<i64> = step.feed.iter().map(|&t| t as i64).collect();
         let embeds = self.lm.model.embed(&Tensor::from_slice(&feed).view([m as i64, 1]).to_device(device));
         let hidden = {
-            let mut view = self.store.view(0, &past, &vec![1; m], keys);
+            let mut view = self.kv.view(0, &step.past, &vec![1; m], keys);
             self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
         };
-        for (i, &t) in feed.iter().enumerate() {
-            self.store.slots[i].ids.push(t as u64);
-        }
-        self.stats.decode_steps += 1;
         let logits = self.logits(&hidden.select(1, 0));
         self.sample(0, m, &logits)
     }
 
     /// A token for rows `start..end` from their logits `[end - start, vocab]`.
     fn sample(&mut self, start: usize, end: usize, logits: &Tensor) -> Result<()> {
-        let draws: Vec<f64> = self.active[start..end].iter_mut().map(|a| uniform(&mut a.rng)).collect();
+        let draws = self.schedule.draws(start, end);
         let (tokens, logprobs) = self.sampler.step_with(logits, &draws);
         let tokens: Vec<i64> = Vec::try_from(&tokens)?;
         let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
-        for (k, a) in self.active[start..end].iter_mut().enumerate() {
-            a.row.push(tokens[k] as u32, logprobs[k], a.cap, &self.ends)?;
-        }
-        self.stats.generated_tokens += end - start;
-        Ok(())
+        self.schedule.record(start, &tokens, &logprobs, &self.ends)
     }
 
-    /// Rows that ended leave the decode batch: the last active row takes their place, and
-    /// their cached sequence stays behind the active ones.
+    /// Ended rows leave the batch; their generations are kept in request order.
     fn retire(&mut self) -> Result<()> {
-        let mut i = 0;
-        while i < self.active.len() {
-            if self.active[i].row.finish.is_none() {
-                i += 1;
-                continue;
-            }
-            let last = self.active.len() - 1;
-            self.store.swap(i, last);
-            let done = self.active.swap_remove(i);
-            self.store.slots[last].used = self.now;
-            if !self.active.is_empty() || !self.queue.is_empty() {
-                self.stats.rows_freed_early += 1;
-                self.stats.freed_at_length += usize::from(done.row.finish == Some(crate::FinishReason::Length));
-            }
-            self.out[done.request] = Some(done.row.finish(self.ends.tokenizer, self.ends.stop)?);
+        let retired = self.schedule.retire();
+        self.kv.apply(&retired.moves)?;
+        for (request, row) in retired.done {
+            self.out[request] = Some(row.finish(self.ends.tokenizer, self.ends.stop)?);
         }
         Ok(())
     }
-}
-
-fn common_prefix(a: &[u64], b: &[u64]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }

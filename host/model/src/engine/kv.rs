@@ -1,0 +1,154 @@
+//! The engine's key/value tensors, `[rows, kv_heads, capacity, head_dim]` per layer: the
+//! [`Move`]s the scheduler decided, applied in order, and a view of a run of rows for a
+//! forward.
+
+use super::slots::Move;
+use crate::kv_cache::LayerCache;
+use crate::{Qwen2Config, Result};
+use tch::{Device, Kind, Tensor};
+
+pub(crate) struct KvRows {
+    keys: Vec<Tensor>,
+    values: Vec<Tensor>,
+    rows: usize,
+    cap: usize,
+    kv_heads: i64,
+    head_dim: i64,
+    layers: usize,
+    kind: Kind,
+    device: Device,
+}
+
+impl KvRows {
+    pub fn new(c: &Qwen2Config, kind: Kind, device: Device) -> Self {
+        KvRows {
+            keys: vec![],
+            values: vec![],
+            rows: 0,
+            cap: 0,
+            kv_heads: c.num_key_value_heads as i64,
+            head_dim: c.head_dim as i64,
+            layers: c.num_hidden_layers,
+            kind,
+            device,
+        }
+    }
+
+    /// Releases the memory.
+    pub fn clear(&mut self) {
+        (self.keys, self.values, self.rows, self.cap) = (vec![], vec![], 0, 0);
+    }
+
+    pub fn apply(&mut self, moves: &[Move]) -> Result<()> {
+        for m in moves {
+            match *m {
+                Move::Grow { rows, cap } => self.grow(rows, cap)?,
+                Move::Truncate { rows } => {
+                    let keep = |t: &Tensor| t.narrow(0, 0, rows as i64).copy();
+                    self.keys = self.keys.iter().map(keep).collect();
+                    self.values = self.values.iter().map(keep).collect();
+                    self.rows = rows;
+                }
+                Move::Swap { a, b, positions } => {
+                    for t in self.keys.iter().chain(&self.values) {
+                        let n = positions as i64;
+                        let (mut ra, mut rb) = (t.get(a as i64).narrow(1, 0, n), t.get(b as i64).narrow(1, 0, n));
+                        let held = ra.copy();
+                        ra.copy_(&rb);
+                        rb.copy_(&held);
+                    }
+                }
+                Move::CopyPrefix { from, to, len } => {
+                    for t in self.keys.iter().chain(&self.values) {
+                        let mut to_row = t.get(to as i64).narrow(1, 0, len as i64);
+                        to_row.copy_(&t.get(from as i64).narrow(1, 0, len as i64));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn grow(&mut self, rows: usize, cap: usize) -> Result<()> {
+        let shape = [rows as i64, self.kv_heads, cap as i64, self.head_dim];
+        let (old_rows, old_cap) = (self.rows as i64, self.cap as i64);
+        let grown = |old: &[Tensor]| -> Result<Vec<Tensor>> {
+            (0..self.layers)
+                .map(|l| {
+                    let t = Tensor::f_zeros(shape, (self.kind, self.device))?;
+                    if let Some(o) = old.get(l)
+                        && old_rows > 0
+                        && old_cap > 0
+                    {
+                        t.narrow(0, 0, old_rows).narrow(2, 0, old_cap).f_copy_(o)?;
+                    }
+                    Ok(t)
+                })
+                .collect()
+        };
+        let (keys, values) = (grown(&self.keys)?, grown(&self.values)?);
+        (self.keys, self.values, self.rows, self.cap) = (keys, values, rows, cap);
+        Ok(())
+    }
+
+    /// A cache over rows `start..start + starts.len()`: row i keeps the first `lens[i]` new
+    /// positions (the rest are padding) from `starts[i]` on; attention reads the first
+    /// `keys` positions.
+    pub fn view(&mut self, start: usize, starts: &[usize], lens: &[usize], keys: usize) -> RowsView<'_> {
+        let n = starts.len() as i64;
+        let index = lens.iter().all(|&l| l == 1).then(|| {
+            let s: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
+            Tensor::from_slice(&s)
+                .to_device(self.device)
+                .view([n, 1, 1, 1])
+                .expand([n, self.kv_heads, 1, self.head_dim], false)
+        });
+        RowsView {
+            store: self,
+            start: start as i64,
+            starts: starts.to_vec(),
+            lens: lens.to_vec(),
+            index,
+            keys: keys as i64,
+        }
+    }
+}
+
+pub(crate) struct RowsView<'a> {
+    store: &'a mut KvRows,
+    start: i64,
+    starts: Vec<usize>,
+    lens: Vec<usize>,
+    /// For one new position per row: where it goes, as `scatter_` wants it.
+    index: Option<Tensor>,
+    keys: i64,
+}
+
+impl RowsView<'_> {
+    fn write(&self, store: &Tensor, new: &Tensor) -> Tensor {
+        let n = self.starts.len() as i64;
+        let mut rows = store.narrow(0, self.start, n);
+        match &self.index {
+            Some(index) if new.size()[2] == 1 => {
+                let _ = rows.scatter_(2, index, new);
+            }
+            _ => {
+                for (i, (&s, &l)) in self.starts.iter().zip(&self.lens).enumerate() {
+                    let (s, l) = (s as i64, l as i64);
+                    let mut row = rows.get(i as i64).narrow(1, s, l);
+                    row.copy_(&new.get(i as i64).narrow(1, 0, l));
+                }
+            }
+        }
+        rows.narrow(2, 0, self.keys)
+    }
+}
+
+impl LayerCache for RowsView<'_> {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        (self.write(&self.store.keys[layer], k), self.write(&self.store.values[layer], v))
+    }
+    fn fold_heads(&self) -> bool {
+        true
+    }
+}
