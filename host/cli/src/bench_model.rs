@@ -36,12 +36,8 @@ pub struct BenchModelArgs {
     /// Generated tokens per row (end-of-sequence ignored, so every row makes this many).
     #[arg(long, default_value_t = 64)]
     new_tokens: usize,
-    /// Also run host/model/reference/bench_transformers.py with this Python (transformers
-    /// installed); `VAGEN_PYTHON` if set. `cargo xtask env` exports the project venv's.
-    #[arg(long)]
-    transformers: bool,
-    #[arg(long)]
-    python: Option<PathBuf>,
+    #[command(flatten)]
+    reference: Transformers,
     /// End with one JSON line: the model (parameters, bytes of weights and of KV cache per
     /// token) and a row per batch size, for scripts (the GPU bundle's report).
     #[arg(long)]
@@ -71,7 +67,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     if !a.image_size.is_multiple_of(28) || a.image_size == 0 {
         bail!("--image-size {}: use a positive multiple of 28 (patch 14 x merge 2)", a.image_size);
     }
-    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.transformers)?;
+    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.reference.transformers)?;
     let images = if model.vision.is_some() { a.images } else { 0 };
     // Every row generates exactly new_tokens, as on the transformers side.
     model.eos_token_ids.clear();
@@ -107,7 +103,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     }
     // Free our weights before transformers loads its copy (a 3B model twice may not fit).
     drop(model);
-    let theirs = if a.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
+    let theirs = if a.reference.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
     print_table(&a.batch, &ours, theirs.as_deref(), images > 0);
     if a.json {
         let rows: Vec<serde_json::Value> = a
@@ -297,15 +293,28 @@ pub(crate) fn reference_script(name: &str) -> PathBuf {
     }
 }
 
-/// The Python that runs the transformers side: `--python`, else `VAGEN_PYTHON`, else `python3`.
-pub(crate) fn python(arg: &Option<PathBuf>) -> PathBuf {
-    let python = arg.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
-    python.unwrap_or_else(|| "python3".into())
+/// `--transformers [--python P]`, as both benches take them.
+#[derive(clap::Args, Debug)]
+pub(crate) struct Transformers {
+    /// Also time transformers (the bench's script in host/model/reference/) with `--python`,
+    /// else `VAGEN_PYTHON` (`cargo xtask env` exports the project venv's), else `python3`.
+    #[arg(long)]
+    pub transformers: bool,
+    #[arg(long)]
+    pub python: Option<PathBuf>,
+}
+
+impl Transformers {
+    /// The Python that runs the transformers side.
+    pub fn python(&self) -> PathBuf {
+        let python = self.python.clone().or_else(|| std::env::var_os("VAGEN_PYTHON").map(PathBuf::from));
+        python.unwrap_or_else(|| "python3".into())
+    }
 }
 
 fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Result<Vec<Figures>> {
     let script = reference_script("bench_transformers.py");
-    let python = python(&a.python);
+    let python = a.reference.python();
     let mut cmd = std::process::Command::new(&python);
     cmd.arg(&script).args(source.args());
     cmd.args(["--images", &images.to_string(), "--image-size", &a.image_size.to_string()]);

@@ -4,14 +4,13 @@
 //! Every row generates exactly `--new-tokens` a turn (end-of-sequence ignored), so the
 //! three do the same work whatever they sample.
 
-use crate::bench_model::{HfSource, python, subject};
+use crate::bench_model::{HfSource, subject};
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
 use std::time::Instant;
 use vagen_model::{DType, DeviceChoice, Engine, EngineOptions, EngineRequest, GenerateOptions, Message, Model};
 
@@ -36,12 +35,8 @@ pub struct BenchRolloutArgs {
     /// Rows the continuous engine decodes together at most.
     #[arg(long, default_value = "64")]
     max_batch: NonZeroUsize,
-    /// Also time transformers (host/model/reference/bench_rollout_transformers.py) with
-    /// `--python`, else `VAGEN_PYTHON`, else `python3`.
-    #[arg(long)]
-    transformers: bool,
-    #[arg(long)]
-    python: Option<PathBuf>,
+    #[command(flatten)]
+    reference: crate::bench_model::Transformers,
     /// End with one JSON line: the workload and a row per engine, for scripts (the GPU
     /// bundle's report).
     #[arg(long)]
@@ -74,7 +69,7 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
     if a.groups == 0 || a.members == 0 || a.turns == 0 || a.new_tokens == 0 {
         bail!("--groups, --members, --turns and --new-tokens must be at least 1");
     }
-    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.transformers)?;
+    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.reference.transformers)?;
     if model.vision.is_some() {
         bail!("bench-rollout times text prompts: give a Qwen2 model or shape");
     }
@@ -102,7 +97,7 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
     run_engine(&model, &warm, a.max_batch)?;
     let mut figures = vec![run_static(&model, &w)?, run_engine(&model, &w, a.max_batch)?];
     drop(model);
-    if a.transformers {
+    if a.reference.transformers {
         figures.push(run_transformers(&a, &source, &w)?);
     }
     print_figures(&a, &figures);
@@ -273,7 +268,7 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
     let script = crate::bench_model::reference_script("bench_rollout_transformers.py");
     let mut spec = tempfile::Builder::new().suffix(".json").tempfile()?;
     serde_json::to_writer(&mut spec, w)?;
-    let python = python(&a.python);
+    let python = a.reference.python();
     let out = std::process::Command::new(&python)
         .arg(&script)
         .args(source.args())

@@ -185,17 +185,11 @@ fn a_checkpoint_reloads_with_identical_logits() {
 
 #[test]
 fn a_resumed_run_continues_at_its_step_with_identical_rollouts() {
-    // Uninterrupted: two steps.
-    let whole = tempfile::tempdir().unwrap();
-    Trainer::new(parse(&config("gae", ""), &[]).unwrap(), whole.path()).unwrap().run().unwrap();
     // Interrupted after step 1 (its checkpoint complete, a later save cut short), resumed.
-    let cut = tempfile::tempdir().unwrap();
-    Trainer::new(parse(&config("gae", ""), &["schedule.steps=1"]).unwrap(), cut.path()).unwrap().run().unwrap();
-    std::fs::create_dir_all(cut.path().join("checkpoints/.step-000002.partial/actor")).unwrap();
-    std::fs::create_dir_all(cut.path().join("checkpoints/step-000003")).unwrap(); // no state.json: incomplete
-    let mut resumed = Trainer::resume(cut.path(), &["schedule.steps=2".into()]).unwrap();
-    assert_eq!(resumed.state.step, 1);
-    resumed.run().unwrap();
+    let (whole, cut) = common::whole_and_resumed(&config("gae", ""), |cut| {
+        std::fs::create_dir_all(cut.join("checkpoints/.step-000002.partial/actor")).unwrap();
+        std::fs::create_dir_all(cut.join("checkpoints/step-000003")).unwrap(); // no state.json: incomplete
+    });
     let (a, b) = (step_line(whole.path(), 2), step_line(cut.path(), 2));
     for key in ["train/reward", "train/success", "rollout/response_length", "throughput/response_tokens"] {
         assert_eq!(a[key], b[key], "{key}");

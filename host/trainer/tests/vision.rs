@@ -50,14 +50,7 @@ fn a_vl_step_on_pictures_starts_at_ratio_one_and_generation_matches_the_training
 
 #[test]
 fn a_resumed_vl_run_continues_exactly() {
-    let whole = tempfile::tempdir().unwrap();
-    Trainer::new(parse(&vision_config("bi-level-gae", ""), &[]).unwrap(), whole.path()).unwrap().run().unwrap();
-    let cut = tempfile::tempdir().unwrap();
-    let cfg = parse(&vision_config("bi-level-gae", ""), &["schedule.steps=1"]).unwrap();
-    Trainer::new(cfg, cut.path()).unwrap().run().unwrap();
-    let mut resumed = Trainer::resume(cut.path(), &["schedule.steps=2".into()]).unwrap();
-    assert_eq!(resumed.state.step, 1);
-    resumed.run().unwrap();
+    let (whole, cut) = common::whole_and_resumed(&vision_config("bi-level-gae", ""), |_| {});
     let (a, b) = (step_line(whole.path(), 2), step_line(cut.path(), 2));
     for key in ["train/reward", "rollout/response_length", "rollout/image_tokens", "throughput/response_tokens"] {
         assert_eq!(a[key], b[key], "{key}");

@@ -107,3 +107,17 @@ pub fn assert_tensorboard_matches_metrics(dir: &Path) -> usize {
     }
     compared
 }
+
+/// The run `text` describes, for two steps uninterrupted (`.0`), and stopped after step 1,
+/// `between` done to its folder, then resumed to step 2 (`.1`).
+pub fn whole_and_resumed(text: &str, between: impl FnOnce(&Path)) -> (tempfile::TempDir, tempfile::TempDir) {
+    let whole = tempfile::tempdir().unwrap();
+    vagen_trainer::Trainer::new(parse(text, &["schedule.steps=2"]).unwrap(), whole.path()).unwrap().run().unwrap();
+    let cut = tempfile::tempdir().unwrap();
+    vagen_trainer::Trainer::new(parse(text, &["schedule.steps=1"]).unwrap(), cut.path()).unwrap().run().unwrap();
+    between(cut.path());
+    let mut resumed = vagen_trainer::Trainer::resume(cut.path(), &["schedule.steps=2".into()]).unwrap();
+    assert_eq!(resumed.state.step, 1);
+    resumed.run().unwrap();
+    (whole, cut)
+}
