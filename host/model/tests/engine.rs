@@ -188,9 +188,17 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
 
     let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
     let mut tiny = engine(EngineOptions { kv_cache_mib: n(1), ..Default::default() });
-    let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0 };
+    let request = EngineRequest { key: 0, ids: long.clone(), images: vec![], max_new_tokens: 8, seed: 0 };
     let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
     assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
+    // A call that fails part-way leaves no cached row behind (none may hold what it
+    // claims), and the engine answers the next call as a fresh one would.
+    let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0 };
+    assert!(tight.kv_bytes() > 0);
+    assert!(model.generate_with(&mut tight, &[request], &options).is_err());
+    assert_eq!(tight.kv_bytes(), 0);
+    let again = converse(&model, &mut tight, 2, 4, 3, &options, &|_, _| 8);
+    assert_same(&full, &again, 1e-4);
 }
 
 #[test]

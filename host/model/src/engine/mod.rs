@@ -206,8 +206,14 @@ impl Engine {
             kv: &mut cache.kv,
             out: (0..requests.len()).map(|_| None).collect(),
         };
-        call.run()?;
-        call.out.into_iter().map(|g| Ok(g.expect("every request ends"))).collect()
+        let out = call.run().map(|()| call.out);
+        if out.is_err() {
+            // The schedule runs ahead of the tensors (a planned wave's rows already claim
+            // their prompts): after a call that failed part-way no cached row is trusted.
+            cache.slots.clear();
+            cache.kv.clear();
+        }
+        out?.into_iter().map(|g| Ok(g.expect("every request ends"))).collect()
     }
 }
 
