@@ -10,8 +10,6 @@ use tch::{Device, Kind, Tensor};
 pub(crate) struct KvRows {
     keys: Vec<Tensor>,
     values: Vec<Tensor>,
-    rows: usize,
-    cap: usize,
     kv_heads: i64,
     head_dim: i64,
     layers: usize,
@@ -24,8 +22,6 @@ impl KvRows {
         KvRows {
             keys: vec![],
             values: vec![],
-            rows: 0,
-            cap: 0,
             kv_heads: c.num_key_value_heads as i64,
             head_dim: c.head_dim as i64,
             layers: c.num_hidden_layers,
@@ -36,7 +32,7 @@ impl KvRows {
 
     /// Releases the memory.
     pub fn clear(&mut self) {
-        (self.keys, self.values, self.rows, self.cap) = (vec![], vec![], 0, 0);
+        (self.keys, self.values) = (vec![], vec![]);
     }
 
     pub fn apply(&mut self, moves: &[Move]) -> Result<()> {
@@ -47,7 +43,6 @@ impl KvRows {
                     let keep = |t: &Tensor| t.narrow(0, 0, rows as i64).copy();
                     self.keys = self.keys.iter().map(keep).collect();
                     self.values = self.values.iter().map(keep).collect();
-                    self.rows = rows;
                 }
                 Move::Swap { a, b, positions } => {
                     for t in self.keys.iter().chain(&self.values) {
@@ -71,7 +66,8 @@ impl KvRows {
 
     fn grow(&mut self, rows: usize, cap: usize) -> Result<()> {
         let shape = [rows as i64, self.kv_heads, cap as i64, self.head_dim];
-        let (old_rows, old_cap) = (self.rows as i64, self.cap as i64);
+        // The shape the tensors have now: `[rows, kv_heads, capacity, head_dim]`.
+        let (old_rows, old_cap) = self.keys.first().map_or((0, 0), |t| (t.size()[0], t.size()[2]));
         let grown = |old: &[Tensor]| -> Result<Vec<Tensor>> {
             (0..self.layers)
                 .map(|l| {
@@ -87,7 +83,7 @@ impl KvRows {
                 .collect()
         };
         let (keys, values) = (grown(&self.keys)?, grown(&self.values)?);
-        (self.keys, self.values, self.rows, self.cap) = (keys, values, rows, cap);
+        (self.keys, self.values) = (keys, values);
         Ok(())
     }
 

@@ -152,9 +152,8 @@ impl<'a> Scheduler<'a> {
         if self.queue.is_empty() || self.active.len() >= self.options.max_batch.get() {
             return Ok(None);
         }
-        let wave = self.next_wave();
+        let mut wave = self.next_wave();
         let running = !self.active.is_empty();
-        let mut wave = wave;
         let mut placed = self.place(&wave)?;
         if placed == 0 && !running && wave.len() > 1 {
             // Later members' sources may hold the only rows: the first goes alone.
