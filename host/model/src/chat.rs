@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use vagen_abi::Message;
 
 /// A model's chat template with the special-token strings it may refer to.
+#[derive(Clone)]
 pub struct ChatTemplate {
     env: Environment<'static>,
     source: String,

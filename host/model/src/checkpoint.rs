@@ -41,6 +41,10 @@ pub struct Model {
     pub vision: Option<Vision>,
     tokenizer_config: Value,
     generation_config: Option<Value>,
+    /// The adapters' settings once LoRA is attached (the base is then frozen).
+    pub(crate) lora: Option<crate::LoraConfig>,
+    /// What loaded it (`default@0`, a folder): an adapter's `base_model_name_or_path`.
+    pub name_or_path: String,
 }
 
 /// Everything of a model folder but the weights.
@@ -98,7 +102,9 @@ impl Model {
             chat: ChatTemplate::from_folder(&folder)?,
         };
         let tensors = weights::read_dir(&folder)?;
-        Self::assemble(parts, &tensors, dir, options)
+        let mut model = Self::assemble(parts, &tensors, dir, options)?;
+        model.name_or_path = std::path::absolute(dir).unwrap_or_else(|_| dir.into()).display().to_string();
+        Ok(model)
     }
 
     pub(crate) fn assemble(
@@ -109,22 +115,25 @@ impl Model {
     ) -> Result<Self> {
         let shapes =
             |p: &Parts| weights::check_shapes(&p.config, p.vl.as_ref().map(|(v, _)| &v.vision), tensors, source);
-        Self::assemble_with(parts, options, shapes, |vs| weights::fill(vs, tensors, source))
+        Self::assemble_with(parts, options, shapes, HashMap::new(), |vs| weights::fill(vs, tensors, source))
     }
 
     /// [`Self::assemble`] with the parameters written by `fill` (e.g. drawn in place, so a
     /// multi-billion-parameter benchmark model is never held twice). `check` runs on the
-    /// parts before anything is allocated.
+    /// parts before anything is allocated. The `shared` tensors become the variables of
+    /// their names as they are (not copied): a base shared with another model.
     pub(crate) fn assemble_with(
         parts: Parts,
         options: LoadOptions,
         check: impl FnOnce(&Parts) -> Result<()>,
+        shared: HashMap<String, Tensor>,
         fill: impl FnOnce(&VarStore) -> Result<()>,
     ) -> Result<Self> {
         parts.check_tokenizer()?;
         check(&parts)?;
         let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
         let mut vs = VarStore::new(options.device);
+        crate::lora::add_shared(&vs.root(), shared);
         let lm = Qwen2ForCausalLM::new(&vs.root(), &config);
         let vision = vl.map(|(config, processor)| Vision {
             tower: VisionTower::new(vs.root() / "visual", &config.vision),
@@ -144,7 +153,21 @@ impl Model {
             vision,
             tokenizer_config,
             generation_config,
+            lora: None,
+            name_or_path: String::new(),
         })
+    }
+
+    /// Everything but the weights, for another model of the same shape.
+    pub(crate) fn parts(&self) -> Parts {
+        Parts {
+            config: self.config().clone(),
+            vl: self.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone())),
+            tokenizer: self.tokenizer.clone(),
+            tokenizer_config: self.tokenizer_config.clone(),
+            generation_config: self.generation_config.clone(),
+            chat: self.chat.clone(),
+        }
     }
 
     pub fn config(&self) -> &Qwen2Config {
@@ -227,10 +250,11 @@ impl Model {
         }
     }
 
-    /// Whether training updates the vision tower (it does by default, as in VAGEN).
+    /// Whether training updates the vision tower (it does by default, as in VAGEN). With
+    /// LoRA the base stays frozen: only adapters train.
     pub fn set_vision_trainable(&mut self, trainable: bool) {
         for (name, t) in self.vs.variables() {
-            if name.starts_with("visual.") {
+            if name.starts_with("visual.") && (self.lora.is_none() || crate::lora::is_adapter_tensor(&name)) {
                 let _ = t.set_requires_grad(trainable);
             }
         }
@@ -239,7 +263,12 @@ impl Model {
     /// Writes the folder transformers' `from_pretrained` reads: `config.json`,
     /// `model.safetensors` (in the model's dtype), `generation_config.json`, `tokenizer.json`,
     /// `tokenizer_config.json` with the chat template.
+    ///
+    /// With LoRA attached, the adapter alone in PEFT's layout (see [`Self::save_adapter`]).
     pub fn save(&self, dir: &Path) -> Result<()> {
+        if self.lora.is_some() {
+            return self.save_adapter(dir);
+        }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let config = match &self.vision {
             Some(v) => v.config.to_json(self.dtype.hf_name()),

@@ -53,7 +53,9 @@ pub fn default_config() -> Qwen2Config {
 /// The default model with weights drawn from `seed`: N(0, 0.02) matrices (HF's
 /// `initializer_range`), zero biases, unit norms. Same seed, same weights, on any machine.
 pub fn default_model(seed: u64, options: LoadOptions) -> Result<Model> {
-    random_model(default_config(), seed, options)
+    let mut model = random_model(default_config(), seed, options)?;
+    model.name_or_path = format!("default@{seed}");
+    Ok(model)
 }
 
 /// A model of any Qwen2 shape with weights drawn from `seed` and the embedded tokenizer
@@ -113,7 +115,9 @@ pub fn default_vl_model(seed: u64, options: LoadOptions) -> Result<Model> {
     let config = default_vl_config();
     let mut tensors = initial_weights(&config.text, seed);
     tensors.extend(initial_vision_weights(&config, seed));
-    Model::assemble(vl_parts(config, processor)?, &tensors, Path::new("<default-vl>"), options)
+    let mut model = Model::assemble(vl_parts(config, processor)?, &tensors, Path::new("<default-vl>"), options)?;
+    model.name_or_path = format!("default-vl@{seed}");
+    Ok(model)
 }
 
 /// A Qwen2.5-VL model of any shape with the embedded tokenizer (and its vision tokens) and
@@ -138,6 +142,7 @@ pub fn benchmark_model(
         parts,
         options,
         |_| Ok(()),
+        HashMap::new(),
         |vs| {
             let _guard = tch::no_grad_guard();
             tch::manual_seed(seed as i64);
@@ -267,7 +272,7 @@ pub(crate) fn initial_weights(c: &Qwen2Config, seed: u64) -> HashMap<String, Ten
 }
 
 /// Standard normal by Box–Muller: portable, unlike libtorch's generator across devices.
-fn gaussian(rng: &mut ChaCha8Rng) -> f64 {
+pub(crate) fn gaussian(rng: &mut ChaCha8Rng) -> f64 {
     let u1 = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
     let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()

@@ -15,8 +15,11 @@
 //! - [`Engine`] is the rollout engine: per-trajectory KV reuse across turns, group prompts
 //!   prefilled once, continuous batching.
 //! - [`Model`] loads and saves HF folders (`model.safetensors`, sharded or not);
+//!   [`LoraConfig`] adapters in PEFT's layout, trained over a frozen base that a critic or
+//!   a KL reference shares;
 //!   [`default_model`] builds the embedded small model from a seed.
 
+mod adapters;
 mod chat;
 mod chats;
 mod checkpoint;
@@ -29,6 +32,7 @@ mod folder;
 mod generate;
 mod image_processor;
 mod kv_cache;
+mod lora;
 mod panics;
 mod qwen2;
 mod rope;
@@ -58,6 +62,7 @@ pub use generate::{
 };
 pub use image_processor::{ImageProcessor, PixelValues};
 pub use kv_cache::KvCache;
+pub use lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, AdapterMeta, LoraConfig, LoraInit, Targets, is_adapter_folder};
 pub use panics::{catch_panic, install_panic_hook};
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use spec::{DeviceChoice, ModelSource, ModelSpec};

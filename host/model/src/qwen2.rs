@@ -2,25 +2,38 @@
 //! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
 
 use crate::kv_cache::LayerCache;
+use crate::lora::{Lora, Site};
 use crate::rope::{self, Rope};
 use crate::{KvCache, Qwen2Config, Result};
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
 
+/// A variable of `p`'s store: the one already there under `name` (a base shared with
+/// another model, see [`crate::Model::sharing_base`]), else a new one.
+pub(crate) fn param(p: &Path, name: &str, dims: &[i64], init: Init) -> Tensor {
+    p.get(name).unwrap_or_else(|| p.var(name, dims, init))
+}
+
 pub(crate) struct Linear {
     pub weight: Tensor,
     pub bias: Option<Tensor>,
+    /// A LoRA adapter on this layer (see [`crate::LoraConfig`]).
+    pub lora: Option<Lora>,
 }
 
 impl Linear {
     pub fn new(p: Path, inputs: usize, outputs: usize, bias: bool) -> Self {
-        let weight = p.var("weight", &[outputs as i64, inputs as i64], Init::Const(0.));
-        let bias = bias.then(|| p.var("bias", &[outputs as i64], Init::Const(0.)));
-        Linear { weight, bias }
+        let weight = param(&p, "weight", &[outputs as i64, inputs as i64], Init::Const(0.));
+        let bias = bias.then(|| param(&p, "bias", &[outputs as i64], Init::Const(0.)));
+        Linear { weight, bias, lora: None }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        x.linear(&self.weight, self.bias.as_ref())
+        let y = x.linear(&self.weight, self.bias.as_ref());
+        match &self.lora {
+            Some(lora) => y + lora.delta(x),
+            None => y,
+        }
     }
 }
 
@@ -32,7 +45,7 @@ pub(crate) struct RmsNorm {
 
 impl RmsNorm {
     pub fn new(p: Path, size: usize, eps: f64) -> Self {
-        RmsNorm { weight: p.var("weight", &[size as i64], Init::Const(1.)), eps }
+        RmsNorm { weight: param(&p, "weight", &[size as i64], Init::Const(1.)), eps }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
@@ -143,6 +156,15 @@ impl Mlp {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
     }
+
+    /// Its layers, named below `prefix` (`….mlp`).
+    pub fn sites<'m>(&'m mut self, prefix: &str, vl: bool) -> [Site<'m>; 3] {
+        [
+            Site::new(format!("{prefix}.gate_proj"), vl, &mut self.gate_proj),
+            Site::new(format!("{prefix}.up_proj"), vl, &mut self.up_proj),
+            Site::new(format!("{prefix}.down_proj"), vl, &mut self.down_proj),
+        ]
+    }
 }
 
 struct DecoderLayer {
@@ -175,7 +197,7 @@ pub struct Qwen2Model {
 impl Qwen2Model {
     pub(crate) fn new(p: Path, c: &Qwen2Config) -> Self {
         let embed_tokens =
-            (&p / "embed_tokens").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.));
+            param(&(&p / "embed_tokens"), "weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.));
         let layers = (0..c.num_hidden_layers).map(|i| DecoderLayer::new(&p / "layers" / i, c)).collect();
         let norm = RmsNorm::new(&p / "norm", c.hidden_size, c.rms_norm_eps);
         Qwen2Model {
@@ -193,6 +215,22 @@ impl Qwen2Model {
 
     pub(crate) fn embed_weight(&self) -> &Tensor {
         &self.embed_tokens
+    }
+
+    /// Every linear layer, named as in checkpoints (`model.layers.N.self_attn.q_proj`).
+    pub(crate) fn sites(&mut self, vl: bool) -> Vec<Site<'_>> {
+        let mut out = Vec::new();
+        for (i, layer) in self.layers.iter_mut().enumerate() {
+            let a = &mut layer.self_attn;
+            let p = format!("model.layers.{i}");
+            for (name, l) in
+                [("q_proj", &mut a.q_proj), ("k_proj", &mut a.k_proj), ("v_proj", &mut a.v_proj), ("o_proj", &mut a.o_proj)]
+            {
+                out.push(Site::new(format!("{p}.self_attn.{name}"), vl, l));
+            }
+            out.extend(layer.mlp.sites(&format!("{p}.mlp"), vl));
+        }
+        out
     }
 
     pub fn device(&self) -> tch::Device {
@@ -316,7 +354,7 @@ impl Qwen2ForCausalLM {
     pub(crate) fn new(p: &Path, c: &Qwen2Config) -> Self {
         let model = Qwen2Model::new(p / "model", c);
         let lm_head = (!c.tie_word_embeddings)
-            .then(|| (p / "lm_head").var("weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.)));
+            .then(|| param(&(p / "lm_head"), "weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.)));
         Qwen2ForCausalLM { model, lm_head }
     }
 

@@ -43,17 +43,42 @@ pub enum ModelSource {
 
 impl ModelSource {
     /// The model, an embedded one drawn from its own seed or else `fallback_seed`.
+    /// A folder holding an adapter (`adapter_config.json`, no `config.json`) loads the base
+    /// its `base_model_name_or_path` names, with the adapter attached.
     pub fn load(&self, fallback_seed: u64, options: LoadOptions) -> Result<Model> {
         match self {
-            ModelSource::Embedded { vision: false, seed } => {
-                crate::default_model(seed.unwrap_or(fallback_seed), options)
-            }
+            ModelSource::Embedded { vision: false, seed } => crate::default_model(seed.unwrap_or(fallback_seed), options),
             ModelSource::Embedded { vision: true, seed } => {
                 crate::default_vl_model(seed.unwrap_or(fallback_seed), options)
+            }
+            ModelSource::Folder(dir) if crate::is_adapter_folder(dir) => {
+                self.load_adapter_base(dir, fallback_seed, options)
             }
             ModelSource::Folder(dir) => Model::load(dir, options),
         }
     }
+
+    /// `base` with the adapter of `dir` attached.
+    pub fn load_with_adapter(&self, dir: &std::path::Path, fallback_seed: u64, options: LoadOptions) -> Result<Model> {
+        if matches!(self, ModelSource::Folder(d) if crate::is_adapter_folder(d)) {
+            return Err(Error::Invalid(format!("{self}: an adapter folder cannot be the base of another adapter")));
+        }
+        let mut model = self.load(fallback_seed, options)?;
+        model.load_adapter(dir)?;
+        Ok(model)
+    }
+
+    fn load_adapter_base(&self, dir: &std::path::Path, fallback_seed: u64, options: LoadOptions) -> Result<Model> {
+        let (_, meta, _) = crate::lora::read_folder(dir)?;
+        let base = meta.base.ok_or_else(|| Error::Config {
+            path: dir.join(crate::ADAPTER_CONFIG),
+            message: "base_model_name_or_path is missing: name the base model, with the adapter given separately"
+                .into(),
+        })?;
+        let base: ModelSource = base.parse()?;
+        base.load_with_adapter(dir, fallback_seed, options)
+    }
+
 
     /// A critic: a saved one's folder, or a policy's (its decoder, the head at zero).
     pub fn load_critic(&self, fallback_seed: u64, options: LoadOptions) -> Result<ValueModel> {

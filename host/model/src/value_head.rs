@@ -5,6 +5,7 @@
 
 use crate::checkpoint::write_json;
 use crate::image_processor::{ImageProcessor, PixelValues};
+use crate::lora::{self, LoraConfig, is_adapter_tensor};
 use crate::qwen2::Linear;
 use crate::vision::VisionTower;
 use crate::vl::{Vision, hidden_states};
@@ -23,7 +24,12 @@ pub struct ValueModel {
     pub dtype: DType,
     /// The vision half, for a VL actor's critic.
     pub vision: Option<Vision>,
+    /// With LoRA: the critic is its own adapter and head over the actor's frozen base.
+    lora: Option<LoraConfig>,
 }
+
+/// What a saved LoRA critic keeps whole beside its adapter.
+const HEAD: &str = "score";
 
 impl ValueModel {
     /// A critic from a model spec (`default`, `default-vl`, a folder; see
@@ -43,8 +49,19 @@ impl ValueModel {
     }
 
     /// verl's critic: a copy of `actor`'s decoder, name for name (its own tensors, on the
-    /// actor's device and in its dtype), with the head at zero.
+    /// actor's device and in its dtype), with the head at zero. A LoRA actor's critic
+    /// shares its frozen base and starts from a copy of its adapter.
     pub fn from_policy(actor: &Model) -> Result<Self> {
+        if let Some(config) = actor.lora() {
+            let critic = Self::sharing_base(actor, config)?;
+            let vars = critic.vs.variables();
+            let _guard = tch::no_grad_guard();
+            for (name, t) in actor.vs.variables().into_iter().filter(|(n, _)| is_adapter_tensor(n)) {
+                let mut mine = vars[&name].shallow_clone();
+                mine.f_copy_(&t)?;
+            }
+            return Ok(critic);
+        }
         let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
         Self::assemble(actor.config().clone(), vl, actor.vs.variables(), Path::new("<actor>"), options)
@@ -57,15 +74,50 @@ impl ValueModel {
         Self::assemble(config, None, tensors, Path::new("<random>"), options)
     }
 
-    fn assemble(
+    /// A LoRA critic saved by [`Self::save`] over `actor`'s base.
+    pub fn load_sharing(actor: &Model, dir: &Path) -> Result<Self> {
+        let (config, meta, tensors) = lora::read_folder(dir)?;
+        if meta.modules_to_save != [HEAD] {
+            return Err(Error::Config {
+                path: dir.join(lora::ADAPTER_CONFIG),
+                message: format!("modules_to_save = {:?}: a critic adapter saves [\"{HEAD}\"]", meta.modules_to_save),
+            });
+        }
+        let critic = Self::sharing_base(actor, &config)?;
+        lora::fill(&critic.vs.variables(), tensors, &[HEAD], &dir.join(lora::ADAPTER_WEIGHTS))?;
+        Ok(critic)
+    }
+
+    /// Over `actor`'s frozen base (its tensors, not copies): a new adapter as `config`
+    /// says and a zero head.
+    fn sharing_base(actor: &Model, config: &LoraConfig) -> Result<Self> {
+        let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
+        let shared: HashMap<String, Tensor> = crate::adapters::base_variables(&actor.vs.variables())
+            .into_iter()
+            .filter(|(n, _)| !n.starts_with("lm_head."))
+            .collect();
+        let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
+        let mut critic = Self::build(actor.config().clone(), vl, options, shared);
+        let is_vl = critic.vision.is_some();
+        let mut sites = critic.model.sites(is_vl);
+        if let Some(v) = critic.vision.as_mut() {
+            sites.extend(v.tower.sites());
+        }
+        lora::attach(&critic.vs.root(), sites, config, 0)?;
+        critic.lora = Some(config.clone());
+        Ok(critic)
+    }
+
+    /// The modules on a new store holding `shared` as they are; the rest zero.
+    fn build(
         config: Qwen2Config,
         vl: Option<(Qwen2VlConfig, ImageProcessor)>,
-        mut tensors: HashMap<String, Tensor>,
-        source: &Path,
         options: LoadOptions,
-    ) -> Result<Self> {
+        shared: HashMap<String, Tensor>,
+    ) -> Self {
         let mut vs = VarStore::new(options.device);
         let root = vs.root();
+        lora::add_shared(&root, shared);
         let model = Qwen2Model::new(&root / "model", &config);
         let score = Linear::new(&root / "score", config.hidden_size, 1, true);
         let vision = vl.map(|(config, processor)| Vision {
@@ -74,15 +126,32 @@ impl ValueModel {
             processor,
         });
         vs.set_kind(options.dtype.kind());
+        ValueModel { model, score, vs, dtype: options.dtype, vision, lora: None }
+    }
+
+    fn assemble(
+        config: Qwen2Config,
+        vl: Option<(Qwen2VlConfig, ImageProcessor)>,
+        mut tensors: HashMap<String, Tensor>,
+        source: &Path,
+        options: LoadOptions,
+    ) -> Result<Self> {
+        let hidden = config.hidden_size as i64;
+        let critic = Self::build(config, vl, options, HashMap::new());
         if !tensors.contains_key("score.weight") {
-            tensors.insert("score.weight".into(), Tensor::zeros([1, config.hidden_size as i64], tch::kind::FLOAT_CPU));
+            tensors.insert("score.weight".into(), Tensor::zeros([1, hidden], tch::kind::FLOAT_CPU));
             tensors.insert("score.bias".into(), Tensor::zeros([1], tch::kind::FLOAT_CPU));
         }
-        if tensors.get("score.weight").map(Tensor::size) != Some(vec![1, config.hidden_size as i64]) {
+        if tensors.get("score.weight").map(Tensor::size) != Some(vec![1, hidden]) {
             return Err(Error::Weights { path: source.into(), message: "score.weight is not a one-label head".into() });
         }
-        weights::fill(&vs, &tensors, source)?;
-        Ok(ValueModel { model, score, vs, dtype: options.dtype, vision })
+        weights::fill(&critic.vs, &tensors, source)?;
+        Ok(critic)
+    }
+
+    /// The variables training updates: all of them, or with LoRA the adapter and the head.
+    pub fn trainable(&self) -> HashMap<String, Tensor> {
+        self.vs.variables().into_iter().filter(|(_, t)| t.requires_grad()).collect()
     }
 
     /// Values `[batch, seq]` (f32), one per position, from the last hidden state. Arguments
@@ -100,7 +169,15 @@ impl ValueModel {
     }
 
     /// `config.json` (as `Qwen2ForTokenClassification`, one label) and `model.safetensors`.
+    ///
+    /// A LoRA critic saves its adapter and head in PEFT's layout (`TOKEN_CLS`, the head as
+    /// `modules_to_save`); its base is the actor's.
     pub fn save(&self, dir: &Path) -> Result<()> {
+        if let Some(config) = &self.lora {
+            let json = config.to_peft_json("<the actor's base>", "TOKEN_CLS", &[HEAD]);
+            let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &[HEAD]);
+            return lora::write_folder(dir, &json, &tensors);
+        }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         // transformers has no VL token classifier: a VL critic's config is the VL model's,
         // named for what it holds (the decoder, the vision tower, the one-label head).

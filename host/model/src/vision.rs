@@ -2,7 +2,8 @@
 //! 2-D rotary attention inside windows (or over the whole image in the full-attention
 //! blocks), and the 2 × 2 patch merger that projects to the language model's width.
 
-use crate::qwen2::{Linear, Mlp, RmsNorm};
+use crate::lora::Site;
+use crate::qwen2::{Linear, Mlp, RmsNorm, param};
 use crate::rope;
 use crate::vl_config::VisionConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,7 +56,8 @@ pub struct VisionTower {
 impl VisionTower {
     pub(crate) fn new(p: Path, c: &VisionConfig) -> Self {
         let h = c.hidden_size;
-        let patch_embed = (&p / "patch_embed" / "proj").var(
+        let patch_embed = param(
+            &(&p / "patch_embed" / "proj"),
             "weight",
             &[h as i64, c.in_channels as i64, c.temporal_patch_size as i64, c.patch_size as i64, c.patch_size as i64],
             Init::Const(0.),
@@ -88,6 +90,20 @@ impl VisionTower {
 
     pub fn config(&self) -> &VisionConfig {
         &self.config
+    }
+
+    /// Every linear layer, named as in checkpoints (`visual.blocks.N.attn.qkv`).
+    pub(crate) fn sites(&mut self) -> Vec<Site<'_>> {
+        let mut out = Vec::new();
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            let p = format!("visual.blocks.{i}");
+            out.push(Site::new(format!("{p}.attn.qkv"), true, &mut b.attn.qkv));
+            out.push(Site::new(format!("{p}.attn.proj"), true, &mut b.attn.proj));
+            out.extend(b.mlp.sites(&format!("{p}.mlp"), true));
+        }
+        out.push(Site::new("visual.merger.mlp.0".into(), true, &mut self.merger.fc1));
+        out.push(Site::new("visual.merger.mlp.2".into(), true, &mut self.merger.fc2));
+        out
     }
 
     /// Image features `[Σ tokens, out_hidden]` for `pixel_values` `[Σ patches, patch_dim]`

@@ -9,27 +9,12 @@ use vagen_model::{GenerateOptions, Image, LoadOptions, Message, Model, Prompt};
 
 const MODELS: [&str; 2] = ["tiny-qwen2-vl-a", "tiny-qwen2-vl-b"];
 
-fn vl_expected() -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(fixtures().join("vl-expected.json")).unwrap()).unwrap()
-}
-
 fn vl_tensors() -> Vec<(String, Tensor)> {
     Tensor::read_safetensors(fixtures().join("vl-expected.safetensors")).unwrap()
 }
 
 fn tensor(all: &[(String, Tensor)], name: &str) -> Tensor {
     all.iter().find(|(n, _)| n == name).unwrap_or_else(|| panic!("no {name}")).1.shallow_clone()
-}
-
-fn image(name: &str) -> Image {
-    let img = image::open(fixtures().join(format!("vl-images/{name}.png"))).unwrap().to_rgb8();
-    Image { width: img.width(), height: img.height(), rgb: img.into_raw() }
-}
-
-fn prompt_inputs(p: &serde_json::Value) -> (Vec<Message>, Vec<Image>) {
-    let messages: Vec<Message> = serde_json::from_value(p["messages"].clone()).unwrap();
-    let images = p["images"].as_array().unwrap().iter().map(|n| image(n.as_str().unwrap())).collect();
-    (messages, images)
 }
 
 fn prompts(model: &Model) -> Vec<Prompt> {

@@ -115,6 +115,9 @@ const TENSORBOARD: &str = "tensorboard==2.21.0";
 const PYTEST: &str = "pytest==9.2.0";
 /// The official client `vagen-host serve` is tested against.
 const OPENAI: &str = "openai==3.57.0";
+/// LoRA adapters are tested against PEFT itself (which needs accelerate).
+const PEFT: &str = "peft==0.21.2";
+const ACCELERATE: &str = "accelerate==1.15.0";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -134,12 +137,12 @@ fn setup_torch(needs: Needs) -> Result<()> {
         Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
         Needs::Tests => (
             "import torch, numpy, transformers, PIL, torchvision, cv2, skimage, maturin, gymnasium, \
-             tensorboard, pytest, openai, importlib.metadata as m; \
+             tensorboard, pytest, openai, peft, accelerate, importlib.metadata as m; \
              print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__, \
              PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__, \
              m.version('maturin'), gymnasium.__version__, tensorboard.__version__, pytest.__version__, \
-             openai.__version__)",
-            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0",
+             openai.__version__, peft.__version__, accelerate.__version__)",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0",
         ),
     };
     let ok = Command::new(venv_python())
@@ -169,6 +172,8 @@ fn setup_torch(needs: Needs) -> Result<()> {
             TENSORBOARD,
             PYTEST,
             OPENAI,
+            PEFT,
+            ACCELERATE,
         ]);
     }
     run(pip)

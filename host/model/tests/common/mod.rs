@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 use tch::Tensor;
-use vagen_model::{LoadOptions, Model};
+use vagen_model::{Image, LoadOptions, Message, Model};
 
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
@@ -69,4 +69,19 @@ pub fn transformers_outputs(dir: &Path, kind: &str, ids: &[Vec<u32>]) -> (Vec<Te
         })
         .collect();
     (tensors, v["class"].as_str().unwrap().to_string())
+}
+
+pub fn vl_expected() -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(fixtures().join("vl-expected.json")).unwrap()).unwrap()
+}
+
+pub fn image(name: &str) -> Image {
+    let img = image::open(fixtures().join(format!("vl-images/{name}.png"))).unwrap().to_rgb8();
+    Image { width: img.width(), height: img.height(), rgb: img.into_raw() }
+}
+
+pub fn prompt_inputs(p: &serde_json::Value) -> (Vec<Message>, Vec<Image>) {
+    let messages: Vec<Message> = serde_json::from_value(p["messages"].clone()).unwrap();
+    let images = p["images"].as_array().unwrap().iter().map(|n| image(n.as_str().unwrap())).collect();
+    (messages, images)
 }

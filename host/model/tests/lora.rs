@@ -1,0 +1,217 @@
+//! LoRA: fresh adapters leave the outputs as they were and train alone; adapters save and
+//! load in PEFT's layout (peft itself loads ours and we load peft's with the same logits,
+//! merges agree); a critic and a KL reference sit on the actor's frozen base.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::path::Path;
+use tch::{Kind, Tensor};
+use vagen_model::{LoadOptions, LoraConfig, Model, ModelSource, Targets, ValueModel};
+
+fn config(r: usize, alpha: f64, targets: Targets) -> LoraConfig {
+    LoraConfig { r: r.try_into().unwrap(), alpha, target_modules: targets, ..LoraConfig::default() }
+}
+
+fn names(list: &[&str]) -> Targets {
+    Targets::Names(list.iter().map(|s| s.to_string()).collect())
+}
+
+/// Every B drawn at random, so the adapters change the outputs.
+fn randomise(model: &Model, seed: i64) {
+    let _g = tch::no_grad_guard();
+    tch::manual_seed(seed);
+    for (name, mut t) in model.vs.variables() {
+        if name.contains(".lora_B.") {
+            t.copy_(&(Tensor::randn_like(&t) * 0.1));
+        }
+    }
+}
+
+fn probe(model: &Model) -> Vec<Vec<u32>> {
+    ["<|im_start|>user\nmove left<|im_end|>", "the box is at (2, 3); go up"]
+        .iter()
+        .map(|t| model.tokenizer.encode(t).unwrap())
+        .collect()
+}
+
+fn peft(args: &[&str], stdin: &str) -> serde_json::Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("reference/peft_parity.py");
+    let mut child = std::process::Command::new(python())
+        .arg(script)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "peft_parity.py {args:?} failed");
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+fn rows(v: &serde_json::Value) -> Tensor {
+    let rows: Vec<Vec<f32>> = serde_json::from_value(v.clone()).unwrap();
+    let n = rows.len() as i64;
+    Tensor::from_slice(&rows.concat()).view([n, -1])
+}
+
+/// peft's logits for our probe sequences, base + adapter folder.
+fn peft_logits(base: &Path, adapter: &Path, ids: &[Vec<u32>]) -> Vec<Tensor> {
+    let input = serde_json::json!({ "ids": ids }).to_string();
+    let out = peft(&["logits", base.to_str().unwrap(), adapter.to_str().unwrap()], &input);
+    out["outputs"].as_array().unwrap().iter().map(rows).collect()
+}
+
+#[test]
+fn fresh_adapters_leave_the_outputs_unchanged_and_alone_receive_gradients() {
+    let mut model = load("tiny-qwen2");
+    let seq = &probe(&model)[0];
+    let before = logits(&model, seq);
+    let layers = model.config().num_hidden_layers;
+    assert_eq!(model.attach_lora(&LoraConfig::default(), 3).unwrap(), 2 * layers, "q_proj and v_proj");
+    assert!(logits(&model, seq).equal(&before), "B starts at zero");
+    let trainable = model.trainable();
+    assert_eq!(trainable.len(), 4 * layers);
+    assert!(trainable.keys().all(|n| n.contains(".lora_A.") || n.contains(".lora_B.")), "{:?}", trainable.keys());
+
+    randomise(&model, 1);
+    let ids = Tensor::from_slice(&seq.iter().map(|&t| t as i64).collect::<Vec<_>>()).unsqueeze(0);
+    let pos = Tensor::arange(seq.len() as i64, tch::kind::INT64_CPU).unsqueeze(0);
+    model.lm.forward(&ids, &pos, None, None).unwrap().square().sum(Kind::Float).backward();
+    let vars = model.vs.variables();
+    assert!(!vars["model.layers.0.mlp.up_proj.weight"].grad().defined(), "the base is frozen");
+    assert!(vars["model.layers.0.self_attn.q_proj.lora_A.weight"].grad().defined());
+    assert!(vars["model.layers.1.self_attn.v_proj.lora_B.weight"].grad().defined());
+
+    let mut other = load("tiny-qwen2");
+    let e = other.attach_lora(&config(4, 8.0, names(&["q_proj", "qproj"])), 0).unwrap_err().to_string();
+    assert!(e.contains("\"qproj\" names no linear layer"), "{e}");
+}
+
+#[test]
+fn an_adapter_we_save_loads_in_peft_with_the_same_logits_and_back_here_exactly() {
+    let base = fixtures().join("tiny-qwen2");
+    let mut model = load("tiny-qwen2");
+    model.attach_lora(&config(4, 8.0, Targets::AllLinear), 5).unwrap();
+    randomise(&model, 2);
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    assert!(vagen_model::is_adapter_folder(dir.path()));
+    let ids = probe(&model);
+    for (seq, theirs) in ids.iter().zip(peft_logits(&base, dir.path(), &ids)) {
+        let err = relative_error(&logits(&model, seq), &theirs);
+        assert!(err <= 1e-4, "peft's logits: relative error {err:e}");
+    }
+    // The folder names its base, so it loads alone.
+    let source: ModelSource = dir.path().to_str().unwrap().parse().unwrap();
+    let again = source.load(0, LoadOptions::default()).unwrap();
+    assert_eq!(again.lora(), model.lora());
+    assert!(logits(&again, &ids[0]).equal(&logits(&model, &ids[0])));
+}
+
+#[test]
+fn an_adapter_peft_saves_loads_here_with_the_same_logits_and_merges_as_peft_merges() {
+    let base = fixtures().join("tiny-qwen2");
+    let dir = tempfile::tempdir().unwrap();
+    let spec = serde_json::json!({ "r": 6, "alpha": 12, "target_modules": ["q_proj", "o_proj", "up_proj", "down_proj"], "rslora": true });
+    peft(&["make", base.to_str().unwrap(), dir.path().to_str().unwrap(), "7"], &spec.to_string());
+    let source = ModelSource::Folder(base.clone());
+    let model = source.load_with_adapter(dir.path(), 0, LoadOptions::default()).unwrap();
+    let lora = model.lora().unwrap();
+    assert_eq!((lora.r.get(), lora.rslora), (6, true));
+    let ids = probe(&model);
+    for (seq, theirs) in ids.iter().zip(peft_logits(&base, dir.path(), &ids)) {
+        let err = relative_error(&logits(&model, seq), &theirs);
+        assert!(err <= 1e-4, "peft's adapter here: relative error {err:e}");
+    }
+
+    let merged_dir = tempfile::tempdir().unwrap();
+    peft(&["merge", base.to_str().unwrap(), dir.path().to_str().unwrap(), merged_dir.path().to_str().unwrap()], "");
+    let theirs: std::collections::HashMap<String, Tensor> =
+        Tensor::read_safetensors(merged_dir.path().join("merged.safetensors")).unwrap().into_iter().collect();
+    let ours = model.merged_weights();
+    assert_eq!(ours.len(), 4 * model.config().num_hidden_layers);
+    for (name, w) in &ours {
+        let err = (w - &theirs[name]).abs().max().double_value(&[]);
+        assert!(err <= 1e-5, "{name}: merged weights differ by {err:e}");
+    }
+    let merged = model.merged().unwrap();
+    assert!(merged.lora().is_none() && merged.trainable().len() == merged.vs.variables().len());
+    let err = relative_error(&logits(&merged, &ids[0]), &logits(&model, &ids[0]));
+    assert!(err <= 1e-5, "merged against unmerged: {err:e}");
+}
+
+#[test]
+fn a_vl_adapter_over_every_linear_layer_matches_peft_with_images() {
+    let base = fixtures().join("tiny-qwen2-vl-a");
+    let mut model = load("tiny-qwen2-vl-a");
+    let adapted = model.attach_lora(&config(4, 16.0, Targets::AllLinear), 9).unwrap();
+    let vars = model.vs.variables();
+    assert!(vars.contains_key("visual.blocks.0.attn.qkv.lora_A.weight"), "all-linear adapts the vision tower");
+    assert!(vars.contains_key("visual.merger.mlp.2.lora_B.weight"));
+    assert!(!vars.keys().any(|n| n.starts_with("lm_head.lora")), "never the LM head");
+    assert!(adapted > 7 * model.config().num_hidden_layers);
+    randomise(&model, 3);
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    let prompt = &vl_expected()["prompts"][1];
+    let (messages, images) = prompt_inputs(prompt);
+    assert!(!images.is_empty());
+    let ours = model.encode_chat_images(&messages, &images, true).unwrap();
+    let logits = {
+        let _g = tch::no_grad_guard();
+        model.vision().unwrap().logits(&model.lm, &[&ours]).unwrap().0.squeeze_dim(0)
+    };
+    let fixtures = fixtures();
+    let args = ["logits-vl", base.to_str().unwrap(), dir.path().to_str().unwrap(), fixtures.to_str().unwrap()];
+    let theirs = rows(&peft(&args, &prompt.to_string())["logits"]);
+    let err = relative_error(&logits, &theirs);
+    assert!(err <= 1e-4, "peft's VL logits: relative error {err:e}");
+}
+
+#[test]
+fn a_critic_and_a_reference_share_the_actors_frozen_base() {
+    let mut actor = Model::from_spec("default", LoadOptions::default()).unwrap();
+    actor.attach_lora(&config(8, 16.0, Targets::AllLinear), 1).unwrap();
+    randomise(&actor, 4);
+    let critic = ValueModel::from_policy(&actor).unwrap();
+    let weight = "model.layers.2.mlp.down_proj.weight";
+    let (a, c) = (actor.vs.variables(), critic.vs.variables());
+    assert_eq!(a[weight].data_ptr(), c[weight].data_ptr(), "the same tensor, not a copy");
+    let adapter = "model.layers.2.mlp.down_proj.lora_B.weight";
+    assert_ne!(a[adapter].data_ptr(), c[adapter].data_ptr(), "its own adapter");
+    assert!(a[adapter].equal(&c[adapter]), "starting from the actor's");
+    let trainable = critic.trainable();
+    assert!(trainable.contains_key("score.weight") && !trainable.contains_key(weight));
+
+    let dir = tempfile::tempdir().unwrap();
+    critic.save(dir.path()).unwrap();
+    let again = ValueModel::load_sharing(&actor, dir.path()).unwrap();
+    let seq = &probe(&actor)[1];
+    let ids = Tensor::from_slice(&seq.iter().map(|&t| t as i64).collect::<Vec<_>>()).unsqueeze(0);
+    let pos = Tensor::arange(seq.len() as i64, tch::kind::INT64_CPU).unsqueeze(0);
+    let _g = tch::no_grad_guard();
+    assert!(again.forward(&ids, &pos, None).unwrap().equal(&critic.forward(&ids, &pos, None).unwrap()));
+
+    actor.save(dir.path()).unwrap();
+    let mut reference = actor.sharing_base().unwrap();
+    reference.load_adapter(dir.path()).unwrap();
+    assert_eq!(reference.vs.variables()[weight].data_ptr(), a[weight].data_ptr());
+    assert!(logits(&reference, seq).equal(&logits(&actor, seq)));
+}
+
+#[test]
+fn a_merged_copy_follows_the_adapters_after_a_refresh() {
+    let mut actor = Model::from_spec("default", LoadOptions::default()).unwrap();
+    actor.attach_lora(&LoraConfig::default(), 0).unwrap();
+    let merged = actor.merged().unwrap();
+    let seq = &probe(&actor)[0];
+    assert!(logits(&merged, seq).allclose(&logits(&actor, seq), 1e-6, 1e-6, false));
+    randomise(&actor, 5);
+    assert!(!logits(&merged, seq).allclose(&logits(&actor, seq), 1e-4, 1e-4, false), "stale until refreshed");
+    actor.refresh_merged(&merged).unwrap();
+    let err = relative_error(&logits(&merged, seq), &logits(&actor, seq));
+    assert!(err <= 1e-5, "refreshed: {err:e}");
+}
