@@ -40,7 +40,7 @@ impl Trainer {
         let options =
             cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
         let mut policy = Exploring {
-            inner: crate::train::model_policy(cfg, self.actor.clone(), options),
+            inner: crate::train::model_policy(cfg, self.generator(), options),
             format: cfg.rollout.episodes.format,
             rate: cfg.rollout.episodes.explore,
             at: cfg.rollout.episodes.explore_at,

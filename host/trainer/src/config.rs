@@ -209,12 +209,24 @@ pub struct ModelSection {
     /// auto, cpu, cuda, cuda:N.
     pub device: DeviceChoice,
     /// Keep a VL model's vision tower fixed (false: trained with the rest, as VAGEN does).
+    /// With LoRA it applies to the tower's adapters, if `target_modules` gives it any.
     pub freeze_vision: bool,
+    /// `[model.lora]`: train LoRA adapters (PEFT's settings and names, see
+    /// `vagen_model::LoraConfig`) over the frozen model instead of every weight. The actor's
+    /// checkpoints then hold the adapter in PEFT's layout; a critic is its own adapter and
+    /// head over the same base; `engine.merge_lora` generates from a merged copy.
+    pub lora: Option<vagen_model::LoraConfig>,
 }
 
 impl Default for ModelSection {
     fn default() -> Self {
-        ModelSection { path: embedded_model(), dtype: DType::F32, device: DeviceChoice::Auto, freeze_vision: false }
+        ModelSection {
+            path: embedded_model(),
+            dtype: DType::F32,
+            device: DeviceChoice::Auto,
+            freeze_vision: false,
+            lora: None,
+        }
     }
 }
 
@@ -518,6 +530,25 @@ impl TrainConfig {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
         }
         let est = self.algorithm.advantage.estimator;
+        match &self.model.lora {
+            Some(lora) => {
+                if let Err(e) = lora.check() {
+                    return bad("model.lora", e.to_string());
+                }
+                if est.uses_critic() && self.critic.init == CriticInit::Seed {
+                    return bad(
+                        "critic.init",
+                        "\"seed\" draws a decoder of its own; with model.lora the critic is an adapter over the \
+                         actor's frozen base: use critic.init = \"actor\""
+                            .into(),
+                    );
+                }
+            }
+            None if self.engine.merge_lora => {
+                return bad("engine.merge_lora", "merges LoRA adapters: set [model.lora], or turn it off".into());
+            }
+            None => {}
+        }
         if matches!(est, Estimator::Grpo | Estimator::Gigpo) && self.env.group_size < 2 {
             let name = if est == Estimator::Grpo { "grpo" } else { "gigpo" };
             return bad("env.group_size", format!("{name} normalises within groups and needs group_size >= 2"));

@@ -31,6 +31,9 @@ pub struct Trainer {
     pub run_dir: PathBuf,
     pub(crate) plugin: Arc<dyn Plugin>,
     pub actor: Rc<Model>,
+    /// With `engine.merge_lora`: the actor with its adapters merged, which rollouts use;
+    /// refreshed after every update.
+    merged: Option<Rc<Model>>,
     critic: Option<ValueModel>,
     /// The frozen policy the KL penalty pulls towards: the actor as RL began (after SFT),
     /// kept in `run_dir/reference/` so a resumed run uses the same one. Only with a KL
@@ -63,7 +66,8 @@ impl Trainer {
         check_new_run_folder(run_dir)?;
         std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
         let lock = RunLock::acquire(run_dir)?;
-        let actor = load_model(&cfg)?;
+        let mut actor = load_model(&cfg)?;
+        attach_lora(&cfg, &mut actor)?;
         let critic = new_critic(&cfg, &actor)?;
         let t = Self::assemble(cfg, run_dir, lock, actor, critic, TrainerState::default(), None)?;
         // Written once everything it names has loaded and been accepted, so a folder with a
@@ -166,9 +170,13 @@ impl Trainer {
             );
         }
         let (actor_opt, critic_opt) = optims.unwrap_or_else(|| {
-            let actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
-            (actor_opt, critic.as_ref().map(|c| AdamW::new(c.vs.variables(), cfg.optim.weight_decay)))
+            let actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
+            (actor_opt, critic.as_ref().map(|c| AdamW::new(c.trainable(), cfg.optim.weight_decay)))
         });
+        let merged = match cfg.engine.merge_lora {
+            true => Some(Rc::new(actor.merged().context("merging the adapters for generation (engine.merge_lora)")?)),
+            false => None,
+        };
         let metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
         let rewards = crate::rewards::load(&cfg, &runtime, run_dir)?;
         Ok(Trainer {
@@ -176,6 +184,7 @@ impl Trainer {
             run_dir: run_dir.to_path_buf(),
             plugin,
             actor: Rc::new(actor),
+            merged,
             critic,
             reference: None,
             actor_opt,
@@ -286,6 +295,7 @@ impl Trainer {
                 (nll / all_tokens as f64).backward();
             }
             let report = self.actor_opt.step(self.cfg.sft.lr, self.cfg.optim.grad_clip);
+            self.refresh_generator()?;
             self.count_skipped(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;
             let mut m = StepMetrics::new(0);
@@ -309,7 +319,7 @@ impl Trainer {
         if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
             self.critic = new_critic(&self.cfg, &self.actor)?;
             let wd = self.cfg.optim.weight_decay;
-            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.vs.variables(), wd));
+            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.trainable(), wd));
         }
         Ok(())
     }
@@ -344,7 +354,7 @@ impl Trainer {
     /// The held-out episodes' figures; their sample transcripts go to the run folder. A
     /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
-        let outcome = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.actor.clone())?;
+        let outcome = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.generator())?;
         crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
         // The first held-out episode's opening picture, when the env shows one.
         if let Some(image) = outcome.trajectories.first().and_then(|t| t.turns.first()).and_then(|t| t.images.first()) {
@@ -397,22 +407,46 @@ impl Trainer {
         )
     }
 
+    /// The model rollouts sample from: the actor, or its merged copy.
+    pub fn generator(&self) -> Rc<Model> {
+        self.merged.clone().unwrap_or_else(|| self.actor.clone())
+    }
+
+    /// After an update: the merged copy (if any) takes the new adapters.
+    pub(crate) fn refresh_generator(&self) -> Result<()> {
+        if let Some(merged) = &self.merged {
+            self.actor.refresh_merged(merged).context("refreshing the merged copy (engine.merge_lora)")?;
+        }
+        Ok(())
+    }
+
     /// Loads the KL reference, first saving the current actor as it when the run has none
-    /// yet (RL is starting). No-op without a KL penalty.
+    /// yet (RL is starting). No-op without a KL penalty. A LoRA actor's reference is its
+    /// adapter as RL began, frozen, over the same base.
     fn ensure_reference(&mut self) -> Result<()> {
         if self.cfg.algorithm.policy_loss.kl.is_none() || self.reference.is_some() {
             return Ok(());
         }
         let dir = self.run_dir.join("reference");
-        if !dir.join("config.json").is_file() {
+        if !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file() {
             // Written aside and renamed, so a crash never leaves half a reference behind.
             let tmp = self.run_dir.join("reference.partial");
             let _ = std::fs::remove_dir_all(&tmp);
             self.actor.save(&tmp).context("saving the KL reference policy")?;
             std::fs::rename(&tmp, &dir).with_context(|| format!("moving the KL reference to {}", dir.display()))?;
         }
-        let reference = Model::load(&dir, load_options(&self.cfg)?)
-            .with_context(|| format!("loading the KL reference policy from {}", dir.display()))?;
+        let load = || -> Result<Model> {
+            if self.cfg.model.lora.is_none() {
+                return Ok(Model::load(&dir, load_options(&self.cfg)?)?);
+            }
+            let mut reference = self.actor.sharing_base()?;
+            reference.load_adapter(&dir)?;
+            for t in reference.trainable().values() {
+                let _ = t.set_requires_grad(false);
+            }
+            Ok(reference)
+        };
+        let reference = load().with_context(|| format!("loading the KL reference policy from {}", dir.display()))?;
         self.reference = Some(reference);
         Ok(())
     }
@@ -463,6 +497,7 @@ impl Trainer {
         let models = Models { actor: &self.actor, reference: self.reference.as_ref(), critic: self.critic.as_ref() };
         let opt = Optimizers { actor: &mut self.actor_opt, critic: self.critic_opt.as_mut() };
         let updated = update(&self.cfg, &models, opt, &collected.batch, self.state.step as u64)?;
+        self.refresh_generator()?;
         // A step with nothing to train on (every sequence filtered out) has not diverged.
         let fine = updated.applied || !updated.attempted;
         self.count_skipped(fine, &format!("RL step {}", self.state.step + 1), "optim.actor_lr")?;
@@ -544,6 +579,38 @@ fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
     Ok(())
 }
 
+/// `[model.lora]`'s adapters on a freshly loaded base (A drawn from `schedule.seed`).
+fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
+    if let Some(lora) = &cfg.model.lora {
+        model.attach_lora(lora, cfg.schedule.seed).context("model.lora")?;
+        if model.vision.is_some() {
+            model.set_vision_trainable(!cfg.model.freeze_vision);
+        }
+    }
+    Ok(())
+}
+
+/// A checkpoint's actor: the whole model, or with LoRA the base `model.path` names and the
+/// saved adapter, which must have the config's settings.
+fn load_actor(cfg: &TrainConfig, dir: &Path) -> Result<Model> {
+    let options = load_options(cfg)?;
+    let Some(lora) = &cfg.model.lora else {
+        return Ok(Model::load(dir, options)?);
+    };
+    let model = cfg
+        .model
+        .path
+        .load_with_adapter(dir, cfg.schedule.seed, options)
+        .with_context(|| format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display()))?;
+    if model.lora() != Some(lora) {
+        bail!(
+            "its adapter was trained with other settings than [model.lora] ({:?}, not {lora:?}): a LoRA run resumes with the settings it began with",
+            model.lora()
+        );
+    }
+    Ok(model)
+}
+
 /// A critic as `critic.init` says, beside `actor` (none for critic-free estimators).
 fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
     if !cfg.algorithm.advantage.estimator.uses_critic() {
@@ -581,9 +648,9 @@ fn load_checkpoint(
 ) -> Result<(Model, Option<ValueModel>, TrainerState, (AdamW, Option<AdamW>))> {
     let options = load_options(cfg)?;
     let state = checkpoint::read_state(ckpt)?;
-    let mut actor = Model::load(&ckpt.join("actor"), options)?;
+    let mut actor = load_actor(cfg, &ckpt.join("actor"))?;
     vision_settings(cfg, &mut actor)?;
-    let mut actor_opt = AdamW::new(actor.vs.variables(), cfg.optim.weight_decay);
+    let mut actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
     actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
     // The critic starts at RL: a checkpoint from before it (SFT) has none to load; one from
     // RL without it is incomplete.
@@ -592,13 +659,16 @@ fn load_checkpoint(
         anyhow::bail!("it has no critic/ folder, and RL has trained one");
     }
     let (critic, critic_opt) = if cfg.algorithm.advantage.estimator.uses_critic() && has_critic {
-        let critic = ValueModel::load(&ckpt.join("critic"), options)?;
-        let mut opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);
+        let critic = match cfg.model.lora {
+            Some(_) => ValueModel::load_sharing(&actor, &ckpt.join("critic"))?,
+            None => ValueModel::load(&ckpt.join("critic"), options)?,
+        };
+        let mut opt = AdamW::new(critic.trainable(), cfg.optim.weight_decay);
         opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
         (Some(critic), Some(opt))
     } else if cfg.algorithm.advantage.estimator.uses_critic() {
         let critic = new_critic(cfg, &actor)?.expect("a critic-based estimator");
-        let opt = AdamW::new(critic.vs.variables(), cfg.optim.weight_decay);
+        let opt = AdamW::new(critic.trainable(), cfg.optim.weight_decay);
         (Some(critic), Some(opt))
     } else {
         (None, None)

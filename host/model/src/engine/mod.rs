@@ -57,6 +57,10 @@ pub struct EngineOptions {
     /// Reuse cached keys and values. Off, every prompt is prefilled whole: the baseline the
     /// tests compare reuse against.
     pub reuse: bool,
+    /// With LoRA, generate from a copy of the model with the adapters merged into its
+    /// weights (refreshed after every update; a second copy of the weights) instead of
+    /// the adapters' extra matrix products. Read by whoever owns the model (the trainer).
+    pub merge_lora: bool,
 }
 
 impl Default for EngineOptions {
@@ -67,6 +71,7 @@ impl Default for EngineOptions {
             max_prefill_tokens: NonZeroUsize::new(16384).expect("positive"),
             kv_cache_mib: NonZeroUsize::new(4096).expect("positive"),
             reuse: true,
+            merge_lora: false,
         }
     }
 }
