@@ -12,9 +12,13 @@ use vagen_trainer::TrainConfig;
 
 #[derive(Args)]
 pub struct EvalArgs {
-    /// A model folder (e.g. RUN/checkpoints/step-000100/actor) or `default`.
+    /// A model folder (e.g. RUN/checkpoints/step-000100/actor; a LoRA run's is an adapter
+    /// folder, which loads over the base it names) or `default`.
     #[arg(long)]
     model: ModelSource,
+    /// A LoRA adapter folder (PEFT's layout) over `--model`.
+    #[arg(long)]
+    adapter: Option<PathBuf>,
     /// A training config (e.g. RUN/config.toml): its plugin, env config, rollout settings
     /// (format, system prompt, state description, per-turn prompts), held-out seeds and
     /// evaluation temperature and sandbox limits (`[sandbox]`), as the run's own evaluations.
@@ -83,6 +87,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
             group_size: 1,
             history: "all".into(),
             model: a.model.to_string(),
+            adapter: a.adapter,
             device: a.device.to_string(),
             dtype: a.dtype.to_string(),
             temperature: a.temperature,
@@ -105,7 +110,11 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     let plugin = runtime
         .load_named_in(&cfg.env.plugin, path, a.allow_native)
         .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
-    let model = Rc::new(vagen_trainer::load_model(&cfg)?);
+    let mut model = vagen_trainer::load_model(&cfg)?;
+    if let Some(dir) = &a.adapter {
+        model.load_adapter(dir).with_context(|| format!("loading the adapter {}", dir.display()))?;
+    }
+    let model = Rc::new(model);
     let outcome = vagen_trainer::held_out_rollouts(&cfg, plugin.as_ref(), model)?;
     let trajs = &outcome.trajectories;
     let m = vagen_rollout::metrics(trajs);

@@ -4,7 +4,9 @@
 mod bench_model;
 mod bench_reward;
 mod bench_rollout;
+mod bench_train;
 mod eval;
+mod merge_lora;
 mod generate;
 mod model_args;
 mod model_policy;
@@ -42,6 +44,9 @@ enum Command {
     /// What a reward component costs per turn, and judge throughput locally and through
     /// `serve` (prints figures).
     BenchReward(bench_reward::BenchRewardArgs),
+    /// What an update step costs, full-parameter against LoRA ranks: tokens/s, trainable
+    /// parameters, optimiser state, peak memory (prints figures).
+    BenchTrain(bench_train::BenchTrainArgs),
     /// Our outputs (logits, greedy ids, log-probs) on the cases a parity reference wrote
     /// (`host/model/reference/parity_sweep.py`), for it to compare with transformers'.
     ParityDump(parity_dump::ParityDumpArgs),
@@ -54,6 +59,8 @@ enum Command {
     Sft(train::TrainArgs),
     /// Held-out success of a model (a checkpoint's `actor/` folder, or `default`) on a plugin.
     Eval(eval::EvalArgs),
+    /// Merge a LoRA adapter into its base and save the whole checkpoint.
+    MergeLora(merge_lora::MergeLoraArgs),
 }
 
 fn main() {
@@ -72,9 +79,11 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Serve(a)), _) => serve::serve(a),
         (Some(Command::ParityDump(a)), _) => parity_dump::parity_dump(a),
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
+        (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),
+        (Some(Command::MergeLora(a)), _) => merge_lora::merge_lora(a),
         (None, None) => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

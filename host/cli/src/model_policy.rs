@@ -10,7 +10,12 @@ use vagen_rollout::{Format, Policy};
 /// The model of `--model` / `--device` / `--dtype`, sampling as `run`'s options say.
 pub fn make(a: &RunArgs, format: Format) -> Result<Box<dyn Policy>> {
     // vagen-env's arguments are strings (it has no libtorch to name these types with).
-    let args = ModelArgs { model: a.model.parse()?, device: a.device.parse()?, dtype: a.dtype.parse()? };
+    let args = ModelArgs {
+        model: a.model.parse()?,
+        adapter: a.adapter.clone(),
+        device: a.device.parse()?,
+        dtype: a.dtype.parse()?,
+    };
     let options = GenerateOptions {
         max_new_tokens: a.max_new_tokens,
         temperature: a.temperature,

@@ -65,9 +65,13 @@ pub struct RunArgs {
     pub history: String,
     // The model's settings (`vagen-host` only) are plain fields, not a flattened group:
     // flattening one into RunArgs would break clap's "no subcommand means run".
-    /// For `--policy model`: a Hugging Face model folder, or `default` (the embedded model).
+    /// For `--policy model`: a Hugging Face model folder, or `default` (the embedded model),
+    /// or a LoRA adapter folder (PEFT's layout; its base is the one it names).
     #[arg(long, default_value = "default")]
     pub model: String,
+    /// For `--policy model`: a LoRA adapter folder (PEFT's layout) over `--model`.
+    #[arg(long)]
+    pub adapter: Option<PathBuf>,
     /// For `--policy model`: `auto`, `cpu`, `cuda` or `cuda:N`.
     #[arg(long, default_value = "auto")]
     pub device: String,

@@ -250,6 +250,16 @@ impl Model {
         }
     }
 
+    /// The same model in another precision (its parameters converted in place).
+    pub fn to_dtype(mut self, dtype: DType) -> Result<Self> {
+        if self.lora.is_some() {
+            return Err(Error::Invalid("a model with LoRA adapters keeps them in f32: merge them first".into()));
+        }
+        self.vs.set_kind(dtype.kind());
+        self.dtype = dtype;
+        Ok(self)
+    }
+
     /// Whether training updates the vision tower (it does by default, as in VAGEN). With
     /// LoRA the base stays frozen: only adapters train.
     pub fn set_vision_trainable(&mut self, trainable: bool) {

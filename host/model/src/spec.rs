@@ -186,6 +186,8 @@ impl std::fmt::Display for DeviceChoice {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelSpec {
     pub source: ModelSource,
+    /// A LoRA adapter folder over the source.
+    pub adapter: Option<PathBuf>,
     pub device: DeviceChoice,
     pub dtype: DType,
 }
@@ -198,7 +200,10 @@ impl ModelSpec {
     /// The model, an embedded one drawn from [`crate::DEFAULT_SEED`] unless the spec names
     /// a seed.
     pub fn load(&self) -> Result<Model> {
-        self.source.load(crate::DEFAULT_SEED, self.options()?)
+        match &self.adapter {
+            Some(dir) => self.source.load_with_adapter(dir, crate::DEFAULT_SEED, self.options()?),
+            None => self.source.load(crate::DEFAULT_SEED, self.options()?),
+        }
     }
 }
 

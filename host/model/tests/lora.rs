@@ -215,3 +215,30 @@ fn a_merged_copy_follows_the_adapters_after_a_refresh() {
     let err = relative_error(&logits(&merged, seq), &logits(&actor, seq));
     assert!(err <= 1e-5, "refreshed: {err:e}");
 }
+
+#[test]
+fn unmerged_generation_logprobs_equal_a_training_forward_through_the_adapters() {
+    use vagen_model::{Engine, EngineOptions, EngineRequest, GenerateOptions, sequence_logprobs};
+    let mut model = load("tiny-qwen2");
+    model.attach_lora(&config(8, 16.0, Targets::AllLinear), 2).unwrap();
+    randomise(&model, 6);
+    let prompts = probe(&model);
+    let options = GenerateOptions { max_new_tokens: 16, temperature: 0.9, seed: 4, ..Default::default() };
+    let plain = model.generate(&prompts, &options).unwrap();
+    let requests: Vec<EngineRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| EngineRequest { key: i as u64, ids: p.clone(), images: vec![], max_new_tokens: 16, seed: i as u64 })
+        .collect();
+    let engine = model.generate_with(&mut Engine::new(EngineOptions::default()), &requests, &options).unwrap();
+    for generations in [plain, engine] {
+        let full: Vec<Vec<u32>> = prompts.iter().zip(&generations).map(|(p, g)| [&p[..], &g.token_ids].concat()).collect();
+        let scored = sequence_logprobs(&model.lm, &full, options.temperature).unwrap();
+        for ((p, g), s) in prompts.iter().zip(&generations).zip(&scored) {
+            assert!(!g.token_ids.is_empty());
+            for (a, b) in g.logprobs.iter().zip(&s[p.len() - 1..]) {
+                assert!((a - b).abs() <= 1e-4, "generation log-prob {a} vs forward {b}");
+            }
+        }
+    }
+}
