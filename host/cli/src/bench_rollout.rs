@@ -234,6 +234,7 @@ fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize) -> Result<Fi
                 images: vec![],
                 max_new_tokens: w.new_tokens,
                 seed: (turn * prompts.len() + i) as u64,
+                adapter: 0,
             })
             .collect();
         let out = model.generate_with(&mut engine, &requests, &sampling(w, turn))?;

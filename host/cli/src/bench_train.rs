@@ -144,7 +144,6 @@ fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) ->
     if let Some(lora) = lora_config(variant)? {
         model.attach_lora(&lora, 0)?;
     }
-    let critic = if with_critic { Some(ValueModel::from_policy(&model)?) } else { None };
     let parameters: i64 = model.vs.variables().values().map(|t| t.numel() as i64).sum();
     // The model's own, without adapters: what full-parameter training trains.
     let base_parameters: i64 = model
@@ -156,16 +155,19 @@ fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) ->
         .sum();
     let trainable: i64 = model.trainable().values().map(|t| t.numel() as i64).sum();
     let head = serde_json::json!({ "shape": shape, "variant": variant, "critic": with_critic });
-    // Weights, gradients and two f32 moments per trainable parameter must fit.
-    let need = parameters as u64 * a.dtype.kind().elt_size_in_bytes() as u64 * (1 + with_critic as u64)
-        + trainable as u64 * (a.dtype.kind().elt_size_in_bytes() as u64 + 8) * (1 + with_critic as u64);
+    // What is still to come must fit beside the loaded weights: gradients and two f32
+    // moments per trainable parameter, and a full-parameter critic's own weights.
+    let elt = a.dtype.kind().elt_size_in_bytes() as u64;
+    let critic_weights = if with_critic && model.lora().is_none() { parameters as u64 * elt } else { 0 };
+    let need = trainable as u64 * (elt + 8) * (1 + with_critic as u64) + critic_weights;
     if options.device == Device::Cpu
         && let Some(available) = mem_available()
         && need > available
     {
-        let skipped = format!("skipped: needs about {} GiB, {} GiB available", need >> 30, available >> 30);
+        let skipped = format!("skipped: needs about {} GiB more, {} GiB available", need >> 30, available >> 30);
         return Ok(merge(head, serde_json::json!({ "skipped": skipped })));
     }
+    let critic = if with_critic { Some(ValueModel::from_policy(&model)?) } else { None };
     let mut actor_opt = AdamW::new(model.trainable(), 0.0);
     let mut critic_opt = critic.as_ref().map(|c| AdamW::new(c.trainable(), 0.0));
     let optimizer_bytes: i64 = 8 * (trainable + critic.as_ref().map_or(0, |c| c.trainable().values().map(|t| t.numel() as i64).sum()));

@@ -39,6 +39,17 @@ pub struct ServeArgs {
     /// The model's id in `/v1/models` and responses (default: `--model`'s value).
     #[arg(long)]
     served_name: Option<String>,
+    /// A LoRA adapter folder (PEFT's layout) served as model NAME (repeatable): a request's
+    /// `model` picks an adapter or the base, and requests for different ones share a batch.
+    #[arg(long = "lora", value_name = "NAME=DIR", value_parser = parse_lora)]
+    lora: Vec<(String, std::path::PathBuf)>,
+}
+
+fn parse_lora(s: &str) -> Result<(String, std::path::PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !dir.is_empty() => Ok((name.to_string(), dir.into())),
+        _ => Err(format!("{s:?}: expected NAME=DIR")),
+    }
 }
 
 /// One chat completion to generate.
@@ -50,6 +61,8 @@ struct Job {
     top_p: f64,
     stop: Vec<String>,
     seed: Option<u64>,
+    /// The served adapter (0: the base).
+    adapter: usize,
     reply: tokio::sync::oneshot::Sender<Result<Answer, String>>,
 }
 
@@ -62,6 +75,8 @@ struct Answer {
 
 struct Shared {
     name: String,
+    /// Served adapters by name, with their engine index.
+    adapters: Vec<(String, usize)>,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
     generations: Arc<AtomicUsize>,
@@ -69,8 +84,16 @@ struct Shared {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
-    let model = a.model.load()?;
+    let mut model = a.model.load()?;
     let name = a.served_name.clone().unwrap_or_else(|| a.model.model.to_string());
+    let mut adapters = Vec::new();
+    for (adapter, dir) in &a.lora {
+        if *adapter == name || adapters.iter().any(|(n, _)| n == adapter) {
+            anyhow::bail!("--lora {adapter}={}: the name {adapter:?} is taken", dir.display());
+        }
+        let index = model.add_served_adapter(dir).with_context(|| format!("--lora {adapter}={}", dir.display()))?;
+        adapters.push((adapter.clone(), index));
+    }
     let has_vision = model.vision.is_some();
     let (jobs, queue) = mpsc::channel::<Job>();
     let generations = Arc::new(AtomicUsize::new(0));
@@ -87,7 +110,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         generations: generations.clone(),
     };
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(queue))?;
-    let shared = Arc::new(Shared { name, jobs, has_vision, generations, requests });
+    let shared = Arc::new(Shared { name, adapters, jobs, has_vision, generations, requests });
     let app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -146,7 +169,7 @@ impl Worker {
         };
         let (chats, replies): (Vec<Chat>, Vec<_>) = jobs
             .into_iter()
-            .map(|j| (Chat { messages: j.messages, images: j.images, max_tokens: j.max_tokens, seed: j.seed }, j.reply))
+            .map(|j| (Chat { messages: j.messages, images: j.images, max_tokens: j.max_tokens, seed: j.seed, adapter: j.adapter }, j.reply))
             .unzip();
         let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
         if answered.generated > 0 {
@@ -174,7 +197,20 @@ fn now() -> u64 {
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
-    Json(json!({ "object": "list", "data": [{ "id": s.name, "object": "model", "created": 0, "owned_by": "vagen" }] }))
+    let names = std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n));
+    let data: Vec<Value> =
+        names.map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "vagen" })).collect();
+    Json(json!({ "object": "list", "data": data }))
+}
+
+/// The adapter a request's `model` names: 0 for the base (or, with no adapters served, any
+/// name), else the adapter's index; `None` for a name nothing here serves.
+fn adapter_of(s: &Shared, body: &Value) -> Option<usize> {
+    match body["model"].as_str() {
+        None => Some(0),
+        Some(name) if name == s.name || s.adapters.is_empty() => Some(0),
+        Some(name) => s.adapters.iter().find(|(n, _)| n == name).map(|&(_, i)| i),
+    }
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Json<Value> {
@@ -236,7 +272,11 @@ fn decode_image(url: &str) -> Result<Image, String> {
     Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
 }
 
-fn job(body: &Value, vision: bool) -> Result<(Job, tokio::sync::oneshot::Receiver<Result<Answer, String>>), String> {
+fn job(
+    body: &Value,
+    vision: bool,
+    adapter: usize,
+) -> Result<(Job, tokio::sync::oneshot::Receiver<Result<Answer, String>>), String> {
     let (messages, images) = read_messages(body, vision)?;
     if body["n"].as_u64().is_some_and(|n| n != 1) {
         return Err("n: only 1 completion per request".into());
@@ -264,7 +304,7 @@ fn job(body: &Value, vision: bool) -> Result<(Job, tokio::sync::oneshot::Receive
     };
     let (reply, answer) = tokio::sync::oneshot::channel();
     let seed = body["seed"].as_u64();
-    Ok((Job { messages, images, max_tokens, temperature, top_p, stop, seed, reply }, answer))
+    Ok((Job { messages, images, max_tokens, temperature, top_p, stop, seed, adapter, reply }, answer))
 }
 
 async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
@@ -272,7 +312,17 @@ async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response
         Ok(v) => v,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
     };
-    let (job, answer) = match job(&body, s.has_vision) {
+    let Some(adapter) = adapter_of(&s, &body) else {
+        let served: Vec<&str> = std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n)).map(String::as_str).collect();
+        let message = format!("model {}: not served here (served: {})", body["model"], served.join(", "));
+        let body = json!({ "error": { "message": message, "type": "invalid_request_error", "code": "model_not_found" } });
+        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    };
+    let model = match adapter {
+        0 => s.name.clone(),
+        i => s.adapters.iter().find(|(_, k)| *k == i).map(|(n, _)| n.clone()).unwrap_or_default(),
+    };
+    let (job, answer) = match job(&body, s.has_vision, adapter) {
         Ok(j) => j,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
@@ -291,13 +341,13 @@ async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response
         FinishReason::Eos | FinishReason::Stop => "stop",
     };
     if body["stream"].as_bool() == Some(true) {
-        return stream(&s.name, &id, &answer.text, finish);
+        return stream(&model, &id, &answer.text, finish);
     }
     Json(json!({
         "id": id,
         "object": "chat.completion",
         "created": now(),
-        "model": s.name,
+        "model": model,
         "choices": [{ "index": 0, "message": { "role": "assistant", "content": answer.text }, "finish_reason": finish }],
         "usage": {
             "prompt_tokens": answer.prompt_tokens,

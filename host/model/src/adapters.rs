@@ -68,6 +68,35 @@ impl Model {
         Ok(meta)
     }
 
+    /// Loads the adapter saved in `dir` as one more served adapter and returns its index
+    /// (from 1): a request picks it per row ([`crate::EngineRequest::adapter`]) and is
+    /// batched with the base's and other adapters' requests, each row getting what a model
+    /// holding only its adapter computes. Adapters of the language model only (the vision
+    /// tower runs once for every row's images).
+    pub fn add_served_adapter(&mut self, dir: &Path) -> Result<usize> {
+        if self.lora.is_some() {
+            return Err(Error::Invalid("a model with an adapter of its own cannot serve others: load the base".into()));
+        }
+        let (config, meta, tensors) = lora::read_folder(dir)?;
+        let bad = |message: String| Error::Config { path: dir.join(lora::ADAPTER_CONFIG), message };
+        if !meta.modules_to_save.is_empty() {
+            return Err(bad(format!("modules_to_save = {:?}: not servable", meta.modules_to_save)));
+        }
+        if let Some(v) = self.vision.as_mut()
+            && let Some(site) = v.tower.sites().into_iter().find(|s| config.targets(&s.hf_name))
+        {
+            return Err(bad(format!(
+                "it adapts the vision tower ({}): serve it alone (`--model BASE --adapter DIR`)",
+                site.hf_name
+            )));
+        }
+        let store = tch::nn::VarStore::new(self.device());
+        let sites = self.lm.model.sites(self.vision.is_some());
+        lora::attach_served(&store.root(), sites, &config)?;
+        lora::fill(&store.variables(), tensors, &[], &dir.join(lora::ADAPTER_WEIGHTS))?;
+        Ok(self.lm.model.served_adapters())
+    }
+
     /// A model whose weights are this one's tensors themselves (frozen, not copied) and
     /// which has no adapter of its own yet.
     pub fn sharing_base(&self) -> Result<Model> {

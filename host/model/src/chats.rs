@@ -18,6 +18,8 @@ pub struct Chat {
     pub max_tokens: usize,
     /// Its draws; `None`: drawn from the prompt, so the same chat gets the same answer.
     pub seed: Option<u64>,
+    /// The served adapter that answers it (0: the model as it is).
+    pub adapter: usize,
 }
 
 pub struct ChatAnswer {
@@ -71,7 +73,14 @@ impl Model {
                 Ok((p, room)) => {
                     let seed = chat.seed.unwrap_or_else(|| seed_of(&p.ids));
                     let max_new_tokens = chat.max_tokens.max(1).min(room);
-                    batch.push(EngineRequest { key: i as u64, ids: p.ids, images: p.images, max_new_tokens, seed });
+                    batch.push(EngineRequest {
+                        key: i as u64,
+                        ids: p.ids,
+                        images: p.images,
+                        max_new_tokens,
+                        seed,
+                        adapter: chat.adapter,
+                    });
                     which.push(i);
                     answers.push(Err(ChatError::Generation(String::new())));
                 }

@@ -144,6 +144,11 @@ impl Targets {
 }
 
 impl LoraConfig {
+    /// Whether it adapts the layer transformers names `module`.
+    pub fn targets(&self, module: &str) -> bool {
+        self.target_modules.matches(module).is_some()
+    }
+
     /// The factor on the low-rank path.
     pub fn scale(&self) -> f64 {
         let r = self.r.get() as f64;
@@ -329,6 +334,35 @@ pub(crate) fn add_shared(root: &VarPath, shared: HashMap<String, Tensor>) {
 /// tensors trainable variables of `root`'s store named `<layer>.lora_A.weight` /
 /// `.lora_B.weight`. A target name that matches no layer is refused, as PEFT refuses it.
 pub(crate) fn attach(root: &VarPath, sites: Vec<Site>, config: &LoraConfig, seed: u64) -> Result<usize> {
+    install(root, sites, config, seed, true, |layer, lora| layer.lora = Some(lora))
+}
+
+/// Adds one more served adapter to every site's bank (`None` where `config` does not
+/// target the layer), its tensors frozen variables of `root`'s store (to be filled).
+pub(crate) fn attach_served(root: &VarPath, sites: Vec<Site>, config: &LoraConfig) -> Result<usize> {
+    let mut all = Vec::with_capacity(sites.len());
+    let mut targeted = Vec::new();
+    for site in sites {
+        match config.target_modules.matches(&site.hf_name) {
+            Some(_) => targeted.push(site),
+            None => all.push(site),
+        }
+    }
+    for site in all {
+        site.layer.bank.push(None);
+    }
+    install(root, targeted, config, 0, false, |layer, lora| layer.bank.push(Some(lora)))
+}
+
+/// New adapters on the sites `config` targets, handed to `put`.
+fn install(
+    root: &VarPath,
+    sites: Vec<Site>,
+    config: &LoraConfig,
+    seed: u64,
+    trainable: bool,
+    mut put: impl FnMut(&mut crate::qwen2::Linear, Lora),
+) -> Result<usize> {
     config.check()?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c6f_7261);
     let r = config.r.get() as i64;
@@ -344,9 +378,9 @@ pub(crate) fn attach(root: &VarPath, sites: Vec<Site>, config: &LoraConfig, seed
         let a = draw_a(&mut rng, config.init, r, inp).to_device(device);
         let b = Tensor::zeros([out, r], (Kind::Float, device));
         let layer = module_path(root, &site.name);
-        let a = (&layer / "lora_A").add("weight", a, true);
-        let b = (&layer / "lora_B").add("weight", b, true);
-        site.layer.lora = Some(Lora { a, b, scale: config.scale(), dropout: config.dropout });
+        let a = (&layer / "lora_A").add("weight", a, trainable);
+        let b = (&layer / "lora_B").add("weight", b, trainable);
+        put(site.layer, Lora { a, b, scale: config.scale(), dropout: config.dropout });
         count += 1;
     }
     if let Targets::Names(names) = &config.target_modules
@@ -360,6 +394,45 @@ pub(crate) fn attach(root: &VarPath, sites: Vec<Site>, config: &LoraConfig, seed
         )));
     }
     Ok(count)
+}
+
+/// Which rows of a batch use which served adapter (see [`crate::Model::add_served_adapter`]):
+/// per adapter index (1-based; 0 is the model as it is), its rows.
+pub struct AdapterRows {
+    groups: Vec<(usize, Tensor)>,
+}
+
+impl AdapterRows {
+    /// From each row's adapter index; `None` when every row is the model's own.
+    pub fn new(per_row: &[usize], device: Device) -> Option<Self> {
+        let mut adapters: Vec<usize> = per_row.iter().copied().filter(|&a| a > 0).collect();
+        adapters.sort_unstable();
+        adapters.dedup();
+        if adapters.is_empty() {
+            return None;
+        }
+        let groups = adapters
+            .into_iter()
+            .map(|a| {
+                let rows: Vec<i64> = (0..per_row.len()).filter(|&i| per_row[i] == a).map(|i| i as i64).collect();
+                (a, Tensor::from_slice(&rows).to_device(device))
+            })
+            .collect();
+        Some(AdapterRows { groups })
+    }
+
+    /// `y` plus, on each group's rows, its adapter's `delta` of `x` (rows as `x`'s first
+    /// dimension): each row gets exactly the sum a model holding only its adapter computes.
+    pub(crate) fn apply(&self, bank: &[Option<Lora>], x: &Tensor, y: Tensor) -> Tensor {
+        let mut y = y;
+        for (a, rows) in &self.groups {
+            if let Some(Some(lora)) = bank.get(a - 1) {
+                let part = y.index_select(0, rows) + lora.delta(&x.index_select(0, rows));
+                y = y.index_copy(0, rows, &part);
+            }
+        }
+        y
+    }
 }
 
 /// A `[r, in]` draw of `init`'s distribution, portable across machines (not libtorch's

@@ -2,7 +2,7 @@
 //! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
 
 use crate::kv_cache::LayerCache;
-use crate::lora::{Lora, Site};
+use crate::lora::{AdapterRows, Lora, Site};
 use crate::rope::{self, Rope};
 use crate::{KvCache, Qwen2Config, Result};
 use tch::nn::{Init, Path};
@@ -19,20 +19,31 @@ pub(crate) struct Linear {
     pub bias: Option<Tensor>,
     /// A LoRA adapter on this layer (see [`crate::LoraConfig`]).
     pub lora: Option<Lora>,
+    /// Served adapters (`serve --lora`), by index − 1; `None` where one leaves this layer be.
+    pub bank: Vec<Option<Lora>>,
 }
 
 impl Linear {
     pub fn new(p: Path, inputs: usize, outputs: usize, bias: bool) -> Self {
         let weight = param(&p, "weight", &[outputs as i64, inputs as i64], Init::Const(0.));
         let bias = bias.then(|| param(&p, "bias", &[outputs as i64], Init::Const(0.)));
-        Linear { weight, bias, lora: None }
+        Linear { weight, bias, lora: None, bank: Vec::new() }
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
+        self.forward_rows(x, None)
+    }
+
+    /// With `rows`, each row also through its served adapter.
+    pub fn forward_rows(&self, x: &Tensor, rows: Option<&AdapterRows>) -> Tensor {
         let y = x.linear(&self.weight, self.bias.as_ref());
-        match &self.lora {
+        let y = match &self.lora {
             Some(lora) => y + lora.delta(x),
             None => y,
+        };
+        match rows {
+            Some(rows) if !self.bank.is_empty() => rows.apply(&self.bank, x, y),
+            _ => y,
         }
     }
 }
@@ -87,12 +98,13 @@ impl Attention {
         rope: (&Tensor, &Tensor),
         mask: Option<&Tensor>,
         cache: Option<(&mut (dyn LayerCache + 'c), usize)>,
+        rows: Option<&AdapterRows>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
-        let q = rope::apply(&split(self.q_proj.forward(x), self.heads), rope.0, rope.1);
-        let k = rope::apply(&split(self.k_proj.forward(x), self.kv_heads), rope.0, rope.1);
-        let v = split(self.v_proj.forward(x), self.kv_heads);
+        let q = rope::apply(&split(self.q_proj.forward_rows(x, rows), self.heads), rope.0, rope.1);
+        let k = rope::apply(&split(self.k_proj.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
+        let v = split(self.v_proj.forward_rows(x, rows), self.kv_heads);
         let mut fold = false;
         let (k, v) = match cache {
             Some((cache, layer)) => {
@@ -129,7 +141,7 @@ impl Attention {
             };
             sdpa(&q, &expand(k), &expand(v), mask)
         };
-        self.o_proj.forward(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]))
+        self.o_proj.forward_rows(&out.transpose(1, 2).reshape([b, t, self.heads * self.head_dim]), rows)
     }
 }
 
@@ -154,7 +166,12 @@ impl Mlp {
     }
 
     pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.down_proj.forward(&(self.gate_proj.forward(x).silu() * self.up_proj.forward(x)))
+        self.forward_rows(x, None)
+    }
+
+    fn forward_rows(&self, x: &Tensor, rows: Option<&AdapterRows>) -> Tensor {
+        let h = self.gate_proj.forward_rows(x, rows).silu() * self.up_proj.forward_rows(x, rows);
+        self.down_proj.forward_rows(&h, rows)
     }
 
     /// Its layers, named below `prefix` (`….mlp`).
@@ -215,6 +232,11 @@ impl Qwen2Model {
 
     pub(crate) fn embed_weight(&self) -> &Tensor {
         &self.embed_tokens
+    }
+
+    /// How many served adapters its layers hold (`serve --lora`).
+    pub fn served_adapters(&self) -> usize {
+        self.layers.first().map_or(0, |l| l.self_attn.q_proj.bank.len())
     }
 
     /// Every linear layer, named as in checkpoints (`model.layers.N.self_attn.q_proj`).
@@ -286,7 +308,8 @@ impl Qwen2Model {
             }
             m => m,
         };
-        let x = self.layers_forward(embeds, positions, mask, cache.as_deref_mut().map(|c| c as &mut dyn LayerCache));
+        let x =
+            self.layers_forward(embeds, positions, mask, cache.as_deref_mut().map(|c| c as &mut dyn LayerCache), None);
         if let Some(c) = cache {
             c.advance(t);
         }
@@ -295,14 +318,16 @@ impl Qwen2Model {
 
     /// The decoder over `embeds` with a cache of any layout: the caller's `mask`
     /// (`[batch, 1, seq, keys]`) says which of the keys the cache hands back each query sees.
+    /// `rows` picks each row's served adapter.
     pub(crate) fn forward_cached(
         &self,
         embeds: Tensor,
         positions: &Tensor,
         mask: &Tensor,
         cache: &mut dyn LayerCache,
+        rows: Option<&AdapterRows>,
     ) -> Tensor {
-        self.layers_forward(embeds, positions, Some(mask), Some(cache))
+        self.layers_forward(embeds, positions, Some(mask), Some(cache), rows)
     }
 
     /// Every layer and the final norm.
@@ -312,6 +337,7 @@ impl Qwen2Model {
         positions: &Tensor,
         mask: Option<&Tensor>,
         mut cache: Option<&mut (dyn LayerCache + 'c)>,
+        rows: Option<&AdapterRows>,
     ) -> Tensor {
         let mut x = embeds;
         let (cos, sin) = self.rope.tables(positions, x.kind());
@@ -321,9 +347,9 @@ impl Qwen2Model {
             // Not `+=`: an in-place add would overwrite a tensor autograd saved for backward.
             #[allow(clippy::assign_op_pattern)]
             {
-                x = x + layer.self_attn.forward(&h, (&cos, &sin), mask, c);
+                x = x + layer.self_attn.forward(&h, (&cos, &sin), mask, c, rows);
             }
-            x = &x + layer.mlp.forward(&layer.post_attention_layernorm.forward(&x));
+            x = &x + layer.mlp.forward_rows(&layer.post_attention_layernorm.forward(&x), rows);
         }
         self.norm.forward(&x)
     }

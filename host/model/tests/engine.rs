@@ -43,6 +43,7 @@ fn converse(
                 images: vec![],
                 max_new_tokens: caps(turn, i),
                 seed: 1000 * turn as u64 + i as u64,
+                adapter: 0,
             })
             .collect();
         let out = model.generate_with(engine, &requests, options).unwrap();
@@ -156,7 +157,7 @@ fn a_prompt_that_does_not_extend_the_cache_falls_back_and_is_counted() {
     // prefix of this prompt.
     let windowed = model.encode_chat(&[system.clone(), turn(2)], true).unwrap();
     let request =
-        |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), images: vec![], max_new_tokens: 6, seed: 1 };
+        |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), images: vec![], max_new_tokens: 6, seed: 1, adapter: 0 };
     let mut e = engine(EngineOptions::default());
     model.generate_with(&mut e, &[request(&first)], &options).unwrap();
     let before = e.stats();
@@ -188,12 +189,12 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
 
     let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
     let mut tiny = engine(EngineOptions { kv_cache_mib: n(1), ..Default::default() });
-    let request = EngineRequest { key: 0, ids: long.clone(), images: vec![], max_new_tokens: 8, seed: 0 };
+    let request = EngineRequest { key: 0, ids: long.clone(), images: vec![], max_new_tokens: 8, seed: 0, adapter: 0 };
     let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
     assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
     // A call that fails part-way leaves no cached row behind (none may hold what it
     // claims), and the engine answers the next call as a fresh one would.
-    let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0 };
+    let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0, adapter: 0 };
     assert!(tight.kv_bytes() > 0);
     assert!(model.generate_with(&mut tight, &[request], &options).is_err());
     assert_eq!(tight.kv_bytes(), 0);
@@ -205,7 +206,7 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
 fn the_engine_refuses_bad_requests() {
     let model = model();
     let mut e = engine(EngineOptions::default());
-    let r = |key, ids: Vec<u32>| EngineRequest { key, ids, images: vec![], max_new_tokens: 4, seed: 0 };
+    let r = |key, ids: Vec<u32>| EngineRequest { key, ids, images: vec![], max_new_tokens: 4, seed: 0, adapter: 0 };
     let err = model.generate_with(&mut e, &[r(1, vec![5, 6]), r(1, vec![7])], &sampling(4)).unwrap_err();
     assert!(err.to_string().contains("trajectory 1"), "{err}");
     let err = model.generate_with(&mut e, &[r(1, vec![])], &sampling(4)).unwrap_err();
@@ -253,6 +254,7 @@ fn converse_vl(
                     .collect(),
                 max_new_tokens: 6,
                 seed: 10 * turn as u64 + i as u64,
+                adapter: 0,
             })
             .collect();
         let out = model.generate_with(engine, &requests, options).unwrap();
@@ -325,6 +327,7 @@ fn a_trajectory_may_start_from_a_row_its_owner_moves_on_from() {
                         images: vec![],
                         max_new_tokens: 5,
                         seed: *k,
+                        adapter: 0,
                     })
                     .collect();
                 model.generate_with(e, &requests, &options).unwrap()

@@ -228,7 +228,7 @@ fn unmerged_generation_logprobs_equal_a_training_forward_through_the_adapters() 
     let requests: Vec<EngineRequest> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| EngineRequest { key: i as u64, ids: p.clone(), images: vec![], max_new_tokens: 16, seed: i as u64 })
+        .map(|(i, p)| EngineRequest { key: i as u64, ids: p.clone(), images: vec![], max_new_tokens: 16, seed: i as u64, adapter: 0 })
         .collect();
     let engine = model.generate_with(&mut Engine::new(EngineOptions::default()), &requests, &options).unwrap();
     for generations in [plain, engine] {
@@ -241,4 +241,51 @@ fn unmerged_generation_logprobs_equal_a_training_forward_through_the_adapters() 
             }
         }
     }
+}
+
+#[test]
+fn two_served_adapters_and_the_base_answer_in_one_batch_as_each_would_alone() {
+    use vagen_model::{Engine, EngineOptions, EngineRequest, GenerateOptions};
+    let save = |seed: i64, lora: LoraConfig| {
+        let mut m = load("tiny-qwen2");
+        m.attach_lora(&lora, seed as u64).unwrap();
+        randomise(&m, seed);
+        let dir = tempfile::tempdir().unwrap();
+        m.save(dir.path()).unwrap();
+        dir
+    };
+    let adapters = [save(11, config(4, 8.0, Targets::AllLinear)), save(12, config(8, 4.0, names(&["q_proj", "down_proj"])))];
+    let mut served = load("tiny-qwen2");
+    for (i, dir) in adapters.iter().enumerate() {
+        assert_eq!(served.add_served_adapter(dir.path()).unwrap(), i + 1);
+    }
+    let prompts = probe(&served);
+    // The same prompt for the base and the first adapter: no prefix is shared across them.
+    let asked = [(0, &prompts[0]), (1, &prompts[0]), (2, &prompts[1]), (1, &prompts[1])];
+    let request = |key: usize, adapter: usize, ids: &Vec<u32>| EngineRequest {
+        key: key as u64,
+        ids: ids.clone(),
+        images: vec![],
+        max_new_tokens: 12,
+        seed: 40 + key as u64,
+        adapter,
+    };
+    let options = GenerateOptions { max_new_tokens: 12, temperature: 1.0, ..Default::default() };
+    let requests: Vec<EngineRequest> = asked.iter().enumerate().map(|(k, &(a, ids))| request(k, a, ids)).collect();
+    let mut engine = Engine::new(EngineOptions::default());
+    let mixed = served.generate_with(&mut engine, &requests, &options).unwrap();
+    for (k, &(adapter, ids)) in asked.iter().enumerate() {
+        let mut alone = load("tiny-qwen2");
+        if adapter > 0 {
+            alone.load_adapter(adapters[adapter - 1].path()).unwrap();
+        }
+        let want = alone.generate_with(&mut Engine::new(EngineOptions::default()), &[request(k, 0, ids)], &options).unwrap();
+        assert_eq!(mixed[k].token_ids, want[0].token_ids, "request {k} (adapter {adapter})");
+        for (a, b) in mixed[k].logprobs.iter().zip(&want[0].logprobs) {
+            assert!((a - b).abs() <= 1e-4, "request {k}: {a} vs {b}");
+        }
+    }
+    assert_ne!(mixed[0].token_ids, mixed[1].token_ids, "the adapter changes the answer to the same prompt");
+    let e = served.generate_with(&mut engine, &[request(9, 3, &prompts[0])], &options).unwrap_err().to_string();
+    assert!(e.contains("adapter 3 is not served"), "{e}");
 }

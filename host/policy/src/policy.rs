@@ -183,6 +183,7 @@ impl Policy for ModelPolicy {
                             // Each request's own stream: what it samples does not depend on
                             // which requests share its batch.
                             seed: self.options.seed.rotate_left(5) ^ requests[i].seed,
+                            adapter: 0,
                         })
                     })
                     .collect::<Result<Vec<_>, PolicyError>>()?,

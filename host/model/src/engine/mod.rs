@@ -18,6 +18,7 @@ mod slots;
 
 use crate::generate::{Ends, validate};
 use crate::image_processor::PixelValues;
+use crate::lora::AdapterRows;
 use crate::sampling::Sampler;
 use crate::vl::MropePositions;
 use crate::{Error, GenerateOptions, Generation, Qwen2ForCausalLM, Result, Tokenizer, Vision};
@@ -90,6 +91,10 @@ pub struct EngineRequest {
     pub max_new_tokens: usize,
     /// Seeds this request's own draw stream.
     pub seed: u64,
+    /// The served adapter it is answered with (see [`crate::Model::add_served_adapter`]);
+    /// 0: the model as it is. Rows of different adapters share a batch, never a cached
+    /// prefix.
+    pub adapter: usize,
 }
 
 /// What the engine did, summed over its calls since it was created or cleared.
@@ -185,6 +190,10 @@ impl Engine {
         if let Some(w) = keys.windows(2).find(|w| w[0] == w[1]) {
             return Err(Error::Invalid(format!("two requests of one call continue trajectory {}", w[0])));
         }
+        let served = lm.model.served_adapters();
+        if let Some(r) = requests.iter().find(|r| r.adapter > served) {
+            return Err(Error::Invalid(format!("adapter {} is not served here (this model serves {served})", r.adapter)));
+        }
         let prompts = requests.iter().map(|r| Prompted::new(vision, r)).collect::<Result<Vec<_>>>()?;
         let _guard = tch::no_grad_guard();
         self.calls += 1;
@@ -233,7 +242,19 @@ struct Prompted {
 }
 
 impl Prompted {
+    /// A served adapter's prompts get content keys of their own, so no cached prefix is
+    /// shared across adapters (their keys and values differ).
     fn new(vision: Option<&Vision>, r: &EngineRequest) -> Result<Self> {
+        let mut prompted = Self::keyed(vision, r)?;
+        if r.adapter > 0 {
+            for c in &mut prompted.content {
+                *c ^= (r.adapter as u64) << ADAPTER_SHIFT;
+            }
+        }
+        Ok(prompted)
+    }
+
+    fn keyed(vision: Option<&Vision>, r: &EngineRequest) -> Result<Self> {
         let Some(v) = vision else {
             if !r.images.is_empty() {
                 return Err(Error::Invalid("a text-only model (no vision tower) cannot take images".into()));
@@ -263,6 +284,9 @@ impl Prompted {
 
 /// Content keys of image tokens have the top bit set (token ids never do).
 const IMAGE_CONTENT: u64 = 1 << 63;
+/// Where a served adapter's index goes in content keys: above any token id, below the
+/// image bit.
+const ADAPTER_SHIFT: u32 = 40;
 
 /// A key of an image's pixels and grid.
 fn image_key(image: &PixelValues) -> Result<u64> {
@@ -339,9 +363,11 @@ impl Call<'_> {
             None => (self.lm.model.embed(&ids), steps),
             Some(v) => (self.vl_embeds(v, &ids, &reqs, &past)?, self.vl_positions(&reqs, &past, t)),
         };
+        let adapters: Vec<usize> = reqs.iter().map(|&r| self.requests[r].adapter).collect();
+        let rows = AdapterRows::new(&adapters, device);
         let hidden = {
             let mut view = self.kv.view(p.start, &past, &lens, keys);
-            self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
+            self.lm.model.forward_cached(embeds, &positions, &mask, &mut view, rows.as_ref())
         };
         let last: Vec<i64> = lens.iter().map(|&l| l as i64 - 1).collect();
         let last = Tensor::from_slice(&last).to_device(device);
@@ -425,9 +451,11 @@ impl Call<'_> {
         };
         let feed: Vec<i64> = step.feed.iter().map(|&t| t as i64).collect();
         let embeds = self.lm.model.embed(&Tensor::from_slice(&feed).view([m as i64, 1]).to_device(device));
+        let adapters: Vec<usize> = self.schedule.active.iter().map(|a| self.requests[a.request].adapter).collect();
+        let rows = AdapterRows::new(&adapters, device);
         let hidden = {
             let mut view = self.kv.view(0, &step.past, &vec![1; m], keys);
-            self.lm.model.forward_cached(embeds, &positions, &mask, &mut view)
+            self.lm.model.forward_cached(embeds, &positions, &mask, &mut view, rows.as_ref())
         };
         let logits = self.logits(&hidden.select(1, 0));
         self.sample(0, m, &logits)
