@@ -213,3 +213,71 @@ fn bench_reward_prints_the_cost_per_turn_and_judge_throughput() {
     assert!(number("state-match: ") > 0.0);
     assert!(number("local ") > 0.0 && number("via serve ") > 0.0, "{out}");
 }
+
+/// Two adapters of the embedded model with random (non-zero) B, saved in PEFT's layout.
+fn two_adapters() -> [tempfile::TempDir; 2] {
+    [(3, vec!["q_proj", "v_proj"]), (4, vec!["up_proj", "o_proj"])].map(|(seed, targets)| {
+        let mut model = vagen_model::default_model(0, Default::default()).unwrap();
+        let lora = vagen_model::LoraConfig {
+            target_modules: vagen_model::Targets::Names(targets.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        };
+        model.attach_lora(&lora, seed).unwrap();
+        tch::manual_seed(seed as i64);
+        let _g = tch::no_grad_guard();
+        for (name, mut t) in model.vs.variables() {
+            if name.contains(".lora_B.") {
+                let _ = t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        model.save(dir.path()).unwrap();
+        dir
+    })
+}
+
+fn ask(url: &str, model: &str) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{ "role": "user", "content": "Where is the goal?" }],
+        "max_tokens": 12, "temperature": 1.0, "seed": 5,
+    });
+    let mut r = ureq::post(&format!("{url}/chat/completions"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .send_json(&body)
+        .unwrap();
+    (r.status().as_u16(), r.body_mut().read_json().unwrap())
+}
+
+#[test]
+fn served_adapters_and_the_base_answer_in_one_batch_as_each_alone() {
+    let dirs = two_adapters();
+    let (a, b) = (dirs[0].path().to_str().unwrap(), dirs[1].path().to_str().unwrap());
+    let server = Server::start(&["--batch-wait-ms", "1000", "--lora", &format!("a={a}"), "--lora", &format!("b={b}")]);
+    let listed: serde_json::Value = ureq::get(&format!("{}/models", server.url)).call().unwrap().body_mut().read_json().unwrap();
+    let ids: Vec<&str> = listed["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["default", "a", "b"]);
+    let names = ["default", "a", "b"];
+    let together: Vec<(u16, serde_json::Value)> = std::thread::scope(|s| {
+        let handles: Vec<_> = names.iter().map(|m| s.spawn(|| ask(&server.url, m))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(server.stats()["generation_calls"], 1, "one batch for the three");
+    let text = |v: &serde_json::Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    for ((status, answer), name) in together.iter().zip(names) {
+        assert_eq!(*status, 200, "{answer}");
+        assert_eq!(answer["model"], name);
+        let alone = match name {
+            "default" => Server::start(&[]),
+            _ => Server::start(&["--adapter", if name == "a" { a } else { b }]),
+        };
+        let (_, want) = ask(&alone.url, "default");
+        assert_eq!(text(answer), text(&want), "{name}: batched with the others, as alone");
+    }
+    assert_ne!(text(&together[1].1), text(&together[2].1), "the adapters differ");
+    let (status, v) = ask(&server.url, "c");
+    assert_eq!(status, 404);
+    assert_eq!(v["error"]["code"], "model_not_found", "{v}");
+}
