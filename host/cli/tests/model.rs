@@ -368,3 +368,46 @@ fn a_run_killed_during_sft_and_during_rl_with_a_torn_checkpoint_resumes_to_the_e
     }
     assert_eq!(lines.iter().filter(|m| m.get("resumed_from").is_some()).count(), 2);
 }
+
+/// An adapter of the tiny fixture with random (non-zero) B, saved in PEFT's layout.
+fn adapter() -> tempfile::TempDir {
+    let mut model = vagen_model::Model::load(Path::new(&fixture("tiny-qwen2")), Default::default()).unwrap();
+    let lora = vagen_model::LoraConfig { target_modules: vagen_model::Targets::AllLinear, ..Default::default() };
+    model.attach_lora(&lora, 1).unwrap();
+    tch::manual_seed(1);
+    let _g = tch::no_grad_guard();
+    for (name, mut t) in model.vs.variables() {
+        if name.contains(".lora_B.") {
+            let _ = t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    model.save(dir.path()).unwrap();
+    dir
+}
+
+#[test]
+fn an_adapter_generates_over_its_base_and_merge_lora_writes_the_same_model_whole() {
+    let adapter = adapter();
+    let dir = adapter.path().to_str().unwrap();
+    let generate = |model: &str, extra: &[&str]| {
+        let mut args = vec!["generate", "--model", model, "--prompt", "the goal is", "--max-new-tokens", "8", "--json"];
+        args.extend(extra);
+        let o = host(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        last_json(&o)["token_ids"].clone()
+    };
+    let base = generate(&fixture("tiny-qwen2"), &[]);
+    let adapted = generate(&fixture("tiny-qwen2"), &["--adapter", dir]);
+    assert_ne!(adapted, base, "the adapter changes the greedy answer");
+    assert_eq!(generate(dir, &[]), adapted, "the adapter folder names its base");
+
+    let out = tempfile::tempdir().unwrap();
+    let merged = out.path().join("merged");
+    let o = host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", merged.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(merged.join("model.safetensors").is_file() && !merged.join("adapter_config.json").exists());
+    assert_eq!(generate(merged.to_str().unwrap(), &[]), adapted, "merged, the same greedy answer");
+    let o = host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", dir]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("its own input"));
+}

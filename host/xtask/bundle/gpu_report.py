@@ -1,7 +1,7 @@
 """The GPU bundle's checks, section by section, into gpu-report.json and gpu-report.md.
 
 usage (through run.sh, which sets the library path): gpu_report.py OUT_DIR [--cpu] [--quick]
-       [--sections machine,parity,generation,rollout,training]
+       [--sections machine,parity,generation,rollout,training,lora]
 
 Each section has its own time budget; a section that fails or runs out of time is recorded
 with its error and the next one runs. Both reports are rewritten after every section, so a
@@ -25,13 +25,13 @@ import time
 BUNDLE = pathlib.Path(__file__).resolve().parent
 HOST = BUNDLE / "bin" / "vagen-host"
 REFERENCE = BUNDLE / "reference"
-SECTIONS = ["machine", "parity", "generation", "rollout", "training"]
+SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora"]
 # Seconds per section: full on a GPU (8 minutes in all at most); quick, the CPU dry run that
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 170, "rollout": 100, "training": 110},
-    "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180},
+    "full": {"machine": 10, "parity": 85, "generation": 150, "rollout": 90, "training": 100, "lora": 120},
+    "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120},
 }
 
 
@@ -369,6 +369,40 @@ def update_steps(s, ctx):
            "tokens_per_s": mean("throughput/tokens_per_s"), "peak_gpu_mib": s.peak_gpu_mib}
     s.figure("update_bf16", row, shlex.join(map(str, args)))
     return row
+
+
+def lora(s, ctx):
+    """Update steps full against LoRA ranks (`bench-train`), then the LoRA demo config for a
+    few steps with the adapters unmerged and merged for generation (`engine.merge_lora`)."""
+    if ctx.quick:
+        bench = ["--shapes", "default", "--variants", "full,16", "--steps", "1"]
+    else:
+        bench = ["--shapes", "qwen2.5-0.5b,qwen2.5-vl-3b", "--variants", "full,8,16,64", "--dtype", "bf16",
+                 "--batch", "8", "--seq", "512"]
+    args = [HOST, "bench-train", *bench, "--device", ctx.device, "--json"]
+    cells = last_json(s.run(args))["bench_train"]
+    s.figure("bench_train", cells, shlex.join(map(str, args)))
+    keys = ["shape", "variant", "trainable", "optimizer_bytes", "peak_rss_bytes", "step_seconds", "tokens_per_second"]
+    s.tables.append(("update steps, full against LoRA (host RSS; the device's memory in the training section)",
+                     keys + ["skipped"], [[c.get(k) for k in keys + ["skipped"]] for c in cells]))
+    sizes = ({"sft.steps": 1, "schedule.steps": 2, "env.val_episodes": 4, "env.groups": 2, "env.group_size": 2}
+             if ctx.quick else {"sft.steps": 5, "schedule.steps": 4, "env.val_episodes": 16})
+    rows = []
+    for merged in [False, True]:
+        run_dir = ctx.scratch / f"train-lora-{'merged' if merged else 'unmerged'}"
+        sets = {**sizes, "model.device": ctx.device, "engine.merge_lora": merged, "schedule.eval_every": 0,
+                "schedule.save_every": 0}
+        args = train_command("frozenlake-lora-cpu.toml", run_dir, sets)
+        s.run(args, watch_gpu=not ctx.cpu)
+        _, rl, mean = logged(run_dir, "the LoRA run")
+        row = {"merge_lora": merged, "rl_steps": len(rl), "step_s": mean("timing_s/step"),
+               "rollout_s": mean("timing_s/rollout"), "update_s": mean("timing_s/update"),
+               "tokens_per_s": mean("throughput/tokens_per_s"), "peak_gpu_mib": s.peak_gpu_mib}
+        rows.append(row)
+        s.figure(f"demo_merge_{str(merged).lower()}", row, shlex.join(map(str, args)))
+    keys = list(rows[0].keys())
+    s.tables.append(("the LoRA demo config, adapters unmerged and merged for generation", keys,
+                     [[r[k] for k in keys] for r in rows]))
 
 
 # ---------------------------------------------------------------- report

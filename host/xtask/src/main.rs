@@ -462,6 +462,7 @@ fn gpu_bundle(build: bool) -> Result<PathBuf> {
     let configs = [
         ("examples/frozenlake-cpu.toml", "examples/frozenlake-cpu.toml"),
         ("examples/frozenlake-vision-cpu.toml", "examples/frozenlake-vision-cpu.toml"),
+        ("examples/frozenlake-lora-cpu.toml", "examples/frozenlake-lora-cpu.toml"),
     ];
     for (from, to) in files.iter().chain(&configs) {
         let to = dir.join(to);
