@@ -6,8 +6,9 @@ usage:
       prints {"outputs": [[[...logits per position...]]]} of PeftModel.from_pretrained
   peft_parity.py logits-vl BASE ADAPTER FIXTURES < {"messages": [...], "images": [...]}
       prints {"logits": [[...]]} for one prompt of the VL fixtures, through the processor
-  peft_parity.py make BASE OUT SEED < {"r": 4, "alpha": 8, "target_modules": [...], "rslora": false}
-      saves a fresh PEFT adapter whose B matrices are random (non-zero) to OUT
+  peft_parity.py make BASE OUT SEED < {"r": 4, "alpha": 8, "target_modules": [...], "rslora": false,
+                                       "modules_to_save": [...]}
+      saves a fresh PEFT adapter whose B matrices (and whole modules) are random to OUT
   peft_parity.py merge BASE ADAPTER OUT
       writes OUT/merged.safetensors: merge_and_unload()'s state dict
 """
@@ -62,6 +63,7 @@ def make(base, out, seed):
         lora_alpha=spec["alpha"],
         target_modules=spec["target_modules"],
         use_rslora=spec.get("rslora", False),
+        modules_to_save=spec.get("modules_to_save"),
         task_type="CAUSAL_LM",
     )
     model = get_peft_model(base_model(base), config)
@@ -69,6 +71,8 @@ def make(base, out, seed):
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0.0, 0.1)
+            elif "modules_to_save" in name:
+                p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(out)
 
 

@@ -22,13 +22,21 @@ impl Model {
             sites.extend(v.tower.sites());
         }
         let count = lora::attach(&self.vs.root(), sites, config, seed)?;
-        for (name, t) in self.vs.variables() {
-            if !is_adapter_tensor(&name) {
-                let _ = t.set_requires_grad(false);
-            }
+        let vars = self.vs.variables();
+        let whole = lora::saved_modules(&vars, config, vl)?;
+        for (name, t) in vars {
+            let _ = t.set_requires_grad(is_adapter_tensor(&name) || lora::in_modules(&name, &whole));
         }
         self.lora = Some(config.clone());
         Ok(count)
+    }
+
+    /// The modules `modules_to_save` trains whole (our names).
+    fn saved_modules(&self) -> Vec<String> {
+        let config = self.lora.as_ref();
+        config.map_or_else(Vec::new, |c| {
+            lora::saved_modules(&self.vs.variables(), c, self.vision.is_some()).expect("checked when attached")
+        })
     }
 
     /// The adapters' settings, when LoRA is attached.
@@ -47,24 +55,15 @@ impl Model {
     pub fn save_adapter(&self, dir: &Path) -> Result<()> {
         let config = self.lora.as_ref().ok_or_else(|| Error::Invalid("this model has no LoRA adapters".into()))?;
         let json = config.to_peft_json(&self.name_or_path, "CAUSAL_LM", &[]);
-        let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &[]);
+        let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &self.saved_modules());
         lora::write_folder(dir, &json, &tensors)
     }
 
     /// Attaches the adapter saved in `dir` (ours or PEFT's) to this base model.
     pub fn load_adapter(&mut self, dir: &Path) -> Result<AdapterMeta> {
         let (config, meta, tensors) = lora::read_folder(dir)?;
-        if !meta.modules_to_save.is_empty() {
-            return Err(Error::Config {
-                path: dir.join(lora::ADAPTER_CONFIG),
-                message: format!(
-                    "modules_to_save = {:?}: a policy adapter with whole modules is not supported",
-                    meta.modules_to_save
-                ),
-            });
-        }
         self.attach_lora(&config, 0)?;
-        lora::fill(&self.vs.variables(), tensors, &[], &dir.join(lora::ADAPTER_WEIGHTS))?;
+        lora::fill(&self.vs.variables(), tensors, &self.saved_modules(), &dir.join(lora::ADAPTER_WEIGHTS))?;
         Ok(meta)
     }
 
@@ -77,10 +76,13 @@ impl Model {
         if self.lora.is_some() {
             return Err(Error::Invalid("a model with an adapter of its own cannot serve others: load the base".into()));
         }
-        let (config, meta, tensors) = lora::read_folder(dir)?;
+        let (config, _, tensors) = lora::read_folder(dir)?;
         let bad = |message: String| Error::Config { path: dir.join(lora::ADAPTER_CONFIG), message };
-        if !meta.modules_to_save.is_empty() {
-            return Err(bad(format!("modules_to_save = {:?}: not servable", meta.modules_to_save)));
+        if !config.modules_to_save.is_empty() {
+            return Err(bad(format!(
+                "modules_to_save = {:?}: whole modules are not servable beside others (serve it alone with --adapter)",
+                config.modules_to_save
+            )));
         }
         if let Some(v) = self.vision.as_mut()
             && let Some(site) = v.tower.sites().into_iter().find(|s| config.targets(&s.hf_name))
@@ -93,28 +95,43 @@ impl Model {
         let store = tch::nn::VarStore::new(self.device());
         let sites = self.lm.model.sites(self.vision.is_some());
         lora::attach_served(&store.root(), sites, &config)?;
-        lora::fill(&store.variables(), tensors, &[], &dir.join(lora::ADAPTER_WEIGHTS))?;
+        lora::fill::<&str>(&store.variables(), tensors, &[], &dir.join(lora::ADAPTER_WEIGHTS))?;
         Ok(self.lm.model.served_adapters())
     }
 
-    /// A model whose weights are this one's tensors themselves (frozen, not copied) and
-    /// which has no adapter of its own yet.
+    /// A model whose weights are this one's tensors themselves (frozen, not copied; those
+    /// of `modules_to_save`, which train, copied) and which has no adapter of its own yet.
     pub fn sharing_base(&self) -> Result<Model> {
-        let shared = base_variables(&self.vs.variables());
-        for t in shared.values() {
-            let _ = t.set_requires_grad(false);
-        }
+        let shared = self.base_to_share();
         let options = LoadOptions { device: self.device(), dtype: self.dtype };
         let mut model = Model::assemble_with(self.parts(), options, |_| Ok(()), shared, |_| Ok(()))?;
         model.name_or_path = self.name_or_path.clone();
         Ok(model)
     }
 
-    /// The weights with every adapter merged in (`W + s·B·A`), by checkpoint name: only the
-    /// adapted layers' weights.
+    /// The base for another model over it: the frozen tensors themselves, copies of the
+    /// ones `modules_to_save` trains.
+    pub(crate) fn base_to_share(&self) -> HashMap<String, Tensor> {
+        let whole = self.saved_modules();
+        let mut shared = base_variables(&self.vs.variables());
+        for (name, t) in shared.iter_mut() {
+            if lora::in_modules(name, &whole) {
+                *t = t.detach().copy();
+            }
+            let _ = t.set_requires_grad(false);
+        }
+        shared
+    }
+
+    /// The weights with every adapter merged in (`W + s·B·A`), by checkpoint name: the
+    /// adapted layers' weights and those of `modules_to_save` (as trained).
     pub fn merged_weights(&self) -> HashMap<String, Tensor> {
         let Some(config) = &self.lora else { return HashMap::new() };
-        merged(&self.vs.variables(), config.scale())
+        let vars = self.vs.variables();
+        let mut out = merged(&vars, config.scale());
+        let whole = self.saved_modules();
+        out.extend(vars.iter().filter(|(n, _)| lora::in_modules(n, &whole)).map(|(n, t)| (n.clone(), t.detach().copy())));
+        out
     }
 
     /// A model without adapters whose weights are this one's merged: what `merge-lora`

@@ -47,6 +47,11 @@ pub struct LoraConfig {
     /// Rank-stabilised scaling (Kalajdzievski, 2023): alpha / √r.
     #[serde(default)]
     pub rslora: bool,
+    /// PEFT's `modules_to_save`: modules trained whole beside the adapters and saved in the
+    /// adapter file (a module whose transformers name ends with one of these, PEFT's rule:
+    /// `norm` is every norm, `model.norm` the last). A LoRA-adapted layer cannot be one.
+    #[serde(default)]
+    pub modules_to_save: Vec<String>,
 }
 
 fn default_rank() -> NonZeroUsize {
@@ -66,6 +71,7 @@ impl Default for LoraConfig {
             target_modules: Targets::default(),
             init: LoraInit::default(),
             rslora: false,
+            modules_to_save: Vec::new(),
         }
     }
 }
@@ -149,6 +155,12 @@ impl LoraConfig {
         self.target_modules.matches(module).is_some()
     }
 
+    /// Whether the module transformers names `module` is trained whole (PEFT's plain
+    /// suffix rule for `modules_to_save`).
+    pub fn saves(&self, module: &str) -> bool {
+        self.modules_to_save.iter().any(|m| module.ends_with(m.as_str()))
+    }
+
     /// The factor on the low-rank path.
     pub fn scale(&self) -> f64 {
         let r = self.r.get() as f64;
@@ -167,7 +179,9 @@ impl LoraConfig {
     }
 
     /// `adapter_config.json` as PEFT writes it.
-    pub(crate) fn to_peft_json(&self, base: &str, task_type: &str, modules_to_save: &[&str]) -> Value {
+    pub(crate) fn to_peft_json(&self, base: &str, task_type: &str, extra_modules: &[&str]) -> Value {
+        let modules_to_save: Vec<&str> =
+            self.modules_to_save.iter().map(String::as_str).chain(extra_modules.iter().copied()).collect();
         let init = match self.init {
             LoraInit::Default => json!(true),
             LoraInit::Gaussian => json!("gaussian"),
@@ -238,15 +252,15 @@ impl LoraConfig {
             target_modules,
             init,
             rslora: field("use_rslora").and_then(Value::as_bool).unwrap_or(false),
+            modules_to_save: match field("modules_to_save") {
+                None => Vec::new(),
+                Some(v) => serde_json::from_value::<Vec<String>>(v.clone())
+                    .map_err(|_| bad(format!("modules_to_save: expected a list of names, found {v}")))?,
+            },
         };
         config.check().map_err(|e| bad(e.to_string()))?;
-        let modules_to_save = match field("modules_to_save") {
-            None => Vec::new(),
-            Some(v) => serde_json::from_value::<Vec<String>>(v.clone())
-                .map_err(|_| bad(format!("modules_to_save: expected a list of names, found {v}")))?,
-        };
         let base = field("base_model_name_or_path").and_then(Value::as_str).map(str::to_string);
-        Ok((config, AdapterMeta { base, modules_to_save }))
+        Ok((config, AdapterMeta { base }))
     }
 }
 
@@ -255,8 +269,31 @@ impl LoraConfig {
 pub struct AdapterMeta {
     /// `base_model_name_or_path`: the model the adapter was trained on.
     pub base: Option<String>,
-    /// Modules saved whole (a critic's `score` head).
-    pub modules_to_save: Vec<String>,
+}
+
+/// The modules of `vars` (our names, e.g. `model.norm`) that `config` trains whole. One
+/// that is also a LoRA target, or a tied embedding, is refused.
+pub(crate) fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig, vl: bool) -> Result<Vec<String>> {
+    let mut modules: Vec<String> = vars
+        .keys()
+        .filter(|n| !is_adapter_tensor(n))
+        .filter_map(|n| n.rsplit_once('.').map(|(m, _)| m.to_string()))
+        .filter(|m| config.saves(&hf_module_name(m, vl)))
+        .collect();
+    modules.sort();
+    modules.dedup();
+    if let Some(m) = config.modules_to_save.iter().find(|m| !modules.iter().any(|n| hf_module_name(n, vl).ends_with(m.as_str()))) {
+        return Err(Error::Invalid(format!("lora.modules_to_save: {m:?} names no module of this model")));
+    }
+    if let Some(m) = modules.iter().find(|m| vars.contains_key(&format!("{m}.lora_A.weight"))) {
+        return Err(Error::Invalid(format!("lora.modules_to_save: {m} is also a LoRA target (target_modules)")));
+    }
+    if let Some(m) = modules.iter().find(|m| m.as_str() == "model.embed_tokens" && !vars.contains_key("lm_head.weight")) {
+        return Err(Error::Invalid(format!(
+            "lora.modules_to_save: {m} is tied to the LM head here; training a tied embedding whole is not supported"
+        )));
+    }
+    Ok(modules)
 }
 
 /// One adapted layer's low-rank pair.
@@ -457,12 +494,17 @@ pub(crate) fn is_adapter_tensor(name: &str) -> bool {
     name.contains(".lora_A.") || name.contains(".lora_B.")
 }
 
+/// Whether variable `name` belongs to one of the `modules` (our names).
+pub(crate) fn in_modules<S: AsRef<str>>(name: &str, modules: &[S]) -> bool {
+    modules.iter().any(|m| name.strip_prefix(m.as_ref()).is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.')))
+}
+
 /// The adapter tensors of `vars` (and the `extra` whole modules, e.g. `score`) under PEFT's
 /// saved keys, f32 on the CPU, for `adapter_model.safetensors`.
-pub(crate) fn saved_tensors(vars: HashMap<String, Tensor>, vl: bool, extra: &[&str]) -> Vec<(String, Tensor)> {
+pub(crate) fn saved_tensors<S: AsRef<str>>(vars: HashMap<String, Tensor>, vl: bool, extra: &[S]) -> Vec<(String, Tensor)> {
     let mut out: Vec<(String, Tensor)> = vars
         .into_iter()
-        .filter(|(n, _)| is_adapter_tensor(n) || extra.iter().any(|m| n.starts_with(&format!("{m}."))))
+        .filter(|(n, _)| is_adapter_tensor(n) || in_modules(n, extra))
         .map(|(n, t)| {
             let key = format!("{KEY_PREFIX}{}", hf_module_name(&n, vl));
             (key, t.detach().to_device(Device::Cpu).to_kind(Kind::Float).contiguous())
@@ -476,21 +518,26 @@ pub(crate) fn saved_tensors(vars: HashMap<String, Tensor>, vl: bool, extra: &[&s
 /// or belong to `extra` modules. Every such variable must be in the file with its shape,
 /// and every tensor of the file must land somewhere: an adapter for layers this config does
 /// not adapt is refused, not half-loaded.
-pub(crate) fn fill(vars: &HashMap<String, Tensor>, saved: Vec<(String, Tensor)>, extra: &[&str], path: &Path) -> Result<()> {
+pub(crate) fn fill<S: AsRef<str>>(
+    vars: &HashMap<String, Tensor>,
+    saved: Vec<(String, Tensor)>,
+    extra: &[S],
+    path: &Path,
+) -> Result<()> {
     let bad = |message: String| Error::Weights { path: path.into(), message };
     let mut by_name: HashMap<String, Tensor> = HashMap::new();
     for (key, t) in saved {
         let module = key.strip_prefix(KEY_PREFIX).ok_or_else(|| bad(format!("tensor {key}: not under {KEY_PREFIX}")))?;
         // PEFT keeps the adapter's name in memory (`lora_A.default.weight`); saved files
         // normally drop it, some tools do not.
-        let module = module.replace(".lora_A.default.", ".lora_A.").replace(".lora_B.default.", ".lora_B.");
+        let module = module
+            .replace(".lora_A.default.", ".lora_A.")
+            .replace(".lora_B.default.", ".lora_B.")
+            .replace(".modules_to_save.default.", ".");
         by_name.insert(our_module_name(&module), t);
     }
     let _guard = tch::no_grad_guard();
-    let mut names: Vec<&String> = vars
-        .keys()
-        .filter(|n| is_adapter_tensor(n) || extra.iter().any(|m| n.starts_with(&format!("{m}."))))
-        .collect();
+    let mut names: Vec<&String> = vars.keys().filter(|n| is_adapter_tensor(n) || in_modules(n, extra)).collect();
     names.sort();
     for name in names {
         let mut var = vars[name].shallow_clone();

@@ -76,15 +76,17 @@ impl ValueModel {
 
     /// A LoRA critic saved by [`Self::save`] over `actor`'s base.
     pub fn load_sharing(actor: &Model, dir: &Path) -> Result<Self> {
-        let (config, meta, tensors) = lora::read_folder(dir)?;
-        if meta.modules_to_save != [HEAD] {
+        let (mut config, _, tensors) = lora::read_folder(dir)?;
+        if config.modules_to_save.last().map(String::as_str) != Some(HEAD) {
             return Err(Error::Config {
                 path: dir.join(lora::ADAPTER_CONFIG),
-                message: format!("modules_to_save = {:?}: a critic adapter saves [\"{HEAD}\"]", meta.modules_to_save),
+                message: format!("modules_to_save = {:?}: a critic adapter saves \"{HEAD}\" last", config.modules_to_save),
             });
         }
+        config.modules_to_save.pop();
         let critic = Self::sharing_base(actor, &config)?;
-        lora::fill(&critic.vs.variables(), tensors, &[HEAD], &dir.join(lora::ADAPTER_WEIGHTS))?;
+        let extra = critic.saved_modules();
+        lora::fill(&critic.vs.variables(), tensors, &extra, &dir.join(lora::ADAPTER_WEIGHTS))?;
         Ok(critic)
     }
 
@@ -92,10 +94,8 @@ impl ValueModel {
     /// says and a zero head.
     fn sharing_base(actor: &Model, config: &LoraConfig) -> Result<Self> {
         let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
-        let shared: HashMap<String, Tensor> = crate::adapters::base_variables(&actor.vs.variables())
-            .into_iter()
-            .filter(|(n, _)| !n.starts_with("lm_head."))
-            .collect();
+        let shared: HashMap<String, Tensor> =
+            actor.base_to_share().into_iter().filter(|(n, _)| !n.starts_with("lm_head.")).collect();
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
         let mut critic = Self::build(actor.config().clone(), vl, options, shared);
         let is_vl = critic.vision.is_some();
@@ -105,7 +105,21 @@ impl ValueModel {
         }
         lora::attach(&critic.vs.root(), sites, config, 0)?;
         critic.lora = Some(config.clone());
+        let whole = critic.saved_modules();
+        for (name, t) in critic.vs.variables() {
+            let _ = t.set_requires_grad(is_adapter_tensor(&name) || lora::in_modules(&name, &whole));
+        }
         Ok(critic)
+    }
+
+    /// The whole modules a LoRA critic trains and saves: the actor's `modules_to_save` (of
+    /// the decoder) and its head.
+    fn saved_modules(&self) -> Vec<String> {
+        let Some(config) = &self.lora else { return Vec::new() };
+        let vars = self.vs.variables();
+        let mut whole = lora::saved_modules(&vars, config, self.vision.is_some()).unwrap_or_default();
+        whole.push(HEAD.to_string());
+        whole
     }
 
     /// The modules on a new store holding `shared` as they are; the rest zero.
@@ -175,7 +189,7 @@ impl ValueModel {
     pub fn save(&self, dir: &Path) -> Result<()> {
         if let Some(config) = &self.lora {
             let json = config.to_peft_json("<the actor's base>", "TOKEN_CLS", &[HEAD]);
-            let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &[HEAD]);
+            let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &self.saved_modules());
             return lora::write_folder(dir, &json, &tensors);
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

@@ -18,13 +18,16 @@ fn names(list: &[&str]) -> Targets {
     Targets::Names(list.iter().map(|s| s.to_string()).collect())
 }
 
-/// Every B drawn at random, so the adapters change the outputs.
+/// Every B drawn at random, so the adapters change the outputs; whole modules that train
+/// (`modules_to_save`) moved too.
 fn randomise(model: &Model, seed: i64) {
     let _g = tch::no_grad_guard();
     tch::manual_seed(seed);
     for (name, mut t) in model.vs.variables() {
         if name.contains(".lora_B.") {
             t.copy_(&(Tensor::randn_like(&t) * 0.1));
+        } else if t.requires_grad() && !name.contains(".lora_") {
+            t.copy_(&(&t + Tensor::randn_like(&t) * 0.1));
         }
     }
 }
@@ -94,7 +97,11 @@ fn fresh_adapters_leave_the_outputs_unchanged_and_alone_receive_gradients() {
 fn an_adapter_we_save_loads_in_peft_with_the_same_logits_and_back_here_exactly() {
     let base = fixtures().join("tiny-qwen2");
     let mut model = load("tiny-qwen2");
-    model.attach_lora(&config(4, 8.0, Targets::AllLinear), 5).unwrap();
+    // PEFT's rule: `norm` is every norm, the last and each layer's two.
+    let lora = LoraConfig { modules_to_save: vec!["norm".into()], ..config(4, 8.0, Targets::AllLinear) };
+    model.attach_lora(&lora, 5).unwrap();
+    let trained = model.trainable();
+    assert!(trained.contains_key("model.norm.weight") && trained.contains_key("model.layers.1.input_layernorm.weight"));
     randomise(&model, 2);
     let dir = tempfile::tempdir().unwrap();
     model.save(dir.path()).unwrap();
@@ -115,7 +122,10 @@ fn an_adapter_we_save_loads_in_peft_with_the_same_logits_and_back_here_exactly()
 fn an_adapter_peft_saves_loads_here_with_the_same_logits_and_merges_as_peft_merges() {
     let base = fixtures().join("tiny-qwen2");
     let dir = tempfile::tempdir().unwrap();
-    let spec = serde_json::json!({ "r": 6, "alpha": 12, "target_modules": ["q_proj", "o_proj", "up_proj", "down_proj"], "rslora": true });
+    let spec = serde_json::json!({
+        "r": 6, "alpha": 12, "target_modules": ["q_proj", "o_proj", "up_proj", "down_proj"], "rslora": true,
+        "modules_to_save": ["model.norm"],
+    });
     peft(&["make", base.to_str().unwrap(), dir.path().to_str().unwrap(), "7"], &spec.to_string());
     let source = ModelSource::Folder(base.clone());
     let model = source.load_with_adapter(dir.path(), 0, LoadOptions::default()).unwrap();
@@ -127,12 +137,13 @@ fn an_adapter_peft_saves_loads_here_with_the_same_logits_and_merges_as_peft_merg
         assert!(err <= 1e-4, "peft's adapter here: relative error {err:e}");
     }
 
+    assert!(model.trainable().contains_key("model.norm.weight"));
     let merged_dir = tempfile::tempdir().unwrap();
     peft(&["merge", base.to_str().unwrap(), dir.path().to_str().unwrap(), merged_dir.path().to_str().unwrap()], "");
     let theirs: std::collections::HashMap<String, Tensor> =
         Tensor::read_safetensors(merged_dir.path().join("merged.safetensors")).unwrap().into_iter().collect();
     let ours = model.merged_weights();
-    assert_eq!(ours.len(), 4 * model.config().num_hidden_layers);
+    assert_eq!(ours.len(), 4 * model.config().num_hidden_layers + 1, "the adapted layers and the last norm");
     for (name, w) in &ours {
         let err = (w - &theirs[name]).abs().max().double_value(&[]);
         assert!(err <= 1e-5, "{name}: merged weights differ by {err:e}");
@@ -174,12 +185,16 @@ fn a_vl_adapter_over_every_linear_layer_matches_peft_with_images() {
 #[test]
 fn a_critic_and_a_reference_share_the_actors_frozen_base() {
     let mut actor = Model::from_spec("default", LoadOptions::default()).unwrap();
-    actor.attach_lora(&config(8, 16.0, Targets::AllLinear), 1).unwrap();
+    let lora = LoraConfig { modules_to_save: vec!["model.norm".into()], ..config(8, 16.0, Targets::AllLinear) };
+    actor.attach_lora(&lora, 1).unwrap();
     randomise(&actor, 4);
     let critic = ValueModel::from_policy(&actor).unwrap();
     let weight = "model.layers.2.mlp.down_proj.weight";
     let (a, c) = (actor.vs.variables(), critic.vs.variables());
     assert_eq!(a[weight].data_ptr(), c[weight].data_ptr(), "the same tensor, not a copy");
+    let norm = "model.norm.weight";
+    assert_ne!(a[norm].data_ptr(), c[norm].data_ptr(), "a module trained whole is the critic's own");
+    assert!(a[norm].equal(&c[norm]) && critic.trainable().contains_key(norm));
     let adapter = "model.layers.2.mlp.down_proj.lora_B.weight";
     assert_ne!(a[adapter].data_ptr(), c[adapter].data_ptr(), "its own adapter");
     assert!(a[adapter].equal(&c[adapter]), "starting from the actor's");
@@ -199,6 +214,7 @@ fn a_critic_and_a_reference_share_the_actors_frozen_base() {
     let mut reference = actor.sharing_base().unwrap();
     reference.load_adapter(dir.path()).unwrap();
     assert_eq!(reference.vs.variables()[weight].data_ptr(), a[weight].data_ptr());
+    assert_ne!(reference.vs.variables()[norm].data_ptr(), a[norm].data_ptr());
     assert!(logits(&reference, seq).equal(&logits(&actor, seq)));
 }
 
