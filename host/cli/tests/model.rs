@@ -1,6 +1,8 @@
 //! `vagen-host generate` and `bench-model` as a user runs them, and how the binary links
 //! libtorch.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -369,21 +371,11 @@ fn a_run_killed_during_sft_and_during_rl_with_a_torn_checkpoint_resumes_to_the_e
     assert_eq!(lines.iter().filter(|m| m.get("resumed_from").is_some()).count(), 2);
 }
 
-/// An adapter of the tiny fixture with random (non-zero) B, saved in PEFT's layout.
+/// An adapter of the tiny fixture on every linear layer, with random (non-zero) B.
 fn adapter() -> tempfile::TempDir {
-    let mut model = vagen_model::Model::load(Path::new(&fixture("tiny-qwen2")), Default::default()).unwrap();
+    let model = vagen_model::Model::load(Path::new(&fixture("tiny-qwen2")), Default::default()).unwrap();
     let lora = vagen_model::LoraConfig { target_modules: vagen_model::Targets::AllLinear, ..Default::default() };
-    model.attach_lora(&lora, 1).unwrap();
-    tch::manual_seed(1);
-    let _g = tch::no_grad_guard();
-    for (name, mut t) in model.vs.variables() {
-        if name.contains(".lora_B.") {
-            let _ = t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
-        }
-    }
-    let dir = tempfile::tempdir().unwrap();
-    model.save(dir.path()).unwrap();
-    dir
+    common::random_adapter(model, &lora, 1)
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! `vagen-host serve` as an OpenAI-compatible endpoint, and the trainer's `openai` judge
 //! backend against it and against endpoints that misbehave.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -217,22 +219,12 @@ fn bench_reward_prints_the_cost_per_turn_and_judge_throughput() {
 /// Two adapters of the embedded model with random (non-zero) B, saved in PEFT's layout.
 fn two_adapters() -> [tempfile::TempDir; 2] {
     [(3, vec!["q_proj", "v_proj"]), (4, vec!["up_proj", "o_proj"])].map(|(seed, targets)| {
-        let mut model = vagen_model::default_model(0, Default::default()).unwrap();
+        let model = vagen_model::default_model(0, Default::default()).unwrap();
         let lora = vagen_model::LoraConfig {
             target_modules: vagen_model::Targets::Names(targets.iter().map(|s| s.to_string()).collect()),
             ..Default::default()
         };
-        model.attach_lora(&lora, seed).unwrap();
-        tch::manual_seed(seed as i64);
-        let _g = tch::no_grad_guard();
-        for (name, mut t) in model.vs.variables() {
-            if name.contains(".lora_B.") {
-                let _ = t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        model.save(dir.path()).unwrap();
-        dir
+        common::random_adapter(model, &lora, seed)
     })
 }
 
