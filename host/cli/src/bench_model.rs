@@ -244,6 +244,9 @@ impl Bench {
 /// The model to benchmark (random weights of a shape, or `--model`) and where transformers
 /// finds the same one.
 pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool) -> Result<(Model, HfSource)> {
+    if let (Some(shape), Some(dir)) = (config, &args.adapter) {
+        bail!("--adapter {} with --config {shape}: random weights of a shape take no adapter; give --model", dir.display());
+    }
     Ok(match config {
         Some(shape) => {
             let started = Instant::now();

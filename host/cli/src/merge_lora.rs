@@ -40,6 +40,6 @@ pub fn merge_lora(a: MergeLoraArgs) -> Result<()> {
         merged = merged.to_dtype(a.dtype)?;
     }
     merged.save(&a.out).with_context(|| format!("writing {}", a.out.display()))?;
-    println!("merged the adapter into {layers} layers of {}: {}", a.base, a.out.display());
+    println!("merged the adapter into {layers} weights of {}: {}", a.base, a.out.display());
     Ok(())
 }
