@@ -564,8 +564,11 @@ pub(crate) fn write_folder(dir: &Path, config: &Value, tensors: &[(String, Tenso
     crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), config)
 }
 
+/// A safetensors file's tensors by saved name.
+pub(crate) type Named = Vec<(String, Tensor)>;
+
 /// An adapter folder's config and tensors.
-pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Vec<(String, Tensor)>)> {
+pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Named)> {
     let folder = crate::folder::ModelFolder::open(dir)?;
     let path = dir.join(ADAPTER_CONFIG);
     let json = folder.read_json(ADAPTER_CONFIG, crate::FileKind::Json)?.ok_or_else(|| Error::Config {
