@@ -245,7 +245,10 @@ impl Bench {
 /// finds the same one.
 pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool) -> Result<(Model, HfSource)> {
     if let (Some(shape), Some(dir)) = (config, &args.adapter) {
-        bail!("--adapter {} with --config {shape}: random weights of a shape take no adapter; give --model", dir.display());
+        bail!(
+            "--adapter {} with --config {shape}: random weights of a shape take no adapter; give --model",
+            dir.display()
+        );
     }
     Ok(match config {
         Some(shape) => {

@@ -146,13 +146,8 @@ fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) ->
     }
     let parameters: i64 = model.vs.variables().values().map(|t| t.numel() as i64).sum();
     // The model's own, without adapters: what full-parameter training trains.
-    let base_parameters: i64 = model
-        .vs
-        .variables()
-        .iter()
-        .filter(|(n, _)| !n.contains(".lora_"))
-        .map(|(_, t)| t.numel() as i64)
-        .sum();
+    let base_parameters: i64 =
+        model.vs.variables().iter().filter(|(n, _)| !n.contains(".lora_")).map(|(_, t)| t.numel() as i64).sum();
     let trainable: i64 = model.trainable().values().map(|t| t.numel() as i64).sum();
     let head = serde_json::json!({ "shape": shape, "variant": variant, "critic": with_critic });
     // What is still to come must fit beside the loaded weights: gradients and two f32
@@ -170,7 +165,8 @@ fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) ->
     let critic = if with_critic { Some(ValueModel::from_policy(&model)?) } else { None };
     let mut actor_opt = AdamW::new(model.trainable(), 0.0);
     let mut critic_opt = critic.as_ref().map(|c| AdamW::new(c.trainable(), 0.0));
-    let optimizer_bytes: i64 = 8 * (trainable + critic.as_ref().map_or(0, |c| c.trainable().values().map(|t| t.numel() as i64).sum()));
+    let optimizer_bytes: i64 =
+        8 * (trainable + critic.as_ref().map_or(0, |c| c.trainable().values().map(|t| t.numel() as i64).sum()));
     let (b, t) = (a.batch as i64, a.seq as i64);
     tch::manual_seed(0);
     let vocab = model.config().vocab_size as i64;

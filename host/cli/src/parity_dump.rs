@@ -54,13 +54,12 @@ pub fn parity_dump(a: ParityDumpArgs) -> Result<()> {
         anyhow::bail!("{}: no case folders (folders holding case.json)", a.cases.display());
     }
     for folder in folders {
-        let model_args =
-            ModelArgs {
-                model: vagen_model::ModelSource::Folder(folder.clone()),
-                adapter: None,
-                device: a.device,
-                dtype: a.dtype,
-            };
+        let model_args = ModelArgs {
+            model: vagen_model::ModelSource::Folder(folder.clone()),
+            adapter: None,
+            device: a.device,
+            dtype: a.dtype,
+        };
         // tch turns a libtorch exception into a panic: caught here, it fails this case
         // with its message (without libtorch's frame list) instead of ending every other
         // case's run.

@@ -169,7 +169,18 @@ impl Worker {
         };
         let (chats, replies): (Vec<Chat>, Vec<_>) = jobs
             .into_iter()
-            .map(|j| (Chat { messages: j.messages, images: j.images, max_tokens: j.max_tokens, seed: j.seed, adapter: j.adapter }, j.reply))
+            .map(|j| {
+                (
+                    Chat {
+                        messages: j.messages,
+                        images: j.images,
+                        max_tokens: j.max_tokens,
+                        seed: j.seed,
+                        adapter: j.adapter,
+                    },
+                    j.reply,
+                )
+            })
             .unzip();
         let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
         if answered.generated > 0 {
@@ -313,9 +324,11 @@ async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
     };
     let Some(adapter) = adapter_of(&s, &body) else {
-        let served: Vec<&str> = std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n)).map(String::as_str).collect();
+        let served: Vec<&str> =
+            std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n)).map(String::as_str).collect();
         let message = format!("model {}: not served here (served: {})", body["model"], served.join(", "));
-        let body = json!({ "error": { "message": message, "type": "invalid_request_error", "code": "model_not_found" } });
+        let body =
+            json!({ "error": { "message": message, "type": "invalid_request_error", "code": "model_not_found" } });
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     };
     let model = match adapter {

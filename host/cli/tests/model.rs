@@ -396,7 +396,8 @@ fn an_adapter_generates_over_its_base_and_merge_lora_writes_the_same_model_whole
 
     let out = tempfile::tempdir().unwrap();
     let merged = out.path().join("merged");
-    let o = host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", merged.to_str().unwrap()]);
+    let o =
+        host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", merged.to_str().unwrap()]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(merged.join("model.safetensors").is_file() && !merged.join("adapter_config.json").exists());
     assert_eq!(generate(merged.to_str().unwrap(), &[]), adapted, "merged, the same greedy answer");

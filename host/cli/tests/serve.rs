@@ -248,7 +248,8 @@ fn served_adapters_and_the_base_answer_in_one_batch_as_each_alone() {
     let dirs = two_adapters();
     let (a, b) = (dirs[0].path().to_str().unwrap(), dirs[1].path().to_str().unwrap());
     let server = Server::start(&["--batch-wait-ms", "1000", "--lora", &format!("a={a}"), "--lora", &format!("b={b}")]);
-    let listed: serde_json::Value = ureq::get(&format!("{}/models", server.url)).call().unwrap().body_mut().read_json().unwrap();
+    let listed: serde_json::Value =
+        ureq::get(&format!("{}/models", server.url)).call().unwrap().body_mut().read_json().unwrap();
     let ids: Vec<&str> = listed["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["default", "a", "b"]);
     let names = ["default", "a", "b"];

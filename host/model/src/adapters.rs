@@ -130,7 +130,9 @@ impl Model {
         let vars = self.vs.variables();
         let mut out = merged(&vars, config.scale());
         let whole = self.saved_modules();
-        out.extend(vars.iter().filter(|(n, _)| lora::in_modules(n, &whole)).map(|(n, t)| (n.clone(), t.detach().copy())));
+        out.extend(
+            vars.iter().filter(|(n, _)| lora::in_modules(n, &whole)).map(|(n, t)| (n.clone(), t.detach().copy())),
+        );
         out
     }
 
@@ -152,7 +154,10 @@ impl Model {
         let _guard = tch::no_grad_guard();
         let vars = target.vs.variables();
         for (name, w) in self.merged_weights() {
-            let mut t = vars.get(&name).ok_or_else(|| Error::Invalid(format!("the merged copy has no {name}")))?.shallow_clone();
+            let mut t = vars
+                .get(&name)
+                .ok_or_else(|| Error::Invalid(format!("the merged copy has no {name}")))?
+                .shallow_clone();
             t.f_copy_(&w)?;
         }
         Ok(())
@@ -170,7 +175,8 @@ pub(crate) fn merged(vars: &HashMap<String, Tensor>, scale: f64) -> HashMap<Stri
     let mut out = HashMap::new();
     for (name, a) in vars {
         let Some(layer) = name.strip_suffix(".lora_A.weight") else { continue };
-        let (Some(b), Some(w)) = (vars.get(&format!("{layer}.lora_B.weight")), vars.get(&format!("{layer}.weight"))) else {
+        let (Some(b), Some(w)) = (vars.get(&format!("{layer}.lora_B.weight")), vars.get(&format!("{layer}.weight")))
+        else {
             continue;
         };
         let delta = b.matmul(a) * scale;

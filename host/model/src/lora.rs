@@ -282,13 +282,16 @@ pub(crate) fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig,
         .collect();
     modules.sort();
     modules.dedup();
-    if let Some(m) = config.modules_to_save.iter().find(|m| !modules.iter().any(|n| hf_module_name(n, vl).ends_with(m.as_str()))) {
+    if let Some(m) =
+        config.modules_to_save.iter().find(|m| !modules.iter().any(|n| hf_module_name(n, vl).ends_with(m.as_str())))
+    {
         return Err(Error::Invalid(format!("lora.modules_to_save: {m:?} names no module of this model")));
     }
     if let Some(m) = modules.iter().find(|m| vars.contains_key(&format!("{m}.lora_A.weight"))) {
         return Err(Error::Invalid(format!("lora.modules_to_save: {m} is also a LoRA target (target_modules)")));
     }
-    if let Some(m) = modules.iter().find(|m| m.as_str() == "model.embed_tokens" && !vars.contains_key("lm_head.weight")) {
+    if let Some(m) = modules.iter().find(|m| m.as_str() == "model.embed_tokens" && !vars.contains_key("lm_head.weight"))
+    {
         return Err(Error::Invalid(format!(
             "lora.modules_to_save: {m} is tied to the LM head here; training a tied embedding whole is not supported"
         )));
@@ -479,7 +482,10 @@ fn draw_a(rng: &mut ChaCha8Rng, init: LoraInit, r: i64, inp: i64) -> Tensor {
     let data: Vec<f32> = match init {
         LoraInit::Default => {
             let bound = 1.0 / (inp as f64).sqrt();
-            (0..n).map(|_| ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound).map(|v| v as f32).collect()
+            (0..n)
+                .map(|_| ((rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0) * bound)
+                .map(|v| v as f32)
+                .collect()
         }
         LoraInit::Gaussian => {
             let std = 1.0 / r as f64;
@@ -496,12 +502,18 @@ pub(crate) fn is_adapter_tensor(name: &str) -> bool {
 
 /// Whether variable `name` belongs to one of the `modules` (our names).
 pub(crate) fn in_modules<S: AsRef<str>>(name: &str, modules: &[S]) -> bool {
-    modules.iter().any(|m| name.strip_prefix(m.as_ref()).is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.')))
+    modules
+        .iter()
+        .any(|m| name.strip_prefix(m.as_ref()).is_some_and(|rest| rest.starts_with('.') && !rest[1..].contains('.')))
 }
 
 /// The adapter tensors of `vars` (and the `extra` whole modules, e.g. `score`) under PEFT's
 /// saved keys, f32 on the CPU, for `adapter_model.safetensors`.
-pub(crate) fn saved_tensors<S: AsRef<str>>(vars: HashMap<String, Tensor>, vl: bool, extra: &[S]) -> Vec<(String, Tensor)> {
+pub(crate) fn saved_tensors<S: AsRef<str>>(
+    vars: HashMap<String, Tensor>,
+    vl: bool,
+    extra: &[S],
+) -> Vec<(String, Tensor)> {
     let mut out: Vec<(String, Tensor)> = vars
         .into_iter()
         .filter(|(n, _)| is_adapter_tensor(n) || in_modules(n, extra))
@@ -527,7 +539,8 @@ pub(crate) fn fill<S: AsRef<str>>(
     let bad = |message: String| Error::Weights { path: path.into(), message };
     let mut by_name: HashMap<String, Tensor> = HashMap::new();
     for (key, t) in saved {
-        let module = key.strip_prefix(KEY_PREFIX).ok_or_else(|| bad(format!("tensor {key}: not under {KEY_PREFIX}")))?;
+        let module =
+            key.strip_prefix(KEY_PREFIX).ok_or_else(|| bad(format!("tensor {key}: not under {KEY_PREFIX}")))?;
         // PEFT keeps the adapter's name in memory (`lora_A.default.weight`); saved files
         // normally drop it, some tools do not.
         let module = module
@@ -543,12 +556,18 @@ pub(crate) fn fill<S: AsRef<str>>(
         let mut var = vars[name].shallow_clone();
         let t = by_name.remove(name).ok_or_else(|| bad(format!("tensor {name} is missing")))?;
         if t.size() != var.size() {
-            return Err(bad(format!("tensor {name} has shape {:?}; this model's adapter has {:?}", t.size(), var.size())));
+            return Err(bad(format!(
+                "tensor {name} has shape {:?}; this model's adapter has {:?}",
+                t.size(),
+                var.size()
+            )));
         }
         var.f_copy_(&t)?;
     }
     if let Some(extra) = by_name.keys().min() {
-        return Err(bad(format!("tensor {extra} adapts no layer that adapter_config.json's target_modules names here")));
+        return Err(bad(format!(
+            "tensor {extra} adapts no layer that adapter_config.json's target_modules names here"
+        )));
     }
     Ok(())
 }
@@ -559,7 +578,8 @@ pub(crate) fn write_folder(dir: &Path, config: &Value, tensors: &[(String, Tenso
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let weights = dir.join(ADAPTER_WEIGHTS);
     let tmp = weights.with_extension("safetensors.partial");
-    Tensor::write_safetensors(tensors, &tmp).map_err(|e| Error::Weights { path: tmp.clone(), message: e.to_string() })?;
+    Tensor::write_safetensors(tensors, &tmp)
+        .map_err(|e| Error::Weights { path: tmp.clone(), message: e.to_string() })?;
     std::fs::rename(&tmp, &weights).map_err(|e| Error::io(&weights, e))?;
     crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), config)
 }
@@ -571,10 +591,9 @@ pub(crate) type Named = Vec<(String, Tensor)>;
 pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Named)> {
     let folder = crate::folder::ModelFolder::open(dir)?;
     let path = dir.join(ADAPTER_CONFIG);
-    let json = folder.read_json(ADAPTER_CONFIG, crate::FileKind::Json)?.ok_or_else(|| Error::Config {
-        path: path.clone(),
-        message: "missing: not an adapter folder".into(),
-    })?;
+    let json = folder
+        .read_json(ADAPTER_CONFIG, crate::FileKind::Json)?
+        .ok_or_else(|| Error::Config { path: path.clone(), message: "missing: not an adapter folder".into() })?;
     let (config, meta) = LoraConfig::from_peft_json(&json, &path)?;
     let weights = dir.join(ADAPTER_WEIGHTS);
     let tensors = crate::weights::read_file(&weights)?;
@@ -628,7 +647,8 @@ mod tests {
         let (back, meta) = LoraConfig::from_peft_json(&json, Path::new("a.json")).unwrap();
         assert_eq!(back, c);
         assert_eq!(meta.base.as_deref(), Some("default@0"));
-        for (key, value) in [("use_dora", json!(true)), ("bias", json!("all")), ("rank_pattern", json!({"q_proj": 8}))] {
+        for (key, value) in [("use_dora", json!(true)), ("bias", json!("all")), ("rank_pattern", json!({"q_proj": 8}))]
+        {
             let mut j = json.clone();
             j[key] = value;
             let e = LoraConfig::from_peft_json(&j, Path::new("a.json")).unwrap_err().to_string();

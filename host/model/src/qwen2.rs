@@ -245,9 +245,12 @@ impl Qwen2Model {
         for (i, layer) in self.layers.iter_mut().enumerate() {
             let a = &mut layer.self_attn;
             let p = format!("model.layers.{i}");
-            for (name, l) in
-                [("q_proj", &mut a.q_proj), ("k_proj", &mut a.k_proj), ("v_proj", &mut a.v_proj), ("o_proj", &mut a.o_proj)]
-            {
+            for (name, l) in [
+                ("q_proj", &mut a.q_proj),
+                ("k_proj", &mut a.k_proj),
+                ("v_proj", &mut a.v_proj),
+                ("o_proj", &mut a.o_proj),
+            ] {
                 out.push(Site::new(format!("{p}.self_attn.{name}"), vl, l));
             }
             out.extend(layer.mlp.sites(&format!("{p}.mlp"), vl));

@@ -47,7 +47,9 @@ impl ModelSource {
     /// its `base_model_name_or_path` names, with the adapter attached.
     pub fn load(&self, fallback_seed: u64, options: LoadOptions) -> Result<Model> {
         match self {
-            ModelSource::Embedded { vision: false, seed } => crate::default_model(seed.unwrap_or(fallback_seed), options),
+            ModelSource::Embedded { vision: false, seed } => {
+                crate::default_model(seed.unwrap_or(fallback_seed), options)
+            }
             ModelSource::Embedded { vision: true, seed } => {
                 crate::default_vl_model(seed.unwrap_or(fallback_seed), options)
             }
@@ -78,7 +80,6 @@ impl ModelSource {
         let base: ModelSource = base.parse()?;
         base.load_with_adapter(dir, fallback_seed, options)
     }
-
 
     /// A critic: a saved one's folder, or a policy's (its decoder, the head at zero).
     pub fn load_critic(&self, fallback_seed: u64, options: LoadOptions) -> Result<ValueModel> {

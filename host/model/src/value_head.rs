@@ -80,7 +80,10 @@ impl ValueModel {
         if config.modules_to_save.last().map(String::as_str) != Some(HEAD) {
             return Err(Error::Config {
                 path: dir.join(lora::ADAPTER_CONFIG),
-                message: format!("modules_to_save = {:?}: a critic adapter saves \"{HEAD}\" last", config.modules_to_save),
+                message: format!(
+                    "modules_to_save = {:?}: a critic adapter saves \"{HEAD}\" last",
+                    config.modules_to_save
+                ),
             });
         }
         config.modules_to_save.pop();

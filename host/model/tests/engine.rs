@@ -156,8 +156,14 @@ fn a_prompt_that_does_not_extend_the_cache_falls_back_and_is_counted() {
     // A history window of one turn leaves out turn 1: the cache (system + turn 1) is no
     // prefix of this prompt.
     let windowed = model.encode_chat(&[system.clone(), turn(2)], true).unwrap();
-    let request =
-        |ids: &Vec<u32>| EngineRequest { key: 7, ids: ids.clone(), images: vec![], max_new_tokens: 6, seed: 1, adapter: 0 };
+    let request = |ids: &Vec<u32>| EngineRequest {
+        key: 7,
+        ids: ids.clone(),
+        images: vec![],
+        max_new_tokens: 6,
+        seed: 1,
+        adapter: 0,
+    };
     let mut e = engine(EngineOptions::default());
     model.generate_with(&mut e, &[request(&first)], &options).unwrap();
     let before = e.stats();

@@ -244,11 +244,19 @@ fn unmerged_generation_logprobs_equal_a_training_forward_through_the_adapters() 
     let requests: Vec<EngineRequest> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| EngineRequest { key: i as u64, ids: p.clone(), images: vec![], max_new_tokens: 16, seed: i as u64, adapter: 0 })
+        .map(|(i, p)| EngineRequest {
+            key: i as u64,
+            ids: p.clone(),
+            images: vec![],
+            max_new_tokens: 16,
+            seed: i as u64,
+            adapter: 0,
+        })
         .collect();
     let engine = model.generate_with(&mut Engine::new(EngineOptions::default()), &requests, &options).unwrap();
     for generations in [plain, engine] {
-        let full: Vec<Vec<u32>> = prompts.iter().zip(&generations).map(|(p, g)| [&p[..], &g.token_ids].concat()).collect();
+        let full: Vec<Vec<u32>> =
+            prompts.iter().zip(&generations).map(|(p, g)| [&p[..], &g.token_ids].concat()).collect();
         let scored = sequence_logprobs(&model.lm, &full, options.temperature).unwrap();
         for ((p, g), s) in prompts.iter().zip(&generations).zip(&scored) {
             assert!(!g.token_ids.is_empty());
@@ -270,7 +278,8 @@ fn two_served_adapters_and_the_base_answer_in_one_batch_as_each_would_alone() {
         m.save(dir.path()).unwrap();
         dir
     };
-    let adapters = [save(11, config(4, 8.0, Targets::AllLinear)), save(12, config(8, 4.0, names(&["q_proj", "down_proj"])))];
+    let adapters =
+        [save(11, config(4, 8.0, Targets::AllLinear)), save(12, config(8, 4.0, names(&["q_proj", "down_proj"])))];
     let mut served = load("tiny-qwen2");
     for (i, dir) in adapters.iter().enumerate() {
         assert_eq!(served.add_served_adapter(dir.path()).unwrap(), i + 1);
@@ -295,7 +304,8 @@ fn two_served_adapters_and_the_base_answer_in_one_batch_as_each_would_alone() {
         if adapter > 0 {
             alone.load_adapter(adapters[adapter - 1].path()).unwrap();
         }
-        let want = alone.generate_with(&mut Engine::new(EngineOptions::default()), &[request(k, 0, ids)], &options).unwrap();
+        let want =
+            alone.generate_with(&mut Engine::new(EngineOptions::default()), &[request(k, 0, ids)], &options).unwrap();
         assert_eq!(mixed[k].token_ids, want[0].token_ids, "request {k} (adapter {adapter})");
         for (a, b) in mixed[k].logprobs.iter().zip(&want[0].logprobs) {
             assert!((a - b).abs() <= 1e-4, "request {k}: {a} vs {b}");

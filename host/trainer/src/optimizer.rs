@@ -150,7 +150,8 @@ mod tests {
         tch::manual_seed(0);
         for kind in [Kind::Float, Kind::BFloat16] {
             let start = Tensor::randn([64, 33], (Kind::Float, tch::Device::Cpu)).to_kind(kind);
-            let grads: Vec<Tensor> = (0..4).map(|_| Tensor::randn([64, 33], tch::kind::FLOAT_CPU).to_kind(kind)).collect();
+            let grads: Vec<Tensor> =
+                (0..4).map(|_| Tensor::randn([64, 33], tch::kind::FLOAT_CPU).to_kind(kind)).collect();
             let p = start.copy().set_requires_grad(true);
             let mut opt = AdamW::new([("w".to_string(), p.shallow_clone())].into(), 0.01);
             for g in &grads {

@@ -597,11 +597,9 @@ fn load_actor(cfg: &TrainConfig, dir: &Path) -> Result<Model> {
     let Some(lora) = &cfg.model.lora else {
         return Ok(Model::load(dir, options)?);
     };
-    let model = cfg
-        .model
-        .path
-        .load_with_adapter(dir, cfg.schedule.seed, options)
-        .with_context(|| format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display()))?;
+    let model = cfg.model.path.load_with_adapter(dir, cfg.schedule.seed, options).with_context(|| {
+        format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display())
+    })?;
     if model.lora() != Some(lora) {
         bail!(
             "its adapter was trained with other settings than [model.lora] ({:?}, not {lora:?}): a LoRA run resumes with the settings it began with",

@@ -192,7 +192,10 @@ impl Engine {
         }
         let served = lm.model.served_adapters();
         if let Some(r) = requests.iter().find(|r| r.adapter > served) {
-            return Err(Error::Invalid(format!("adapter {} is not served here (this model serves {served})", r.adapter)));
+            return Err(Error::Invalid(format!(
+                "adapter {} is not served here (this model serves {served})",
+                r.adapter
+            )));
         }
         let prompts = requests.iter().map(|r| Prompted::new(vision, r)).collect::<Result<Vec<_>>>()?;
         let _guard = tch::no_grad_guard();
