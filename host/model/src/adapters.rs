@@ -16,32 +16,21 @@ impl Model {
         if self.lora.is_some() {
             return Err(Error::Invalid("this model already has LoRA adapters".into()));
         }
-        let vl = self.vision.is_some();
-        let mut sites = self.lm.model.sites(vl);
-        if let Some(v) = self.vision.as_mut() {
-            sites.extend(v.tower.sites());
-        }
-        let count = lora::attach(&self.vs.root(), sites, config, seed)?;
-        let vars = self.vs.variables();
-        let whole = lora::saved_modules(&vars, config, vl)?;
-        for (name, t) in vars {
-            let _ = t.set_requires_grad(is_adapter_tensor(&name) || lora::in_modules(&name, &whole));
-        }
-        self.lora = Some(config.clone());
+        let shape = (self.vision.is_some(), self.config().tie_word_embeddings);
+        let sites = lora::sites(&mut self.lm.model, self.vision.as_mut());
+        let (count, attached) = lora::attach_trainable(&self.vs, sites, config, seed, shape, &[])?;
+        self.lora = Some(attached);
         Ok(count)
     }
 
     /// The modules `modules_to_save` trains whole (our names).
-    fn saved_modules(&self) -> Vec<String> {
-        let config = self.lora.as_ref();
-        config.map_or_else(Vec::new, |c| {
-            lora::saved_modules(&self.vs.variables(), c, self.vision.is_some()).expect("checked when attached")
-        })
+    fn saved_modules(&self) -> &[String] {
+        self.lora.as_ref().map_or(&[], |a| &a.whole)
     }
 
     /// The adapters' settings, when LoRA is attached.
     pub fn lora(&self) -> Option<&LoraConfig> {
-        self.lora.as_ref()
+        self.lora.as_ref().map(|a| &a.config)
     }
 
     /// The variables training updates (by checkpoint name): all of them for full-parameter
@@ -53,9 +42,9 @@ impl Model {
     /// `adapter_config.json` and `adapter_model.safetensors`, as PEFT's `save_pretrained`
     /// writes them; `base_model_name_or_path` is what loaded the base.
     pub fn save_adapter(&self, dir: &Path) -> Result<()> {
-        let config = self.lora.as_ref().ok_or_else(|| Error::Invalid("this model has no LoRA adapters".into()))?;
+        let config = self.lora().ok_or_else(|| Error::Invalid("this model has no LoRA adapters".into()))?;
         let json = config.to_peft_json(&self.name_or_path, "CAUSAL_LM", &[]);
-        let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &self.saved_modules());
+        let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), self.saved_modules());
         lora::write_folder(dir, &json, &tensors)
     }
 
@@ -63,7 +52,7 @@ impl Model {
     pub fn load_adapter(&mut self, dir: &Path) -> Result<AdapterMeta> {
         let (config, meta, tensors) = lora::read_folder(dir)?;
         self.attach_lora(&config, 0)?;
-        lora::fill(&self.vs.variables(), tensors, &self.saved_modules(), &dir.join(lora::ADAPTER_WEIGHTS))?;
+        lora::fill(&self.vs.variables(), tensors, self.saved_modules(), &dir.join(lora::ADAPTER_WEIGHTS))?;
         Ok(meta)
     }
 
@@ -115,7 +104,7 @@ impl Model {
         let whole = self.saved_modules();
         let mut shared = base_variables(&self.vs.variables());
         for (name, t) in shared.iter_mut() {
-            if lora::in_modules(name, &whole) {
+            if lora::in_modules(name, whole) {
                 *t = t.detach().copy();
             }
             let _ = t.set_requires_grad(false);
@@ -126,12 +115,12 @@ impl Model {
     /// The weights with every adapter merged in (`W + s·B·A`), by checkpoint name: the
     /// adapted layers' weights and those of `modules_to_save` (as trained).
     pub fn merged_weights(&self) -> HashMap<String, Tensor> {
-        let Some(config) = &self.lora else { return HashMap::new() };
+        let Some(attached) = &self.lora else { return HashMap::new() };
         let vars = self.vs.variables();
-        let mut out = merged(&vars, config.scale());
-        let whole = self.saved_modules();
+        let mut out = merged(&vars, attached.config.scale());
+        let whole = &attached.whole;
         out.extend(
-            vars.iter().filter(|(n, _)| lora::in_modules(n, &whole)).map(|(n, t)| (n.clone(), t.detach().copy())),
+            vars.iter().filter(|(n, _)| lora::in_modules(n, whole)).map(|(n, t)| (n.clone(), t.detach().copy())),
         );
         out
     }

@@ -41,8 +41,8 @@ pub struct Model {
     pub vision: Option<Vision>,
     tokenizer_config: Value,
     generation_config: Option<Value>,
-    /// The adapters' settings once LoRA is attached (the base is then frozen).
-    pub(crate) lora: Option<crate::LoraConfig>,
+    /// The adapters once LoRA is attached (the base is then frozen).
+    pub(crate) lora: Option<crate::lora::Attached>,
     /// What loaded it (`default@0`, a folder): an adapter's `base_model_name_or_path`.
     pub name_or_path: String,
 }

@@ -272,8 +272,8 @@ pub struct AdapterMeta {
 }
 
 /// The modules of `vars` (our names, e.g. `model.norm`) that `config` trains whole. One
-/// that is also a LoRA target, or a tied embedding, is refused.
-pub(crate) fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig, vl: bool) -> Result<Vec<String>> {
+/// that is also a LoRA target, or an embedding `tied` to the LM head, is refused.
+fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig, vl: bool, tied: bool) -> Result<Vec<String>> {
     let mut modules: Vec<String> = vars
         .keys()
         .filter(|n| !is_adapter_tensor(n))
@@ -290,8 +290,7 @@ pub(crate) fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig,
     if let Some(m) = modules.iter().find(|m| vars.contains_key(&format!("{m}.lora_A.weight"))) {
         return Err(Error::Invalid(format!("lora.modules_to_save: {m} is also a LoRA target (target_modules)")));
     }
-    if let Some(m) = modules.iter().find(|m| m.as_str() == "model.embed_tokens" && !vars.contains_key("lm_head.weight"))
-    {
+    if let Some(m) = modules.iter().find(|m| tied && m.as_str() == "model.embed_tokens") {
         return Err(Error::Invalid(format!(
             "lora.modules_to_save: {m} is tied to the LM head here; training a tied embedding whole is not supported"
         )));
@@ -370,6 +369,43 @@ pub(crate) fn add_shared(root: &VarPath, shared: HashMap<String, Tensor>) {
     }
 }
 
+/// A model's adapters once attached: their settings and the modules trained whole (our
+/// names), derived once.
+pub(crate) struct Attached {
+    pub config: LoraConfig,
+    pub whole: Vec<String>,
+}
+
+/// Every linear layer of a decoder and, for a VL model, of its vision tower.
+pub(crate) fn sites<'m>(model: &'m mut crate::Qwen2Model, vision: Option<&'m mut crate::Vision>) -> Vec<Site<'m>> {
+    let mut sites = model.sites(vision.is_some());
+    if let Some(v) = vision {
+        sites.extend(v.tower.sites());
+    }
+    sites
+}
+
+/// Gives the `sites` `config` targets their adapters (see [`attach`]), then leaves
+/// trainable in `vs` only those and the modules trained whole: `modules_to_save`, and the
+/// `extra` ones (a critic's head).
+pub(crate) fn attach_trainable(
+    vs: &tch::nn::VarStore,
+    sites: Vec<Site>,
+    config: &LoraConfig,
+    seed: u64,
+    (vl, tied): (bool, bool),
+    extra: &[&str],
+) -> Result<(usize, Attached)> {
+    let count = attach(&vs.root(), sites, config, seed)?;
+    let vars = vs.variables();
+    let mut whole = saved_modules(&vars, config, vl, tied)?;
+    whole.extend(extra.iter().map(|m| m.to_string()));
+    for (name, t) in vars {
+        let _ = t.set_requires_grad(is_adapter_tensor(&name) || in_modules(&name, &whole));
+    }
+    Ok((count, Attached { config: config.clone(), whole }))
+}
+
 /// Gives every site `config` targets a new adapter (A drawn from `seed`, B zero), its two
 /// tensors trainable variables of `root`'s store named `<layer>.lora_A.weight` /
 /// `.lora_B.weight`. A target name that matches no layer is refused, as PEFT refuses it.
@@ -380,15 +416,8 @@ pub(crate) fn attach(root: &VarPath, sites: Vec<Site>, config: &LoraConfig, seed
 /// Adds one more served adapter to every site's bank (`None` where `config` does not
 /// target the layer), its tensors frozen variables of `root`'s store (to be filled).
 pub(crate) fn attach_served(root: &VarPath, sites: Vec<Site>, config: &LoraConfig) -> Result<usize> {
-    let mut all = Vec::with_capacity(sites.len());
-    let mut targeted = Vec::new();
-    for site in sites {
-        match config.target_modules.matches(&site.hf_name) {
-            Some(_) => targeted.push(site),
-            None => all.push(site),
-        }
-    }
-    for site in all {
+    let (targeted, untouched): (Vec<Site>, Vec<Site>) = sites.into_iter().partition(|s| config.targets(&s.hf_name));
+    for site in untouched {
         site.layer.bank.push(None);
     }
     install(root, targeted, config, 0, false, |layer, lora| layer.bank.push(Some(lora)))
@@ -587,16 +616,20 @@ pub(crate) fn write_folder(dir: &Path, config: &Value, tensors: &[(String, Tenso
 /// A safetensors file's tensors by saved name.
 pub(crate) type Named = Vec<(String, Tensor)>;
 
-/// An adapter folder's config and tensors.
-pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Named)> {
+/// An adapter folder's config.
+pub(crate) fn read_config(dir: &Path) -> Result<(LoraConfig, AdapterMeta)> {
     let folder = crate::folder::ModelFolder::open(dir)?;
     let path = dir.join(ADAPTER_CONFIG);
     let json = folder
         .read_json(ADAPTER_CONFIG, crate::FileKind::Json)?
         .ok_or_else(|| Error::Config { path: path.clone(), message: "missing: not an adapter folder".into() })?;
-    let (config, meta) = LoraConfig::from_peft_json(&json, &path)?;
-    let weights = dir.join(ADAPTER_WEIGHTS);
-    let tensors = crate::weights::read_file(&weights)?;
+    LoraConfig::from_peft_json(&json, &path)
+}
+
+/// An adapter folder's config and tensors.
+pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Named)> {
+    let (config, meta) = read_config(dir)?;
+    let tensors = crate::weights::read_file(&dir.join(ADAPTER_WEIGHTS))?;
     Ok((config, meta, tensors))
 }
 

@@ -71,7 +71,7 @@ impl ModelSource {
     }
 
     fn load_adapter_base(&self, dir: &std::path::Path, fallback_seed: u64, options: LoadOptions) -> Result<Model> {
-        let (_, meta, _) = crate::lora::read_folder(dir)?;
+        let (_, meta) = crate::lora::read_config(dir)?;
         let base = meta.base.ok_or_else(|| Error::Config {
             path: dir.join(crate::ADAPTER_CONFIG),
             message: "base_model_name_or_path is missing: name the base model, with the adapter given separately"

@@ -5,7 +5,7 @@
 
 use crate::checkpoint::write_json;
 use crate::image_processor::{ImageProcessor, PixelValues};
-use crate::lora::{self, LoraConfig, is_adapter_tensor};
+use crate::lora::{self, Attached, LoraConfig, is_adapter_tensor};
 use crate::qwen2::Linear;
 use crate::vision::VisionTower;
 use crate::vl::{Vision, hidden_states};
@@ -25,7 +25,7 @@ pub struct ValueModel {
     /// The vision half, for a VL actor's critic.
     pub vision: Option<Vision>,
     /// With LoRA: the critic is its own adapter and head over the actor's frozen base.
-    lora: Option<LoraConfig>,
+    lora: Option<Attached>,
 }
 
 /// What a saved LoRA critic keeps whole beside its adapter.
@@ -88,8 +88,7 @@ impl ValueModel {
         }
         config.modules_to_save.pop();
         let critic = Self::sharing_base(actor, &config)?;
-        let extra = critic.saved_modules();
-        lora::fill(&critic.vs.variables(), tensors, &extra, &dir.join(lora::ADAPTER_WEIGHTS))?;
+        lora::fill(&critic.vs.variables(), tensors, critic.saved_modules(), &dir.join(lora::ADAPTER_WEIGHTS))?;
         Ok(critic)
     }
 
@@ -101,28 +100,17 @@ impl ValueModel {
             actor.base_to_share().into_iter().filter(|(n, _)| !n.starts_with("lm_head.")).collect();
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
         let mut critic = Self::build(actor.config().clone(), vl, options, shared);
-        let is_vl = critic.vision.is_some();
-        let mut sites = critic.model.sites(is_vl);
-        if let Some(v) = critic.vision.as_mut() {
-            sites.extend(v.tower.sites());
-        }
-        lora::attach(&critic.vs.root(), sites, config, 0)?;
-        critic.lora = Some(config.clone());
-        let whole = critic.saved_modules();
-        for (name, t) in critic.vs.variables() {
-            let _ = t.set_requires_grad(is_adapter_tensor(&name) || lora::in_modules(&name, &whole));
-        }
+        let shape = (critic.vision.is_some(), actor.config().tie_word_embeddings);
+        let sites = lora::sites(&mut critic.model, critic.vision.as_mut());
+        let (_, attached) = lora::attach_trainable(&critic.vs, sites, config, 0, shape, &[HEAD])?;
+        critic.lora = Some(attached);
         Ok(critic)
     }
 
     /// The whole modules a LoRA critic trains and saves: the actor's `modules_to_save` (of
     /// the decoder) and its head.
-    fn saved_modules(&self) -> Vec<String> {
-        let Some(config) = &self.lora else { return Vec::new() };
-        let vars = self.vs.variables();
-        let mut whole = lora::saved_modules(&vars, config, self.vision.is_some()).unwrap_or_default();
-        whole.push(HEAD.to_string());
-        whole
+    fn saved_modules(&self) -> &[String] {
+        self.lora.as_ref().map_or(&[], |a| &a.whole)
     }
 
     /// The modules on a new store holding `shared` as they are; the rest zero.
@@ -190,9 +178,9 @@ impl ValueModel {
     /// A LoRA critic saves its adapter and head in PEFT's layout (`TOKEN_CLS`, the head as
     /// `modules_to_save`); its base is the actor's.
     pub fn save(&self, dir: &Path) -> Result<()> {
-        if let Some(config) = &self.lora {
-            let json = config.to_peft_json("<the actor's base>", "TOKEN_CLS", &[HEAD]);
-            let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), &self.saved_modules());
+        if let Some(attached) = &self.lora {
+            let json = attached.config.to_peft_json("<the actor's base>", "TOKEN_CLS", &[HEAD]);
+            let tensors = lora::saved_tensors(self.vs.variables(), self.vision.is_some(), self.saved_modules());
             return lora::write_folder(dir, &json, &tensors);
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
