@@ -74,9 +74,8 @@ struct Answer {
 }
 
 struct Shared {
-    name: String,
-    /// Served adapters by name, with their engine index.
-    adapters: Vec<(String, usize)>,
+    /// The served models' ids by engine adapter index: the base's, then each `--lora`'s.
+    names: Vec<String>,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
     generations: Arc<AtomicUsize>,
@@ -85,14 +84,14 @@ struct Shared {
 
 pub fn serve(a: ServeArgs) -> Result<()> {
     let mut model = a.model.load()?;
-    let name = a.served_name.clone().unwrap_or_else(|| a.model.model.to_string());
-    let mut adapters = Vec::new();
+    let mut names = vec![a.served_name.clone().unwrap_or_else(|| a.model.model.to_string())];
     for (adapter, dir) in &a.lora {
-        if *adapter == name || adapters.iter().any(|(n, _)| n == adapter) {
+        if names.contains(adapter) {
             anyhow::bail!("--lora {adapter}={}: the name {adapter:?} is taken", dir.display());
         }
         let index = model.add_served_adapter(dir).with_context(|| format!("--lora {adapter}={}", dir.display()))?;
-        adapters.push((adapter.clone(), index));
+        debug_assert_eq!(index, names.len(), "served adapters are numbered from 1 in order");
+        names.push(adapter.clone());
     }
     let has_vision = model.vision.is_some();
     let (jobs, queue) = mpsc::channel::<Job>();
@@ -110,7 +109,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         generations: generations.clone(),
     };
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(queue))?;
-    let shared = Arc::new(Shared { name, adapters, jobs, has_vision, generations, requests });
+    let shared = Arc::new(Shared { names, jobs, has_vision, generations, requests });
     let app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -208,9 +207,8 @@ fn now() -> u64 {
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
-    let names = std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n));
     let data: Vec<Value> =
-        names.map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "vagen" })).collect();
+        s.names.iter().map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "vagen" })).collect();
     Json(json!({ "object": "list", "data": data }))
 }
 
@@ -219,8 +217,8 @@ async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
 fn adapter_of(s: &Shared, body: &Value) -> Option<usize> {
     match body["model"].as_str() {
         None => Some(0),
-        Some(name) if name == s.name || s.adapters.is_empty() => Some(0),
-        Some(name) => s.adapters.iter().find(|(n, _)| n == name).map(|&(_, i)| i),
+        Some(_) if s.names.len() == 1 => Some(0),
+        Some(name) => s.names.iter().position(|n| n == name),
     }
 }
 
@@ -324,17 +322,12 @@ async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
     };
     let Some(adapter) = adapter_of(&s, &body) else {
-        let served: Vec<&str> =
-            std::iter::once(&s.name).chain(s.adapters.iter().map(|(n, _)| n)).map(String::as_str).collect();
-        let message = format!("model {}: not served here (served: {})", body["model"], served.join(", "));
+        let message = format!("model {}: not served here (served: {})", body["model"], s.names.join(", "));
         let body =
             json!({ "error": { "message": message, "type": "invalid_request_error", "code": "model_not_found" } });
         return (StatusCode::NOT_FOUND, Json(body)).into_response();
     };
-    let model = match adapter {
-        0 => s.name.clone(),
-        i => s.adapters.iter().find(|(_, k)| *k == i).map(|(n, _)| n.clone()).unwrap_or_default(),
-    };
+    let model = s.names[adapter].clone();
     let (job, answer) = match job(&body, s.has_vision, adapter) {
         Ok(j) => j,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
