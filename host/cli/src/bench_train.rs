@@ -218,7 +218,7 @@ fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
 
 /// Linux's `VmHWM` (peak resident memory), in bytes.
 fn peak_rss() -> Option<u64> {
-    status_kib("VmHWM:").map(|k| k * 1024)
+    proc_bytes("/proc/self/status", "VmHWM:")
 }
 
 /// Starts `VmHWM` again from the current resident size (Linux's `clear_refs` 5).
@@ -227,13 +227,12 @@ fn reset_peak_rss() {
 }
 
 fn mem_available() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|k| k * 1024)
+    proc_bytes("/proc/meminfo", "MemAvailable:")
 }
 
-fn status_kib(key: &str) -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+/// A `KEY: N kB` line of a Linux `/proc` file, in bytes.
+fn proc_bytes(file: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(file).ok()?;
     let line = text.lines().find(|l| l.starts_with(key))?;
-    line.split_whitespace().nth(1)?.parse().ok()
+    line.split_whitespace().nth(1)?.parse::<u64>().ok().map(|k| k * 1024)
 }
