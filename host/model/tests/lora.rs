@@ -5,7 +5,6 @@
 mod common;
 
 use common::*;
-use std::io::Write;
 use std::path::Path;
 use tch::{Kind, Tensor};
 use vagen_model::{LoadOptions, LoraConfig, Model, ModelSource, Targets, ValueModel};
@@ -40,24 +39,7 @@ fn probe(model: &Model) -> Vec<Vec<u32>> {
 }
 
 fn peft(args: &[&str], stdin: &str) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("reference/peft_parity.py");
-    let mut child = std::process::Command::new(python())
-        .arg(script)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "peft_parity.py {args:?} failed");
-    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
-}
-
-fn rows(v: &serde_json::Value) -> Tensor {
-    let rows: Vec<Vec<f32>> = serde_json::from_value(v.clone()).unwrap();
-    let n = rows.len() as i64;
-    Tensor::from_slice(&rows.concat()).view([n, -1])
+    reference("peft_parity.py", args, stdin)
 }
 
 /// peft's logits for our probe sequences, base + adapter folder.

@@ -285,24 +285,9 @@ fn a_saved_vl_checkpoint_reloads_in_transformers_with_identical_logits() {
 
 /// transformers' logits for one fixture prompt from a saved folder (its own processor).
 fn transformers_vl_logits(dir: &std::path::Path, prompt: &serde_json::Value) -> Tensor {
-    use std::io::Write;
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("reference/reload_vl.py");
-    let mut child = std::process::Command::new(python())
-        .arg(script)
-        .arg(dir)
-        .arg(fixtures())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(prompt.to_string().as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "reload_vl.py failed");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = reference("reload_vl.py", &[dir.as_os_str(), fixtures().as_os_str()], &prompt.to_string());
     assert_eq!(v["class"], "Qwen2_5_VLForConditionalGeneration");
-    let rows: Vec<Vec<f32>> = serde_json::from_value(v["logits"].clone()).unwrap();
-    let n = rows.len() as i64;
-    Tensor::from_slice(&rows.concat()).view([n, -1])
+    rows(&v["logits"])
 }
 
 #[test]

@@ -157,7 +157,7 @@ mod tests {
             for g in &grads {
                 let mut grad = p.grad();
                 if grad.defined() {
-                    let _ = grad.copy_(g);
+                    grad.copy_(g);
                 } else {
                     (&p * g.detach()).sum(Kind::Float).backward();
                 }

@@ -60,14 +60,14 @@ fn a_lora_run_moves_only_adapters_shares_its_base_and_saves_peft_adapters() {
 #[test]
 fn a_resumed_lora_run_continues_exactly() {
     let (whole, cut) = common::whole_and_resumed(&config("gae", LORA), |_| {});
-    let (a, b) = (step_line(whole.path(), 2), step_line(cut.path(), 2));
-    for key in ["train/reward", "rollout/response_length", "throughput/response_tokens"] {
-        assert_eq!(a[key], b[key], "{key}");
-    }
-    for key in ["actor/pg_loss", "critic/vf_loss", "actor/entropy"] {
-        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
-        assert!((x - y).abs() < 1e-6, "{key}: {x} vs {y}");
-    }
+    let equal = ["train/reward", "rollout/response_length", "throughput/response_tokens"];
+    common::assert_same_step(
+        whole.path(),
+        cut.path(),
+        2,
+        &equal,
+        &["actor/pg_loss", "critic/vf_loss", "actor/entropy"],
+    );
 }
 
 #[test]

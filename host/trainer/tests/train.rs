@@ -190,12 +190,8 @@ fn a_resumed_run_continues_at_its_step_with_identical_rollouts() {
         std::fs::create_dir_all(cut.join("checkpoints/.step-000002.partial/actor")).unwrap();
         std::fs::create_dir_all(cut.join("checkpoints/step-000003")).unwrap(); // no state.json: incomplete
     });
-    let (a, b) = (step_line(whole.path(), 2), step_line(cut.path(), 2));
-    for key in ["train/reward", "train/success", "rollout/response_length", "throughput/response_tokens"] {
-        assert_eq!(a[key], b[key], "{key}");
-    }
-    let pg = |m: &serde_json::Value| m["actor/pg_loss"].as_f64().unwrap();
-    assert!((pg(&a) - pg(&b)).abs() < 1e-6, "{} vs {}", pg(&a), pg(&b));
+    let equal = ["train/reward", "train/success", "rollout/response_length", "throughput/response_tokens"];
+    common::assert_same_step(whole.path(), cut.path(), 2, &equal, &["actor/pg_loss"]);
     // The metrics log holds each step once, and so does TensorBoard (rewritten on resume).
     assert_eq!(metrics(cut.path()).iter().filter(|m| m["step"] == 2 && m.get("train/reward").is_some()).count(), 1);
     assert!(common::assert_tensorboard_matches_metrics(cut.path()) > 50);

@@ -8,7 +8,7 @@ pub fn random_adapter(mut model: vagen_model::Model, lora: &vagen_model::LoraCon
     let _g = tch::no_grad_guard();
     for (name, mut t) in model.vs.variables() {
         if name.contains(".lora_B.") {
-            let _ = t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
+            t.copy_(&(tch::Tensor::randn_like(&t) * 0.5));
         }
     }
     let dir = tempfile::tempdir().unwrap();

@@ -41,33 +41,36 @@ pub fn python() -> PathBuf {
     ))
 }
 
-/// transformers' outputs for `ids` from a saved folder (`causal` logits or `critic` values).
-pub fn transformers_outputs(dir: &Path, kind: &str, ids: &[Vec<u32>]) -> (Vec<Tensor>, String) {
+/// A reference script's JSON answer: `reference/SCRIPT` run by the venv's Python with
+/// `args` and `input` on its stdin (`Null` when it prints nothing).
+pub fn reference<I: AsRef<std::ffi::OsStr>>(script: &str, args: &[I], input: &str) -> serde_json::Value {
     use std::io::Write;
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("reference/reload.py");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("reference").join(script);
     let mut child = std::process::Command::new(python())
-        .arg(script)
-        .arg(dir)
-        .arg(kind)
+        .arg(path)
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let input = serde_json::json!({ "ids": ids }).to_string();
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "reload.py failed");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let tensors = v["outputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|rows| {
-            let rows: Vec<Vec<f32>> = serde_json::from_value(rows.clone()).unwrap();
-            let n = rows.len() as i64;
-            Tensor::from_slice(&rows.concat()).view([n, -1])
-        })
-        .collect();
+    assert!(out.status.success(), "{script} failed");
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// `[rows, width]` from a JSON list of equally long rows.
+pub fn rows(v: &serde_json::Value) -> Tensor {
+    let rows: Vec<Vec<f32>> = serde_json::from_value(v.clone()).unwrap();
+    let n = rows.len() as i64;
+    Tensor::from_slice(&rows.concat()).view([n, -1])
+}
+
+/// transformers' outputs for `ids` from a saved folder (`causal` logits or `critic` values).
+pub fn transformers_outputs(dir: &Path, kind: &str, ids: &[Vec<u32>]) -> (Vec<Tensor>, String) {
+    let input = serde_json::json!({ "ids": ids }).to_string();
+    let v = reference("reload.py", &[dir.as_os_str(), kind.as_ref()], &input);
+    let tensors = v["outputs"].as_array().unwrap().iter().map(rows).collect();
     (tensors, v["class"].as_str().unwrap().to_string())
 }
 

@@ -74,6 +74,19 @@ pub fn step_line(dir: &Path, step: u64) -> serde_json::Value {
     metrics(dir).into_iter().rfind(|m| m["step"] == step && m.get("train/reward").is_some()).unwrap()
 }
 
+/// Two runs' lines of RL step `step` agree: the `equal` figures exactly, the `close` ones
+/// within 1e-6.
+pub fn assert_same_step(a: &Path, b: &Path, step: u64, equal: &[&str], close: &[&str]) {
+    let (a, b) = (step_line(a, step), step_line(b, step));
+    for key in equal {
+        assert_eq!(a[key], b[key], "{key}");
+    }
+    for key in close {
+        let (x, y) = (a[key].as_f64().unwrap(), b[key].as_f64().unwrap());
+        assert!((x - y).abs() < 1e-6, "{key}: {x} vs {y}");
+    }
+}
+
 /// The run's TensorBoard folder as TensorBoard's own reader sees it
 /// (`reference/read_tensorboard.py`): `{"scalars": {tag: [[step, value]]}, "images": {...}}`.
 pub fn tensorboard(dir: &Path) -> serde_json::Value {
