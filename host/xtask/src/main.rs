@@ -87,10 +87,51 @@ enum Needs {
     Tests,
 }
 
-/// The guest target, then libtorch.
+/// The guest target, then libtorch, then gloo's headers.
 fn setup(needs: Needs) -> Result<()> {
     setup_guest_target()?;
-    setup_torch(needs)
+    setup_torch(needs)?;
+    setup_gloo()
+}
+
+/// gloo's headers, which `vagen-dist`'s c10d bridge needs and the torch wheel leaves out:
+/// Debian's libgloo-dev unpacked into `.venv/gloo` (nothing installed system-wide). Its
+/// version (2022-05) predates torch 2.11's gloo, which is fine for the bridge: it only names
+/// gloo's types through `ProcessGroupGloo.hpp` (never their layout) and calls libtorch's own
+/// gloo (docs/distributed.md says how this was checked).
+const GLOO_DEB: &str = "libgloo-dev=0.0~git20220518.5b14351-3";
+
+fn setup_gloo() -> Result<()> {
+    let dest = venv().join("gloo");
+    if dest.join("usr/include/gloo/config.h").is_file() {
+        return Ok(());
+    }
+    let tmp = root().join("target").join("gloo-deb");
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
+    let download = || {
+        let mut cmd = Command::new("apt-get");
+        cmd.current_dir(&tmp).args(["download", GLOO_DEB]);
+        run(cmd)
+    };
+    if download().is_err() {
+        // A fresh machine may have no package lists yet.
+        run({
+            let mut c = Command::new("apt-get");
+            c.args(["update", "-qq"]);
+            c
+        })?;
+        download()?;
+    }
+    let deb = std::fs::read_dir(&tmp)
+        .map_err(|e| e.to_string())?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .ok_or_else(|| format!("apt-get download {GLOO_DEB} left no .deb in {}", tmp.display()))?;
+    let mut x = Command::new("dpkg-deb");
+    x.arg("-x").arg(&deb).arg(&dest);
+    run(x)
 }
 
 /// PyPI's torch wheel is the libtorch tch 0.24 is built against (CUDA libraries included, so
@@ -118,6 +159,10 @@ const OPENAI: &str = "openai==3.57.0";
 /// LoRA adapters are tested against PEFT itself (which needs accelerate).
 const PEFT: &str = "peft==0.21.2";
 const ACCELERATE: &str = "accelerate==1.15.0";
+/// CUDA's headers that `ProcessGroupNCCL.hpp` pulls in beyond the runtime's (which the torch
+/// wheel's dependencies carry): vagen-dist's NCCL process group compiles against them.
+const CUDA_CRT: &str = "nvidia-cuda-crt==13.0.88";
+const CUDA_CCCL: &str = "nvidia-cuda-cccl==13.0.85";
 
 fn venv() -> PathBuf {
     root().join(".venv")
@@ -134,15 +179,20 @@ fn setup_torch(needs: Needs) -> Result<()> {
         return Ok(());
     }
     let (probe, want) = match needs {
-        Needs::Torch => ("import torch; print(torch.__version__.split('+')[0])", "2.11.0"),
+        Needs::Torch => (
+            "import torch, importlib.metadata as m; print(torch.__version__.split('+')[0], \
+             m.version('nvidia-cuda-crt'), m.version('nvidia-cuda-cccl'))",
+            "2.11.0 13.0.88 13.0.85",
+        ),
         Needs::Tests => (
             "import torch, numpy, transformers, PIL, torchvision, cv2, skimage, maturin, gymnasium, \
              tensorboard, pytest, openai, peft, accelerate, importlib.metadata as m; \
              print(torch.__version__.split('+')[0], numpy.__version__, transformers.__version__, \
              PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__, \
              m.version('maturin'), gymnasium.__version__, tensorboard.__version__, pytest.__version__, \
-             openai.__version__, peft.__version__, accelerate.__version__)",
-            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0",
+             openai.__version__, peft.__version__, accelerate.__version__, m.version('nvidia-cuda-crt'), \
+             m.version('nvidia-cuda-cccl'))",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0 13.0.88 13.0.85",
         ),
     };
     let ok = Command::new(venv_python())
@@ -158,7 +208,17 @@ fn setup_torch(needs: Needs) -> Result<()> {
         run(cmd)?;
     }
     let mut pip = Command::new(venv_python());
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", TORCH]);
+    pip.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-cache-dir",
+        TORCH,
+        CUDA_CRT,
+        CUDA_CCCL,
+    ]);
     if needs == Needs::Tests {
         pip.args([
             NUMPY,
