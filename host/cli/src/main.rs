@@ -7,6 +7,7 @@ mod bench_rollout;
 mod bench_train;
 mod eval;
 mod generate;
+mod launch;
 mod merge_lora;
 mod model_args;
 mod model_policy;

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
-use vagen_trainer::{JudgeAccess, TrainConfig, Trainer};
+use vagen_trainer::{JudgeAccess, Rendezvous, TrainConfig, Trainer};
 
 #[derive(Args)]
 pub struct TrainArgs {
@@ -33,13 +33,19 @@ pub struct TrainArgs {
     /// `hosts` in ~/.config/vagen/judge.toml adds more).
     #[arg(long, value_name = "HOST")]
     judge_host: Vec<String>,
+    /// Start this many data-parallel ranks on this machine (as `torchrun --nproc-per-node N
+    /// --no-python vagen-host train …` would); under torchrun, Slurm or a PyTorchJob the
+    /// launcher's variables say the rank instead.
+    #[arg(long, value_name = "N")]
+    nproc: Option<usize>,
 }
 
 impl TrainArgs {
     fn trainer(&self) -> Result<Trainer> {
         let access = JudgeAccess::from_user(self.judge_key_env.clone(), self.judge_host.clone())?;
+        let rdzv = Rendezvous::from_env()?;
         if let Some(dir) = &self.resume {
-            return Trainer::resume_with(dir, &self.overrides, self.allow_native, access);
+            return Trainer::resume_ranked(dir, &self.overrides, self.allow_native, access, rdzv.as_ref());
         }
         let path = self.config.as_ref().expect("clap requires --config without --resume");
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
@@ -50,26 +56,76 @@ impl TrainArgs {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
             PathBuf::from("runs").join(stem)
         });
-        Trainer::new(cfg, &run_dir)
+        Trainer::new_ranked(cfg, &run_dir, rdzv.as_ref())
+    }
+
+    /// With `--nproc`: this command line, less `--nproc`, as that many ranks.
+    fn launched(&self) -> Option<Result<()>> {
+        let n = self.nproc?;
+        let mut args: Vec<String> = vec![];
+        let mut skip = false;
+        for a in std::env::args().skip(1) {
+            if std::mem::take(&mut skip) {
+                continue;
+            }
+            match a.as_str() {
+                "--nproc" => skip = true,
+                _ if a.starts_with("--nproc=") => {}
+                _ => args.push(a),
+            }
+        }
+        // Long enough for every rank to start and join; each rank's own `timeout_s` governs
+        // the run.
+        Some(crate::launch::launch(n, &args, std::time::Duration::from_secs(600)))
+    }
+}
+
+/// Runs `f` on the trainer; the other ranks learn of its failure (they stop, naming this
+/// one) or of its end.
+fn ranked<T>(t: &mut Trainer, f: impl FnOnce(&mut Trainer) -> Result<T>) -> Result<T> {
+    match f(t) {
+        Ok(v) => {
+            t.ranks().finish();
+            Ok(v)
+        }
+        Err(e) => {
+            t.ranks().fail(&format!("{e:#}"));
+            Err(e)
+        }
     }
 }
 
 pub fn train(a: TrainArgs) -> Result<()> {
+    if let Some(done) = a.launched() {
+        return done;
+    }
     let mut t = a.trainer()?;
-    let (start, end) = t.run()?;
+    let (start, end) = ranked(&mut t, |t| t.run())?;
+    if !t.ranks().is_main() {
+        return Ok(());
+    }
     println!("held-out success: {start:.3} after SFT -> {end:.3} after RL ({:+.3})", end - start);
     println!("run folder: {} (metrics.jsonl, report.html, checkpoints/)", t.run_dir.display());
     Ok(())
 }
 
 pub fn sft(a: TrainArgs) -> Result<()> {
+    if let Some(done) = a.launched() {
+        return done;
+    }
     let mut t = a.trainer()?;
     if t.cfg.sft.steps == 0 {
         bail!("sft.steps is 0 in the config: nothing to do (set it, e.g. --set sft.steps=50)");
     }
-    t.sft()?;
-    let success = t.evaluate()?;
-    t.save_now()?;
+    let success = ranked(&mut t, |t| {
+        t.sft()?;
+        let success = t.evaluate()?;
+        t.save_now()?;
+        Ok(success)
+    })?;
+    if !t.ranks().is_main() {
+        return Ok(());
+    }
     println!("held-out success after {} SFT steps: {success:.3}", t.cfg.sft.steps);
     Ok(())
 }

@@ -41,6 +41,8 @@ pub struct Ranks {
     rank: usize,
     world: usize,
     joined: Option<Joined>,
+    /// Set by [`Ranks::finish`] or [`Ranks::fail`]: what the others learn when this one ends.
+    ended: std::cell::Cell<bool>,
 }
 
 struct Joined {
@@ -51,13 +53,15 @@ struct Joined {
     cuda: Option<ProcessGroup>,
     timeout: Duration,
     stop: Arc<AtomicBool>,
+    /// Set by the watchdog as it returns: no beat follows.
+    stopped: Arc<AtomicBool>,
     watchdog: Option<JoinHandle<()>>,
 }
 
 impl Ranks {
     /// One process: every collective is the identity.
     pub fn single() -> Self {
-        Ranks { rank: 0, world: 1, joined: None }
+        Ranks { rank: 0, world: 1, joined: None, ended: false.into() }
     }
 
     /// Joins the ranks `rdzv` describes, with tensors on `device`.
@@ -79,12 +83,13 @@ impl Ranks {
             true => Some(ProcessGroup::new(Library::Nccl, &store, rdzv.rank, rdzv.world, timeout)?),
             false => None,
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let watchdog = Some(watch(store.clone(), rdzv.rank, rdzv.world, timeout, stop.clone()));
+        let (stop, stopped) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let watchdog = Some(watch(store.clone(), rdzv.rank, rdzv.world, timeout, stop.clone(), stopped.clone()));
         Ok(Ranks {
             rank: rdzv.rank,
             world: rdzv.world,
-            joined: Some(Joined { store, cpu, cuda, timeout, stop, watchdog }),
+            joined: Some(Joined { store, cpu, cuda, timeout, stop, stopped, watchdog }),
+            ended: false.into(),
         })
     }
 
@@ -108,9 +113,24 @@ impl Ranks {
     }
 
     /// Tells the others this rank stops with `message`: their watchdogs stop them, naming it.
+    /// (A rank dropped without [`Ranks::finish`] or this says it stopped early.)
     pub fn fail(&self, message: &str) {
         if let Some(j) = &self.joined {
+            self.ended.set(true);
             let _ = j.store.set(&format!("err/{}", self.rank), message.as_bytes());
+        }
+    }
+
+    /// This rank's work is done: its heartbeat may stop without alarming the others.
+    pub fn finish(&self) {
+        if let Some(j) = &self.joined {
+            self.ended.set(true);
+            j.stop.store(true, Ordering::Relaxed);
+            let start = Instant::now();
+            while !j.stopped.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(5) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = j.store.set(&format!("beat/{}", self.rank), DONE);
         }
     }
 
@@ -234,8 +254,9 @@ impl Drop for Ranks {
             if let Some(w) = j.watchdog.take() {
                 let _ = w.join();
             }
-            // A rank that ends normally is not a lost one.
-            let _ = j.store.set(&format!("beat/{}", self.rank), DONE);
+            if !self.ended.get() {
+                let _ = j.store.set(&format!("err/{}", self.rank), b"stopped before the run ended (its log says why)");
+            }
         }
     }
 }
@@ -272,10 +293,18 @@ fn culprit(
     Ok(None)
 }
 
-fn watch(store: Arc<Store>, rank: usize, world: usize, timeout: Duration, stop: Arc<AtomicBool>) -> JoinHandle<()> {
+fn watch(
+    store: Arc<Store>,
+    rank: usize,
+    world: usize,
+    timeout: Duration,
+    stop: Arc<AtomicBool>,
+    stopped: Arc<AtomicBool>,
+) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name(format!("vagen-dist-watchdog-{rank}"))
         .spawn(move || {
+            let _exit = SetOnDrop(stopped);
             let start = Instant::now();
             let mut seen: Vec<(Option<Vec<u8>>, Instant)> = vec![(None, start); world];
             let mut beats: u64 = 0;
@@ -305,6 +334,15 @@ fn watch(store: Arc<Store>, rank: usize, world: usize, timeout: Duration, stop: 
             }
         })
         .expect("spawning the watchdog thread")
+}
+
+/// Sets its flag when dropped: however the watchdog returns.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]

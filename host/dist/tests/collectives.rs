@@ -51,6 +51,7 @@ fn gathers_sums_and_shards_equal_their_definitions() {
         let mut b = Tensor::from_slice(&[r as f32 + 7.0]);
         ranks.broadcast(&mut b, 1, "test").unwrap();
         ranks.barrier("test").unwrap();
+        ranks.finish();
         let v = |t: &Tensor| Vec::<f32>::try_from(t).unwrap();
         (gathered, sums, v(&t), v(&slice), v(&whole), v(&b))
     });

@@ -633,31 +633,100 @@ pub struct RolloutMetrics {
 /// Success counts every episode, a failed one as a failure (4 of 8 faulted and the rest
 /// won is 0.5, not 1.0); the per-turn figures are over the episodes that did not fail.
 pub fn metrics(trajs: &[Trajectory]) -> RolloutMetrics {
-    let ok: Vec<&Trajectory> = trajs.iter().filter(|t| t.failure.is_none()).collect();
-    let n = ok.len().max(1) as f64;
-    let turns: Vec<&TurnRecord> = ok.iter().flat_map(|t| &t.turns).collect();
-    let nt = turns.len().max(1) as f64;
-    let sent: usize = turns.iter().map(|t| t.parsed.actions.len()).sum();
-    let ratio = |x: u32| if sent == 0 { 0.0 } else { x as f64 / sent as f64 };
-    let groups: std::collections::BTreeMap<usize, bool> = trajs.iter().fold(Default::default(), |mut m, t| {
-        *m.entry(t.group).or_insert(false) |= t.success;
-        m
-    });
-    let token_counts: Vec<usize> = turns.iter().filter_map(|t| t.token_ids.as_ref().map(Vec::len)).collect();
-    RolloutMetrics {
-        episodes: trajs.len(),
-        failed: trajs.len() - ok.len(),
-        failures: crate::failure::count_failures(trajs),
-        truncated_context: trajs.iter().filter(|t| t.truncated == Some(Truncation::Context)).count(),
-        success: ok.iter().filter(|t| t.success).count() as f64 / trajs.len().max(1) as f64,
-        pass_at_group: groups.values().filter(|&&s| s).count() as f64 / groups.len().max(1) as f64,
-        mean_turns: turns.len() as f64 / n,
-        mean_reward: ok.iter().map(|t| t.total_reward()).sum::<f64>() / n,
-        valid_action_rate: ratio(turns.iter().map(|t| t.valid_actions).sum()),
-        effective_action_rate: ratio(turns.iter().map(|t| t.effective_actions).sum()),
-        format_correct_rate: turns.iter().filter(|t| t.parsed.format_ok).count() as f64 / nt,
-        mean_response_chars: turns.iter().map(|t| t.response.chars().count()).sum::<usize>() as f64 / nt,
-        mean_response_tokens: (!token_counts.is_empty())
-            .then(|| token_counts.iter().sum::<usize>() as f64 / token_counts.len() as f64),
+    RolloutTotals::of(trajs).metrics()
+}
+
+/// The counts and sums [`RolloutMetrics`] divide, so that rollouts played apart (data-
+/// parallel ranks, each its own groups) add up to the figures of all of them together.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct RolloutTotals {
+    pub episodes: usize,
+    pub ok: usize,
+    pub failures: std::collections::BTreeMap<String, usize>,
+    pub truncated_context: usize,
+    pub successes: usize,
+    pub groups: usize,
+    pub groups_won: usize,
+    pub turns: usize,
+    pub reward: f64,
+    pub sent: u64,
+    pub valid: u64,
+    pub effective: u64,
+    pub format_ok: usize,
+    pub chars: usize,
+    pub token_turns: usize,
+    pub tokens: usize,
+}
+
+impl RolloutTotals {
+    pub fn of(trajs: &[Trajectory]) -> Self {
+        let ok: Vec<&Trajectory> = trajs.iter().filter(|t| t.failure.is_none()).collect();
+        let turns: Vec<&TurnRecord> = ok.iter().flat_map(|t| &t.turns).collect();
+        let groups: std::collections::BTreeMap<usize, bool> = trajs.iter().fold(Default::default(), |mut m, t| {
+            *m.entry(t.group).or_insert(false) |= t.success;
+            m
+        });
+        let token_counts: Vec<usize> = turns.iter().filter_map(|t| t.token_ids.as_ref().map(Vec::len)).collect();
+        RolloutTotals {
+            episodes: trajs.len(),
+            ok: ok.len(),
+            failures: crate::failure::count_failures(trajs),
+            truncated_context: trajs.iter().filter(|t| t.truncated == Some(Truncation::Context)).count(),
+            successes: ok.iter().filter(|t| t.success).count(),
+            groups: groups.len(),
+            groups_won: groups.values().filter(|&&s| s).count(),
+            turns: turns.len(),
+            reward: ok.iter().map(|t| t.total_reward()).sum(),
+            sent: turns.iter().map(|t| t.parsed.actions.len() as u64).sum(),
+            valid: turns.iter().map(|t| t.valid_actions as u64).sum(),
+            effective: turns.iter().map(|t| t.effective_actions as u64).sum(),
+            format_ok: turns.iter().filter(|t| t.parsed.format_ok).count(),
+            chars: turns.iter().map(|t| t.response.chars().count()).sum(),
+            token_turns: token_counts.len(),
+            tokens: token_counts.iter().sum(),
+        }
+    }
+
+    /// Both rollouts' totals (their groups are distinct).
+    pub fn add(&mut self, o: &RolloutTotals) {
+        for (k, v) in &o.failures {
+            *self.failures.entry(k.clone()).or_insert(0) += v;
+        }
+        self.episodes += o.episodes;
+        self.ok += o.ok;
+        self.truncated_context += o.truncated_context;
+        self.successes += o.successes;
+        self.groups += o.groups;
+        self.groups_won += o.groups_won;
+        self.turns += o.turns;
+        self.reward += o.reward;
+        self.sent += o.sent;
+        self.valid += o.valid;
+        self.effective += o.effective;
+        self.format_ok += o.format_ok;
+        self.chars += o.chars;
+        self.token_turns += o.token_turns;
+        self.tokens += o.tokens;
+    }
+
+    pub fn metrics(&self) -> RolloutMetrics {
+        let n = self.ok.max(1) as f64;
+        let nt = self.turns.max(1) as f64;
+        let ratio = |x: u64| if self.sent == 0 { 0.0 } else { x as f64 / self.sent as f64 };
+        RolloutMetrics {
+            episodes: self.episodes,
+            failed: self.episodes - self.ok,
+            failures: self.failures.clone(),
+            truncated_context: self.truncated_context,
+            success: self.successes as f64 / self.episodes.max(1) as f64,
+            pass_at_group: self.groups_won as f64 / self.groups.max(1) as f64,
+            mean_turns: self.turns as f64 / n,
+            mean_reward: self.reward / n,
+            valid_action_rate: ratio(self.valid),
+            effective_action_rate: ratio(self.effective),
+            format_correct_rate: self.format_ok as f64 / nt,
+            mean_response_chars: self.chars as f64 / nt,
+            mean_response_tokens: (self.token_turns > 0).then(|| self.tokens as f64 / self.token_turns as f64),
+        }
     }
 }

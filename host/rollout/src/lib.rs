@@ -22,7 +22,7 @@ mod parse;
 mod policy;
 
 pub use config::{EpisodeShape, FormatReward, History, RolloutConfig};
-pub use driver::{RolloutError, RolloutMetrics, Trajectory, Truncation, TurnRecord, metrics, rollout};
+pub use driver::{RolloutError, RolloutMetrics, RolloutTotals, Trajectory, Truncation, TurnRecord, metrics, rollout};
 pub use episodes::{Episodes, Outcome};
 pub use explore::{ExploreAt, Exploring};
 pub use failure::{FailedCall, Failure, FailurePolicy, TooManyFailures, count_failures, counts_text};

@@ -17,8 +17,11 @@ pub(crate) const SFT_SEED_STRIDE: u64 = 1024;
 /// What `collect` gives the step: the batch and the rollout's own figures.
 pub struct Collected {
     pub batch: StepBatch,
-    /// Over every episode, failed ones included.
+    /// Over every episode (every rank's), failed ones included.
     pub rollout: RolloutMetrics,
+    /// Trajectories this rank laid out into its batch (failed ones counted: they number the
+    /// episodes).
+    pub laid_out: usize,
     /// Turns whose answer exploration replaced.
     pub explored_turns: usize,
     /// What the generation engine did (`None` for the static engine).
@@ -49,12 +52,17 @@ impl Trainer {
         let mut trajs =
             self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
-        let engine = policy.inner.engine_stats();
+        let mut explored = [explored_turns as f64];
+        self.ranks().sum(&mut explored)?;
+        let engine = crate::data_parallel::engine_stats(self.ranks(), policy.inner.engine_stats())?;
         let scored =
             self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.episodes.format, cfg.env.max_failure_rate)?;
-        crate::report::save_rewards(&self.run_dir, n, &scored)?;
+        if self.ranks().is_main() {
+            crate::report::save_rewards(&self.run_dir, n, &scored)?;
+        }
+        let reward_metrics = crate::data_parallel::weighted_means(self.ranks(), &scored.metrics, trajs.len() as f64)?;
         // After scoring: `train/reward` includes what the reward functions paid.
-        let rollout = vagen_rollout::metrics(&trajs);
+        let rollout = crate::data_parallel::rollout_metrics(self.ranks(), vagen_rollout::RolloutTotals::of(&trajs))?;
         // A trajectory with a turn no reward could score has no return to learn from.
         let kept: Vec<Trajectory> = trajs
             .into_iter()
@@ -63,7 +71,8 @@ impl Trainer {
             .map(|(_, t)| t)
             .collect();
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
-        Ok(Collected { batch, rollout, explored_turns, engine, reward_metrics: scored.metrics })
+        let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
+        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics })
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

@@ -47,6 +47,14 @@ pub struct TrainConfig {
     /// observation caps (it runs unsandboxed).
     #[serde(default)]
     pub sandbox: Limits,
+    /// Data-parallel ranks (`[distributed]`: `backend` auto | gloo | nccl, `timeout_s`);
+    /// read only when a launcher (torchrun, Slurm, `--nproc`) started several ranks.
+    #[serde(default)]
+    pub distributed: vagen_dist::DistributedConfig,
+    /// The GPU this rank takes when ranks share a machine's (`cuda:LOCAL_RANK`); set when
+    /// joining, never written: a resumed run may have another world size.
+    #[serde(skip)]
+    pub rank_device: Option<vagen_model::DeviceChoice>,
     /// Whether `env.plugin` may name a native `.so` (unsandboxed code). Never read from a
     /// config file, which may come from someone else: only the command line's
     /// `--allow-native` sets it.
@@ -528,6 +536,9 @@ impl TrainConfig {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
+        }
+        if let Err(e) = self.distributed.validate() {
+            return bad("distributed.timeout_s", e);
         }
         let est = self.algorithm.advantage.estimator;
         match &self.model.lora {

@@ -12,6 +12,7 @@ mod checkpoint;
 mod collect;
 mod config;
 mod credit;
+mod data_parallel;
 mod judge_access;
 mod log;
 mod metrics;
@@ -41,6 +42,7 @@ pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLos
 pub use rollout_section::{RolloutSection, SequenceConfig};
 pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use train::{Trainer, held_out_rollouts, load_model};
+pub use vagen_dist::{Ranks, Rendezvous};
 pub use value_loss::{ValueLoss, ValueLossConfig, explained_variance, value_loss};
 
 /// A scalar tensor as f64, for metrics.

@@ -144,8 +144,14 @@ mod tests {
             ..Default::default()
         };
         let reward_metrics = [("reward/state-match/grounding".to_string(), 0.5)].into();
-        let collected =
-            Collected { batch, rollout: Default::default(), explored_turns: 1, engine: Some(engine), reward_metrics };
+        let collected = Collected {
+            batch,
+            rollout: Default::default(),
+            laid_out: 2,
+            explored_turns: 1,
+            engine: Some(engine),
+            reward_metrics,
+        };
         let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0, vision: 0.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;
         assert_eq!(m["rollout/logprob_diff_mean"], 0.25);

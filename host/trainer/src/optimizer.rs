@@ -35,6 +35,11 @@ impl AdamW {
         AdamW { params, m, v, step: 0, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay }
     }
 
+    /// The parameters it steps, by checkpoint name in name order.
+    pub fn params(&self) -> &[(String, Tensor)] {
+        &self.params
+    }
+
     pub fn zero_grad(&mut self) {
         for (_, p) in &mut self.params {
             p.zero_grad();

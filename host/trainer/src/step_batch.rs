@@ -9,6 +9,7 @@
 //! [`StepBatch::push`]; the micro-batch tensors read them in `micro.rs`.
 
 use anyhow::{Result, bail};
+use serde::{Deserialize, Serialize};
 use std::ops::Range;
 use std::sync::Arc;
 use vagen_algo::{GroupStats, Trajectory as AlgoTrajectory};
@@ -16,7 +17,7 @@ use vagen_rollout::{AnswerOrigin, TrainingSequence, TurnRecord};
 use vagen_runtime::Image;
 
 /// Per token, every sequence end to end: sequence k holds `StepBatch::tokens_of(k)`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TokenColumns {
     pub ids: Vec<u32>,
     /// Assistant tokens: what the policy loss trains on.
@@ -32,7 +33,7 @@ pub struct TokenColumns {
 }
 
 /// Per sequence.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct SeqColumns {
     /// Token offsets, one more than there are sequences.
     pub token_start: Vec<usize>,
@@ -46,14 +47,16 @@ pub struct SeqColumns {
     /// Turns past `rollout.max_sequence_tokens` were dropped from its end.
     pub truncated: Vec<bool>,
     /// The images its tokens show, in order (raw RGB, shared with the trajectory): what a
-    /// vision model's processor turns into pixel values. Empty for a text-only model.
+    /// vision model's processor turns into pixel values. Empty for a text-only model, and
+    /// for another rank's sequences (they never leave the rank that played them).
+    #[serde(skip)]
     pub images: Vec<Vec<Arc<Image>>>,
     /// Tokens its images take.
     pub image_tokens: Vec<usize>,
 }
 
 /// Per kept turn, in sequence order (sequence k's turns are `StepBatch::turns_of(k)`).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct TurnColumns {
     /// Its last token, counted from its sequence's start.
     pub end: Vec<usize>,
@@ -69,7 +72,7 @@ pub struct TurnColumns {
 }
 
 /// What `score` adds: the policy as it sampled, the KL reference, the critic.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ScoreColumns {
     /// Per token: the log-prob the update's ratio starts from.
     pub old_logprobs: Vec<f32>,
@@ -160,6 +163,51 @@ impl StepBatch {
         s.turn_start.push(u.end.len());
     }
 
+    /// Appends `other`'s sequences after this batch's, their episode numbers moved up by
+    /// `episodes` (another rank's batch, in rank order). Score columns are kept only when
+    /// both have them, or one of the two is empty.
+    pub fn append(&mut self, other: StepBatch, episodes: usize) -> Result<()> {
+        let (tokens, turns) = (self.tokens.ids.len(), self.turns.end.len());
+        let scores = match (self.scores.take(), other.scores) {
+            (Some(mut a), Some(b)) => {
+                a.old_logprobs.extend(b.old_logprobs);
+                a.ref_logprobs = join(a.ref_logprobs, b.ref_logprobs, "reference log-probs")?;
+                a.values = join(a.values, b.values, "values")?;
+                Some(a)
+            }
+            (None, None) => None,
+            (Some(a), None) if other.tokens.ids.is_empty() => Some(a),
+            (None, Some(b)) if tokens == 0 => Some(b),
+            _ => bail!("one batch has scores and the other not: both must have gone through `score`"),
+        };
+        let (t, o) = (&mut self.tokens, other.tokens);
+        t.ids.extend(o.ids);
+        t.loss_mask.extend(o.loss_mask);
+        t.adv_mask.extend(o.adv_mask);
+        t.sampled_logprobs.extend(o.sampled_logprobs);
+        t.rewards.extend(o.rewards);
+        let (s, o) = (&mut self.seqs, other.seqs);
+        s.token_start.extend(o.token_start.iter().skip(1).map(|&i| i + tokens));
+        s.turn_start.extend(o.turn_start.iter().skip(1).map(|&i| i + turns));
+        s.episode.extend(o.episode.iter().map(|&e| e + episodes));
+        s.group.extend(o.group);
+        s.seed.extend(o.seed);
+        s.truncated.extend(o.truncated);
+        let n = o.image_tokens.len();
+        s.images.extend(o.images.into_iter().chain(std::iter::repeat_with(Vec::new)).take(n));
+        s.image_tokens.extend(o.image_tokens);
+        let (u, o) = (&mut self.turns, other.turns);
+        u.end.extend(o.end);
+        u.index.extend(o.index);
+        u.reward.extend(o.reward);
+        u.env_reward.extend(o.env_reward);
+        u.format_reward.extend(o.format_reward);
+        u.state.extend(o.state);
+        u.origin.extend(o.origin);
+        self.scores = scores;
+        Ok(())
+    }
+
     /// Sequence k's span in the token columns.
     pub fn tokens_of(&self, k: usize) -> Range<usize> {
         self.seqs.token_start[k]..self.seqs.token_start[k + 1]
@@ -239,6 +287,18 @@ impl StepBatch {
             Some(c) => Ok(c),
             None => bail!("the batch has no advantages: `assign_credit` runs before this phase"),
         }
+    }
+}
+
+/// Two optional score columns appended; one missing where the other is not is an error.
+fn join<T>(a: Option<Vec<T>>, b: Option<Vec<T>>, what: &str) -> Result<Option<Vec<T>>> {
+    match (a, b) {
+        (Some(mut a), Some(b)) => {
+            a.extend(b);
+            Ok(Some(a))
+        }
+        (None, None) => Ok(None),
+        _ => bail!("one batch has {what} and the other not"),
     }
 }
 

@@ -12,7 +12,7 @@ use crate::optimizer::AdamW;
 use crate::run_lock::{RunLock, check_new_run_folder};
 use crate::score::{Models, ScoreOptions, score};
 use crate::step_batch::split;
-use crate::update::{Optimizers, Updated, update};
+use crate::update::{Optimizers, Shard, Updated, update};
 use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
@@ -21,6 +21,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 use tch::Kind;
+use vagen_dist::{Ranks, Rendezvous};
 use vagen_model::{GenerateOptions, LoadOptions, Model, SamplingFor, ValueModel};
 use vagen_policy::ModelPolicy;
 use vagen_rollout::{Episodes, FailurePolicy, Outcome, Policy, RolloutConfig, TooManyFailures, Trajectory};
@@ -42,15 +43,18 @@ pub struct Trainer {
     actor_opt: AdamW,
     critic_opt: Option<AdamW>,
     pub state: TrainerState,
-    metrics: MetricsLog,
+    /// Rank 0's: the other ranks write no files.
+    metrics: Option<MetricsLog>,
+    /// This process among the data-parallel ranks (one, by default).
+    ranks: Ranks,
     _runtime: Runtime,
     /// The `[[reward]]` functions, scoring every RL step's turns.
     pub(crate) rewards: RefCell<crate::rewards::Rewards>,
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
     skipped_in_a_row: usize,
-    /// The run folder is this trainer's alone while it lives.
-    _lock: RunLock,
+    /// The run folder is this trainer's alone while it lives (rank 0 holds it for all).
+    _lock: Option<RunLock>,
 }
 
 /// Steps in a row with no applied update before the run stops: a diverged loss does not
@@ -60,19 +64,36 @@ const MAX_SKIPPED_IN_A_ROW: usize = 3;
 impl Trainer {
     /// A new run in `run_dir` (created; must not hold a run already).
     pub fn new(cfg: TrainConfig, run_dir: &Path) -> Result<Self> {
-        if run_dir.join("config.toml").exists() {
-            bail!("{} already holds a run: resume it with --resume, or choose another --run-dir", run_dir.display());
-        }
-        check_new_run_folder(run_dir)?;
-        std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-        let lock = RunLock::acquire(run_dir)?;
+        Self::new_ranked(cfg, run_dir, None)
+    }
+
+    /// [`Trainer::new`] as one of the ranks `rdzv` describes (none: one process): rank 0
+    /// makes and writes the run folder.
+    pub fn new_ranked(mut cfg: TrainConfig, run_dir: &Path, rdzv: Option<&Rendezvous>) -> Result<Self> {
+        let ranks = join(&mut cfg, rdzv)?;
+        let lock = match ranks.is_main() {
+            true => {
+                if run_dir.join("config.toml").exists() {
+                    bail!(
+                        "{} already holds a run: resume it with --resume, or choose another --run-dir",
+                        run_dir.display()
+                    );
+                }
+                check_new_run_folder(run_dir)?;
+                std::fs::create_dir_all(run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+                Some(RunLock::acquire(run_dir)?)
+            }
+            false => None,
+        };
         let mut actor = load_model(&cfg)?;
         attach_lora(&cfg, &mut actor)?;
         let critic = new_critic(&cfg, &actor)?;
-        let t = Self::assemble(cfg, run_dir, lock, actor, critic, TrainerState::default(), None)?;
+        let t = Self::assemble(cfg, run_dir, lock, actor, critic, TrainerState::default(), None, ranks)?;
         // Written once everything it names has loaded and been accepted, so a folder with a
         // config.toml always holds a run that can be resumed (or restarted elsewhere).
-        std::fs::write(run_dir.join("config.toml"), t.cfg.to_toml())?;
+        if t.ranks.is_main() {
+            std::fs::write(run_dir.join("config.toml"), t.cfg.to_toml())?;
+        }
         Ok(t)
     }
 
@@ -91,12 +112,26 @@ impl Trainer {
         allow_native: bool,
         judge_access: crate::JudgeAccess,
     ) -> Result<Self> {
+        Self::resume_ranked(run_dir, overrides, allow_native, judge_access, None)
+    }
+
+    /// [`Trainer::resume_with`] as one of `ranks` (every rank reads the same checkpoint,
+    /// whatever world size wrote it: checkpoints are whole).
+    pub fn resume_ranked(
+        run_dir: &Path,
+        overrides: &[String],
+        allow_native: bool,
+        judge_access: crate::JudgeAccess,
+        rdzv: Option<&Rendezvous>,
+    ) -> Result<Self> {
         let path = run_dir.join("config.toml");
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut lock = Some(RunLock::acquire(run_dir)?);
         let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), overrides)?;
         cfg.allow_native = allow_native;
         cfg.judge_access = judge_access;
+        let ranks = join(&mut cfg, rdzv)?;
+        let mut lock = Some(if ranks.is_main() { Some(RunLock::acquire(run_dir)?) } else { None });
+        let mut ranks = Some(ranks);
         // The newest checkpoint that loads whole; a corrupt one (a truncated file, a disk
         // error) is skipped with a warning, never half used.
         let mut refused = Vec::new();
@@ -110,7 +145,8 @@ impl Trainer {
                     // Moved aside (kept for a look), so later saves and resumes pass it by.
                     let name = ckpt.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
                     let aside = ckpt.with_file_name(format!(".{name}.corrupt"));
-                    let moved = std::fs::rename(&ckpt, &aside).is_ok();
+                    let main = ranks.as_ref().is_some_and(Ranks::is_main);
+                    let moved = main && std::fs::rename(&ckpt, &aside).is_ok();
                     let to = if moved { format!(", moved to {}", aside.display()) } else { String::new() };
                     eprintln!("warning: {} will not load ({e}){to}; trying the one before", ckpt.display());
                     refused.push(format!("{}: {e}", ckpt.display()));
@@ -119,17 +155,23 @@ impl Trainer {
             };
             let (actor, critic, state, optims) = loaded;
             let lock = lock.take().expect("taken once: this branch returns");
-            let t = Self::assemble(cfg, run_dir, lock, actor, critic, state, Some(optims))?;
+            let ranks = ranks.take().expect("taken once: this branch returns");
+            let t = Self::assemble(cfg, run_dir, lock, actor, critic, state, Some(optims), ranks)?;
+            crate::data_parallel::same_state(&t.ranks, &t.state, &ckpt)?;
             // Appended, not rewritten: lines past the checkpoint stay, and readers take the
             // ones after this mark (`metrics::read`).
-            t.metrics.mark_resumed(&t.state)?;
-            eprintln!(
-                "resuming {} at step {} ({} SFT steps done; checkpoint {})",
-                run_dir.display(),
-                t.state.step,
-                t.state.sft_steps_done,
-                ckpt.display()
-            );
+            if let Some(m) = &t.metrics {
+                m.mark_resumed(&t.state)?;
+            }
+            if t.ranks.is_main() {
+                eprintln!(
+                    "resuming {} at step {} ({} SFT steps done; checkpoint {})",
+                    run_dir.display(),
+                    t.state.step,
+                    t.state.sft_steps_done,
+                    ckpt.display()
+                );
+            }
             return Ok(t);
         }
         if refused.is_empty() {
@@ -138,15 +180,18 @@ impl Trainer {
         bail!("no checkpoint of {} loads: {}", run_dir.display(), refused.join("; "))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         cfg: TrainConfig,
         run_dir: &Path,
-        lock: RunLock,
+        lock: Option<RunLock>,
         actor: Model,
         critic: Option<ValueModel>,
         state: TrainerState,
         optims: Option<(AdamW, Option<AdamW>)>,
+        ranks: Ranks,
     ) -> Result<Self> {
+        crate::data_parallel::same_config(&ranks, &cfg.to_toml())?;
         tch::manual_seed(cfg.schedule.seed as i64);
         let runtime = Runtime::new(cfg.sandbox.clone())?;
         let plugin = runtime
@@ -177,7 +222,10 @@ impl Trainer {
             true => Some(Rc::new(actor.merged().context("merging the adapters for generation (engine.merge_lora)")?)),
             false => None,
         };
-        let metrics = MetricsLog::open(&run_dir.join("metrics.jsonl"))?;
+        let metrics = match ranks.is_main() {
+            true => Some(MetricsLog::open(&run_dir.join("metrics.jsonl"))?),
+            false => None,
+        };
         let rewards = crate::rewards::load(&cfg, &runtime, run_dir)?;
         Ok(Trainer {
             cfg,
@@ -191,6 +239,7 @@ impl Trainer {
             critic_opt,
             state,
             metrics,
+            ranks,
             _runtime: runtime,
             rewards: RefCell::new(rewards),
             skipped_in_a_row: 0,
@@ -213,10 +262,12 @@ impl Trainer {
             self.state.start_success = Some(v.success);
             let mut m = StepMetrics::new(0);
             insert_val(&mut m, &v);
-            self.metrics.write(&m)?;
-            eprintln!("held-out success before RL: {:.3}", v.success);
+            self.write_metrics(&m)?;
+            if self.ranks.is_main() {
+                eprintln!("held-out success before RL: {:.3}", v.success);
+            }
         }
-        let bar = bar(self.cfg.schedule.steps as u64, "RL steps");
+        let bar = bar(self.cfg.schedule.steps as u64, "RL steps", self.ranks.is_main());
         bar.set_position(self.state.step as u64);
         while self.state.step < self.cfg.schedule.steps {
             let mut m = self.rl_step()?;
@@ -229,7 +280,7 @@ impl Trainer {
                 self.state.last_success = Some(v.success);
             }
             m.step = s;
-            self.metrics.write(&m)?;
+            self.write_metrics(&m)?;
             bar.set_message(format!(
                 "success {:.2} val {}",
                 m.values.get("train/success").copied().unwrap_or(0.0),
@@ -246,8 +297,23 @@ impl Trainer {
             Some(v) => v,
             None => self.evaluate()?,
         };
-        crate::report::write(&self.run_dir)?;
+        if self.ranks.is_main() {
+            crate::report::write(&self.run_dir)?;
+        }
         Ok((start, end))
+    }
+
+    /// This process among the data-parallel ranks.
+    pub fn ranks(&self) -> &Ranks {
+        &self.ranks
+    }
+
+    /// One line of `metrics.jsonl` (rank 0 only).
+    fn write_metrics(&self, m: &StepMetrics) -> Result<()> {
+        match &self.metrics {
+            Some(log) => log.write(m),
+            None => Ok(()),
+        }
     }
 
     /// The critic, with a critic-based estimator.
@@ -261,6 +327,9 @@ impl Trainer {
     }
 
     fn save(&self) -> Result<()> {
+        if !self.ranks.is_main() {
+            return Ok(());
+        }
         checkpoint::save(
             &self.run_dir,
             &self.state,
@@ -274,7 +343,7 @@ impl Trainer {
     /// Supervised steps on (noisy) oracle trajectories through the rollout path; cross-
     /// entropy on the oracle's answer tokens only.
     pub fn sft(&mut self) -> Result<()> {
-        let bar = bar(self.cfg.sft.steps as u64, "SFT steps");
+        let bar = bar(self.cfg.sft.steps as u64, "SFT steps", self.ranks.is_main());
         bar.set_position(self.state.sft_steps_done as u64);
         while self.state.sft_steps_done < self.cfg.sft.steps {
             // With a fixed dataset, every step replays the same episodes.
@@ -282,10 +351,13 @@ impl Trainer {
                 0 => self.state.sft_steps_done as u64,
                 n => (self.state.sft_steps_done % n) as u64,
             };
+            // This rank's share of the step's episodes; the mean is over every rank's tokens.
             let batch = self.collect_sft(k)?;
             // Mean cross-entropy over the step's answer tokens, accumulated as sums.
             let mut total = 0.0;
-            let all_tokens = batch.tokens.loss_mask.iter().filter(|&&m| m).count().max(1);
+            let mut tokens = [batch.tokens.loss_mask.iter().filter(|&&m| m).count() as f64];
+            self.ranks.sum(&mut tokens)?;
+            let all_tokens = (tokens[0] as usize).max(1);
             let seqs: Vec<usize> = (0..batch.len()).collect();
             for chunk in split(&batch, &seqs, self.cfg.optim.micro_batch, self.cfg.optim.micro_batch_tokens) {
                 let micro = Micro::new(&batch, &chunk, self.actor.vision.as_ref(), self.actor.device())?;
@@ -294,6 +366,10 @@ impl Trainer {
                 total += nll.double_value(&[]);
                 (nll / all_tokens as f64).backward();
             }
+            let mut sums = [total];
+            self.ranks.sum(&mut sums)?;
+            total = sums[0];
+            crate::data_parallel::sum_grads(&self.ranks, self.actor_opt.params())?;
             let report = self.actor_opt.step(self.cfg.sft.lr, self.cfg.optim.grad_clip);
             self.refresh_generator()?;
             self.count_skipped(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
@@ -302,7 +378,7 @@ impl Trainer {
             m.values.insert("sft/loss".into(), total / all_tokens as f64);
             m.values.insert("sft/grad_norm".into(), report.grad_norm);
             m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
-            self.metrics.write(&m)?;
+            self.write_metrics(&m)?;
             bar.inc(1);
             let (n, every) = (self.state.sft_steps_done, self.cfg.sft.save_every);
             if n == self.cfg.sft.steps || (every > 0 && n.is_multiple_of(every)) {
@@ -337,11 +413,14 @@ impl Trainer {
     ) -> Result<Vec<Trajectory>> {
         let env_config = self.cfg.train_env_config_json();
         let config = self.cfg.rollout.rollout_config();
-        let outcome = episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config, group_size).run(
-            seeds,
+        // This rank's block of the groups, numbered as one process numbers them.
+        let mine = self.ranks.share(seeds.len());
+        let mut outcome = episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config, group_size).run(
+            &seeds[mine.clone()],
             policy,
             &mut |_| Ok(()),
         )?;
+        outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
         self.check_failures(outcome.verdict, what, file, &env_config)?;
         Ok(outcome.trajectories)
     }
@@ -354,15 +433,18 @@ impl Trainer {
     /// The held-out episodes' figures; their sample transcripts go to the run folder. A
     /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
-        let outcome = held_out_rollouts(&self.cfg, self.plugin.as_ref(), self.generator())?;
-        crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
-        // The first held-out episode's opening picture, when the env shows one.
-        if let Some(image) = outcome.trajectories.first().and_then(|t| t.turns.first()).and_then(|t| t.images.first()) {
-            self.metrics.frame(self.state.step, "eval/first-frame", image)?;
+        let outcome = held_out_share(&self.cfg, self.plugin.as_ref(), self.generator(), &self.ranks)?;
+        if let Some(metrics) = &self.metrics {
+            crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
+            // The first held-out episode's opening picture, when the env shows one.
+            let first = outcome.trajectories.first().and_then(|t| t.turns.first());
+            if let Some(image) = first.and_then(|t| t.images.first()) {
+                metrics.frame(self.state.step, "eval/first-frame", image)?;
+            }
         }
         let (what, file) = (format!("the evaluation at step {}", self.state.step), format!("eval{}", self.state.step));
         self.check_failures(outcome.verdict, &what, &file, &self.cfg.env_config_json())?;
-        Ok(vagen_rollout::metrics(&outcome.trajectories))
+        crate::data_parallel::rollout_metrics(&self.ranks, vagen_rollout::RolloutTotals::of(&outcome.trajectories))
     }
 
     /// Counts a step whose actor updates were all skipped (non-finite gradient norm); stops
@@ -428,13 +510,16 @@ impl Trainer {
             return Ok(());
         }
         let dir = self.run_dir.join("reference");
-        if !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file() {
+        let absent = !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file();
+        if self.ranks.is_main() && absent {
             // Written aside and renamed, so a crash never leaves half a reference behind.
             let tmp = self.run_dir.join("reference.partial");
             let _ = std::fs::remove_dir_all(&tmp);
             self.actor.save(&tmp).context("saving the KL reference policy")?;
             std::fs::rename(&tmp, &dir).with_context(|| format!("moving the KL reference to {}", dir.display()))?;
         }
+        // The other ranks read what rank 0 wrote (the run folder is shared, as for resuming).
+        self.ranks.barrier("waiting for rank 0 to write the KL reference")?;
         let load = || -> Result<Model> {
             if self.cfg.model.lora.is_none() {
                 return Ok(Model::load(&dir, load_options(&self.cfg)?)?);
@@ -462,10 +547,14 @@ impl Trainer {
         let mut collected = self.collect()?;
         let t1 = Instant::now();
         self.score(&mut collected)?;
+        // Every rank's sequences, so that credit and metrics are the whole batch's.
+        let local = std::mem::take(&mut collected.batch);
+        let (batch, own) = crate::data_parallel::gather_batch(&self.ranks, local, collected.laid_out)?;
+        collected.batch = batch;
         let t2 = Instant::now();
         assign_credit(&self.cfg, &mut collected.batch)?;
         let t3 = Instant::now();
-        let updated = self.update(&collected)?;
+        let updated = self.update(&collected, own)?;
         let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
         let (rollout, score) = (secs(t0, t1), secs(t1, t2));
         let timings = Timings {
@@ -493,10 +582,11 @@ impl Trainer {
     }
 
     /// The update, stopping the run after too many steps in a row with no applied update.
-    fn update(&mut self, collected: &Collected) -> Result<Updated> {
+    fn update(&mut self, collected: &Collected, own: std::ops::Range<usize>) -> Result<Updated> {
         let models = Models { actor: &self.actor, reference: self.reference.as_ref(), critic: self.critic.as_ref() };
         let opt = Optimizers { actor: &mut self.actor_opt, critic: self.critic_opt.as_mut() };
-        let updated = update(&self.cfg, &models, opt, &collected.batch, self.state.step as u64)?;
+        let shard = Shard { ranks: &self.ranks, own };
+        let updated = update(&self.cfg, &models, opt, &collected.batch, self.state.step as u64, &shard)?;
         self.refresh_generator()?;
         // A step with nothing to train on (every sequence filtered out) has not diverged.
         let fine = updated.applied || !updated.attempted;
@@ -516,12 +606,21 @@ fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
 /// `rollout.val_temperature`, with the rollout settings training uses: what
 /// `Trainer::evaluate` and `vagen-host eval --config` measure.
 pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
+    held_out_share(cfg, plugin, model, &Ranks::single())
+}
+
+/// [`held_out_rollouts`] over this rank's block of the held-out seeds.
+fn held_out_share(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>, ranks: &Ranks) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
+    let mine = ranks.share(seeds.len());
     let stop = cfg.rollout.episodes.format.stop_strings();
     let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
     let mut policy = model_policy(cfg, model, options);
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
-    Ok(episodes(cfg, plugin, &env_config, &config, 1).run(&seeds, &mut policy, &mut |_| Ok(()))?)
+    let mut outcome =
+        episodes(cfg, plugin, &env_config, &config, 1).run(&seeds[mine.clone()], &mut policy, &mut |_| Ok(()))?;
+    outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
+    Ok(outcome)
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.
@@ -627,12 +726,32 @@ fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
     }))
 }
 
-fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
-    Ok(LoadOptions { device: cfg.model.device.resolve()?, dtype: cfg.model.dtype })
+/// Joins the ranks (one process without `rdzv`): `[distributed]`'s backend and timeout, one
+/// GPU per local rank, and on the CPU the cores shared out among the machine's ranks.
+fn join(cfg: &mut TrainConfig, rdzv: Option<&Rendezvous>) -> Result<Ranks> {
+    let Some(r) = rdzv else {
+        return Ok(Ranks::single());
+    };
+    let device = cfg.model.device.resolve()?;
+    match device {
+        tch::Device::Cuda(_) => cfg.rank_device = Some(vagen_model::DeviceChoice::Cuda(r.local_rank)),
+        _ => {
+            let local = std::env::var("LOCAL_WORLD_SIZE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.world);
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            tch::set_num_threads((cores / local.max(1)).max(1) as i32);
+        }
+    }
+    let device = cfg.rank_device.unwrap_or(cfg.model.device).resolve()?;
+    Ranks::join(r, &cfg.distributed, device).with_context(|| format!("joining the ranks as {r} ({})", r.source))
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
-    let bar = ProgressBar::new(len);
+fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
+    Ok(LoadOptions { device: cfg.rank_device.unwrap_or(cfg.model.device).resolve()?, dtype: cfg.model.dtype })
+}
+
+/// A progress bar (hidden on ranks other than 0).
+fn bar(len: u64, what: &str, visible: bool) -> ProgressBar {
+    let bar = if visible { ProgressBar::new(len) } else { ProgressBar::hidden() };
     let style = format!("{{bar:30}} {{pos}}/{{len}} {what} [{{elapsed}}<{{eta}}] {{msg}}");
     bar.set_style(ProgressStyle::with_template(&style).expect("valid template"));
     bar

@@ -3,6 +3,7 @@
 //! a critic, the value loss.
 
 use crate::config::TrainConfig;
+use crate::data_parallel::{sum_grads, sum_pairs};
 use crate::micro::{Micro, column, logprobs_and_entropy};
 use crate::optimizer::AdamW;
 use crate::score::Models;
@@ -10,6 +11,8 @@ use crate::step_batch::{StepBatch, split};
 use crate::{PolicyLossInput, policy_loss, value_loss};
 use anyhow::Result;
 use std::collections::BTreeMap;
+use std::ops::Range;
+use vagen_dist::Ranks;
 
 /// The optimisers the update steps.
 pub struct Optimizers<'a> {
@@ -28,14 +31,31 @@ pub struct Updated {
     pub lr: f64,
 }
 
-/// `step` (0-based) seeds the shuffle: the order depends only on it and `schedule.seed`.
-pub fn update(cfg: &TrainConfig, models: &Models, opt: Optimizers, batch: &StepBatch, step: u64) -> Result<Updated> {
+/// Where the update runs: the ranks, and which of the batch's sequences are this rank's
+/// (all of them in one process).
+pub struct Shard<'a> {
+    pub ranks: &'a Ranks,
+    pub own: Range<usize>,
+}
+
+/// `step` (0-based) seeds the shuffle: the order depends only on it and `schedule.seed`, so
+/// every rank walks the same mini-batches, each running its own sequences of them.
+pub fn update(
+    cfg: &TrainConfig,
+    models: &Models,
+    opt: Optimizers,
+    batch: &StepBatch,
+    step: u64,
+    shard: &Shard,
+) -> Result<Updated> {
     let credit = batch.credit()?;
     let kept: Vec<usize> = (0..batch.len()).filter(|&k| credit.keep[k]).collect();
     let o = &cfg.optim;
     let lr_scale = o.lr_scale(step as usize, cfg.schedule.steps);
     let mut out = Updated { lr: o.actor_lr * lr_scale, ..Default::default() };
-    let mut acc = Accumulator::default();
+    // Per micro-batch (summed over ranks at the end) and per optimiser step (the same on
+    // every rank).
+    let (mut acc, mut steps) = (Accumulator::default(), Accumulator::default());
     let mut order: Vec<usize> = (0..kept.len()).collect();
     let mut rng = step.wrapping_mul(6364136223846793005).wrapping_add(cfg.schedule.seed);
     let Optimizers { actor: actor_opt, critic: mut critic_opt } = opt;
@@ -44,23 +64,27 @@ pub fn update(cfg: &TrainConfig, models: &Models, opt: Optimizers, batch: &StepB
         for mini in order.chunks(o.mini_batch) {
             let seqs: Vec<usize> = mini.iter().map(|&i| kept[i]).collect();
             let mini_tokens: usize = seqs.iter().map(|&k| batch.loss_tokens(k)).sum();
-            for micro_seqs in split(batch, &seqs, o.micro_batch, o.micro_batch_tokens) {
+            let mine: Vec<usize> = seqs.iter().copied().filter(|k| shard.own.contains(k)).collect();
+            for micro_seqs in split(batch, &mine, o.micro_batch, o.micro_batch_tokens) {
                 let micro = Micro::new(batch, &micro_seqs, models.actor.vision.as_ref(), models.actor.device())?;
                 let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
                 micro_step(cfg, models, &micro, weight, &mut acc)?;
             }
+            sum_grads(shard.ranks, actor_opt.params())?;
             let r = actor_opt.step(o.actor_lr * lr_scale, o.grad_clip);
             (out.attempted, out.applied) = (true, out.applied | r.applied);
-            acc.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
-            acc.count("actor/skipped_steps", !r.applied);
+            steps.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
+            steps.count("actor/skipped_steps", !r.applied);
             if let Some(opt) = critic_opt.as_deref_mut() {
+                sum_grads(shard.ranks, opt.params())?;
                 let r = opt.step(o.critic_lr * lr_scale, o.grad_clip);
-                acc.add("critic/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
-                acc.count("critic/skipped_steps", !r.applied);
+                steps.add("critic/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
+                steps.count("critic/skipped_steps", !r.applied);
             }
         }
     }
-    out.metrics = acc.means().collect();
+    sum_pairs(shard.ranks, &mut acc.sums)?;
+    out.metrics = acc.means().chain(steps.means()).collect();
     Ok(out)
 }
 
@@ -173,7 +197,9 @@ mod tests {
         };
         let before = weights(&actor);
         let mut opt = AdamW::new(actor.vs.variables(), 0.0);
-        let out = update(&cfg, &models, Optimizers { actor: &mut opt, critic: None }, &batch, 0).unwrap();
+        let ranks = Ranks::single();
+        let shard = Shard { ranks: &ranks, own: 0..batch.len() };
+        let out = update(&cfg, &models, Optimizers { actor: &mut opt, critic: None }, &batch, 0, &shard).unwrap();
         assert!(out.attempted && out.applied);
         assert!(weights(&actor) != before, "an applied step moves the weights");
         for key in ["actor/pg_loss", "actor/entropy", "actor/grad_norm", "actor/ppo_kl"] {
@@ -184,7 +210,7 @@ mod tests {
 
         batch.credit.as_mut().unwrap().keep = vec![false, false];
         let after = weights(&actor);
-        let out = update(&cfg, &models, Optimizers { actor: &mut opt, critic: None }, &batch, 1).unwrap();
+        let out = update(&cfg, &models, Optimizers { actor: &mut opt, critic: None }, &batch, 1, &shard).unwrap();
         assert!(!out.attempted && !out.applied && out.metrics.is_empty());
         assert_eq!(weights(&actor), after);
     }

@@ -1,0 +1,252 @@
+//! What a data-parallel step shares, so that N ranks compute what one process with all the
+//! groups would:
+//!
+//! - each rank plays its own block of the step's groups (`Ranks::share`, in rank order) and
+//!   scores its own sequences;
+//! - the batch is then gathered, images left behind ([`gather_batch`]): credit, the StarPO-S
+//!   filter, the mini-batch order and every metric are computed over all ranks' data, on
+//!   every rank alike;
+//! - in the update each rank runs forward and backward only on its own sequences, weighted
+//!   by the whole mini-batch's tokens, and the gradients are summed before each optimiser
+//!   step ([`sum_grads`]): the sum is the one-process gradient, so every rank takes the same
+//!   step from the same weights.
+
+use crate::step_batch::StepBatch;
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::ops::Range;
+use tch::{Kind, Tensor};
+use vagen_dist::Ranks;
+use vagen_rollout::{RolloutMetrics, RolloutTotals};
+
+/// Gradients are summed in buckets of this many elements (as f32): one collective per
+/// bucket, never a copy of every gradient at once.
+const BUCKET: i64 = 1 << 24;
+
+#[derive(Serialize, Deserialize)]
+struct Wire {
+    batch: WireBatch,
+    /// Trajectories the rank laid out (episode numbers count failed ones too).
+    trajectories: usize,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireBatch {
+    tokens: crate::step_batch::TokenColumns,
+    seqs: crate::step_batch::SeqColumns,
+    turns: crate::step_batch::TurnColumns,
+    scores: Option<crate::step_batch::ScoreColumns>,
+}
+
+/// Every rank's batch in rank order (one process's batch), and which of its sequences are
+/// this rank's: it alone holds their images, and the update runs them here.
+/// `trajectories`: how many this rank laid out.
+pub(crate) fn gather_batch(ranks: &Ranks, local: StepBatch, trajectories: usize) -> Result<(StepBatch, Range<usize>)> {
+    if ranks.world() == 1 {
+        let n = local.len();
+        return Ok((local, 0..n));
+    }
+    let StepBatch { tokens, seqs, turns, scores, .. } = local;
+    let wire = Wire { batch: WireBatch { tokens, seqs, turns, scores }, trajectories };
+    let bytes = postcard::to_stdvec(&wire).context("encoding the step's batch for the other ranks")?;
+    let mut images = Some(wire.batch.seqs.images);
+    let parts = ranks.gather_bytes(&bytes)?;
+    let (mut global, mut own, mut episodes) = (StepBatch::new(), 0..0, 0);
+    for (k, part) in parts.iter().enumerate() {
+        let w: Wire = postcard::from_bytes(part).with_context(|| format!("decoding rank {k}'s batch"))?;
+        let WireBatch { tokens, mut seqs, turns, scores } = w.batch;
+        let n = seqs.episode.len();
+        if k == ranks.rank() {
+            seqs.images = images.take().expect("one part is this rank's");
+            own = global.len()..global.len() + n;
+        }
+        let part = StepBatch { tokens, seqs, turns, scores, credit: None };
+        global.append(part, episodes).with_context(|| format!("joining rank {k}'s batch"))?;
+        episodes += w.trajectories;
+    }
+    Ok((global, own))
+}
+
+/// The rollout figures over every rank's episodes.
+pub(crate) fn rollout_metrics(ranks: &Ranks, totals: RolloutTotals) -> Result<RolloutMetrics> {
+    let mut all = RolloutTotals::default();
+    for (k, part) in gather(ranks, &totals)?.iter().enumerate() {
+        let t: RolloutTotals = postcard::from_bytes(part).with_context(|| format!("decoding rank {k}'s rollout"))?;
+        all.add(&t);
+    }
+    Ok(all.metrics())
+}
+
+/// Every rank's `value`, encoded, in rank order (this rank's own without a round trip).
+pub(crate) fn gather<T: Serialize>(ranks: &Ranks, value: &T) -> Result<Vec<Vec<u8>>> {
+    let bytes = postcard::to_stdvec(value).context("encoding for the other ranks")?;
+    Ok(ranks.gather_bytes(&bytes)?)
+}
+
+/// The generation engines' counters summed over ranks (the KV peak: the largest).
+pub(crate) fn engine_stats(
+    ranks: &Ranks,
+    stats: Option<vagen_model::EngineStats>,
+) -> Result<Option<vagen_model::EngineStats>> {
+    if ranks.world() == 1 {
+        return Ok(stats);
+    }
+    let fields = |e: &vagen_model::EngineStats| {
+        [
+            e.requests,
+            e.prompt_tokens,
+            e.prefilled_tokens,
+            e.reused_tokens,
+            e.shared_tokens,
+            e.fallbacks,
+            e.evictions,
+            e.prefill_calls,
+            e.decode_steps,
+            e.generated_tokens,
+            e.rows_freed_early,
+            e.freed_at_length,
+            e.joined_running,
+            e.peak_kv_bytes,
+        ]
+    };
+    let mine: Option<Vec<usize>> = stats.as_ref().map(|e| fields(e).to_vec());
+    let mut sum: Option<Vec<usize>> = None;
+    for (k, part) in gather(ranks, &mine)?.iter().enumerate() {
+        let v: Option<Vec<usize>> = postcard::from_bytes(part).with_context(|| format!("rank {k}'s engine"))?;
+        let Some(v) = v else { continue };
+        let s = sum.get_or_insert_with(|| vec![0; v.len()]);
+        for (i, x) in v.iter().enumerate() {
+            s[i] = if i == 13 { s[i].max(*x) } else { s[i] + x };
+        }
+    }
+    Ok(sum.map(|s| vagen_model::EngineStats {
+        requests: s[0],
+        prompt_tokens: s[1],
+        prefilled_tokens: s[2],
+        reused_tokens: s[3],
+        shared_tokens: s[4],
+        fallbacks: s[5],
+        evictions: s[6],
+        prefill_calls: s[7],
+        decode_steps: s[8],
+        generated_tokens: s[9],
+        rows_freed_early: s[10],
+        freed_at_length: s[11],
+        joined_running: s[12],
+        peak_kv_bytes: s[13],
+    }))
+}
+
+/// Figures averaged over turns or episodes on each rank, averaged over ranks by `weight`
+/// (the reward functions' means, weighted by each rank's episodes).
+pub(crate) fn weighted_means(
+    ranks: &Ranks,
+    values: &BTreeMap<String, f64>,
+    weight: f64,
+) -> Result<BTreeMap<String, f64>> {
+    if ranks.world() == 1 {
+        return Ok(values.clone());
+    }
+    let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (k, part) in gather(ranks, &(values, weight))?.iter().enumerate() {
+        let (v, w): (BTreeMap<String, f64>, f64) =
+            postcard::from_bytes(part).with_context(|| format!("rank {k}'s figures"))?;
+        for (key, x) in v {
+            let e = sums.entry(key).or_insert((0.0, 0.0));
+            (e.0, e.1) = (e.0 + x * w, e.1 + w);
+        }
+    }
+    Ok(sums.into_iter().map(|(k, (s, w))| (k, if w > 0.0 { s / w } else { 0.0 })).collect())
+}
+
+/// Sums `params`' gradients over the ranks, in place. A parameter no rank has a gradient
+/// for keeps none (AdamW leaves it alone, as one process would); one that some rank lacks
+/// gets zeros there first.
+pub(crate) fn sum_grads(ranks: &Ranks, params: &[(String, Tensor)]) -> Result<()> {
+    if ranks.world() == 1 {
+        return Ok(());
+    }
+    let mut has: Vec<f64> = params.iter().map(|(_, p)| p.grad().defined() as u8 as f64).collect();
+    ranks.sum(&mut has)?;
+    let missing: Vec<&Tensor> =
+        params.iter().zip(&has).filter(|((_, p), h)| **h > 0.0 && !p.grad().defined()).map(|((_, p), _)| p).collect();
+    if !missing.is_empty() {
+        // A gradient tensor of zeros where this rank's sequences never reached the
+        // parameter (tch cannot set `.grad` directly).
+        let zero: Tensor = missing.iter().map(|p| p.sum(Kind::Float)).sum::<Tensor>() * 0.0;
+        zero.backward();
+    }
+    let grads: Vec<Tensor> = params.iter().zip(&has).filter(|(_, h)| **h > 0.0).map(|((_, p), _)| p.grad()).collect();
+    let mut start = 0;
+    while start < grads.len() {
+        let mut end = start;
+        let mut size = 0;
+        while end < grads.len() && (end == start || size + grads[end].numel() as i64 <= BUCKET) {
+            size += grads[end].numel() as i64;
+            end += 1;
+        }
+        let bucket = &grads[start..end];
+        let flat: Vec<Tensor> = bucket.iter().map(|g| g.flatten(0, -1).to_kind(Kind::Float)).collect();
+        let mut flat = Tensor::cat(&flat, 0);
+        ranks.sum_tensor(&mut flat, "summing gradients")?;
+        let mut at = 0;
+        for g in bucket {
+            let n = g.numel() as i64;
+            let mut g = g.shallow_clone();
+            g.copy_(&flat.narrow(0, at, n).view_as(&g));
+            at += n;
+        }
+        start = end;
+    }
+    Ok(())
+}
+
+/// The update's per-micro-batch sums (value × weight, weight) summed over ranks.
+pub(crate) fn sum_pairs(ranks: &Ranks, sums: &mut BTreeMap<String, (f64, f64)>) -> Result<()> {
+    if ranks.world() == 1 {
+        return Ok(());
+    }
+    let mut all: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (k, part) in gather(ranks, &*sums)?.iter().enumerate() {
+        let m: BTreeMap<String, (f64, f64)> =
+            postcard::from_bytes(part).with_context(|| format!("rank {k}'s update figures"))?;
+        for (key, (s, w)) in m {
+            let e = all.entry(key).or_insert((0.0, 0.0));
+            (e.0, e.1) = (e.0 + s, e.1 + w);
+        }
+    }
+    *sums = all;
+    Ok(())
+}
+
+/// Fails when the ranks' configs differ: every rank must run the same maths.
+pub(crate) fn same_config(ranks: &Ranks, toml: &str) -> Result<()> {
+    let parts = ranks.gather_bytes(toml.as_bytes())?;
+    if let Some(k) = parts.iter().position(|p| p.as_slice() != toml.as_bytes()) {
+        bail!(
+            "rank {k}'s training config differs from rank {}'s: every rank must be started with the same config and --set values",
+            ranks.rank()
+        );
+    }
+    Ok(())
+}
+
+/// Fails when the ranks resumed from different checkpoints (a rank saw another folder).
+pub(crate) fn same_state(ranks: &Ranks, state: &crate::TrainerState, ckpt: &std::path::Path) -> Result<()> {
+    let mine = (state.step as u64, state.sft_steps_done as u64);
+    for (k, part) in gather(ranks, &mine)?.iter().enumerate() {
+        let theirs: (u64, u64) = postcard::from_bytes(part).with_context(|| format!("rank {k}'s checkpoint"))?;
+        if theirs != mine {
+            bail!(
+                "rank {k} resumed at step {} ({} SFT steps), this rank at step {} ({}) from {}: the run folder must be the same (shared) folder on every rank",
+                theirs.0,
+                theirs.1,
+                mine.0,
+                mine.1,
+                ckpt.display()
+            );
+        }
+    }
+    Ok(())
+}
