@@ -283,6 +283,9 @@ pub struct OptimSection {
     pub epochs: usize,
     /// Global gradient-norm clip (1.0); a non-finite norm skips the step.
     pub grad_clip: f64,
+    /// With several data-parallel ranks, each keeps AdamW's moments for 1/N of the
+    /// parameters (ZeRO-1): the same update, a fraction of the optimiser's memory.
+    pub shard: bool,
 }
 
 impl Default for OptimSection {
@@ -298,6 +301,7 @@ impl Default for OptimSection {
             micro_batch_tokens: 0,
             epochs: 1,
             grad_clip: 1.0,
+            shard: false,
         }
     }
 }

@@ -25,6 +25,7 @@ mod rewards;
 mod rollout_section;
 mod run_lock;
 mod score;
+mod shard;
 mod step_batch;
 mod tensorboard;
 mod train;

@@ -7,9 +7,12 @@ use tch::{Kind, Tensor};
 
 pub struct AdamW {
     /// Parameters by checkpoint name, in name order.
-    params: Vec<(String, Tensor)>,
-    m: Vec<Tensor>,
-    v: Vec<Tensor>,
+    pub(crate) params: Vec<(String, Tensor)>,
+    /// Per parameter; empty when sharded (`shards` holds this rank's slices instead).
+    pub(crate) m: Vec<Tensor>,
+    pub(crate) v: Vec<Tensor>,
+    /// `optim.shard` over several ranks (ZeRO-1): this rank's slices of the moments.
+    pub(crate) shards: Option<crate::shard::Shards>,
     pub step: u64,
     pub beta1: f64,
     pub beta2: f64,
@@ -32,7 +35,7 @@ impl AdamW {
         let zeros = |p: &Tensor| Tensor::zeros_like(p).to_kind(Kind::Float);
         let m = params.iter().map(|(_, p)| zeros(p)).collect();
         let v = params.iter().map(|(_, p)| zeros(p)).collect();
-        AdamW { params, m, v, step: 0, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay }
+        AdamW { params, m, v, shards: None, step: 0, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay }
     }
 
     /// The parameters it steps, by checkpoint name in name order.

@@ -214,10 +214,14 @@ impl Trainer {
                 plugin.manifest().name
             );
         }
-        let (actor_opt, critic_opt) = optims.unwrap_or_else(|| {
+        let (mut actor_opt, mut critic_opt) = optims.unwrap_or_else(|| {
             let actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
             (actor_opt, critic.as_ref().map(|c| AdamW::new(c.trainable(), cfg.optim.weight_decay)))
         });
+        if cfg.optim.shard {
+            actor_opt.shard(&ranks);
+            critic_opt.iter_mut().for_each(|o| o.shard(&ranks));
+        }
         let merged = match cfg.engine.merge_lora {
             true => Some(Rc::new(actor.merged().context("merging the adapters for generation (engine.merge_lora)")?)),
             false => None,
@@ -327,6 +331,9 @@ impl Trainer {
     }
 
     fn save(&self) -> Result<()> {
+        // Sharded moments are put back together first (every rank takes part).
+        let actor_opt = self.actor_opt.unsharded(&self.ranks)?;
+        let critic_opt = self.critic_opt.as_ref().map(|o| o.unsharded(&self.ranks)).transpose()?.flatten();
         if !self.ranks.is_main() {
             return Ok(());
         }
@@ -334,8 +341,8 @@ impl Trainer {
             &self.run_dir,
             &self.state,
             &self.actor,
-            self.critic.as_ref().zip(self.critic_opt.as_ref()),
-            &self.actor_opt,
+            self.critic.as_ref().zip(critic_opt.as_ref().or(self.critic_opt.as_ref())),
+            actor_opt.as_ref().unwrap_or(&self.actor_opt),
             self.cfg.schedule.keep_last,
         )
     }
@@ -369,8 +376,7 @@ impl Trainer {
             let mut sums = [total];
             self.ranks.sum(&mut sums)?;
             total = sums[0];
-            crate::data_parallel::sum_grads(&self.ranks, self.actor_opt.params())?;
-            let report = self.actor_opt.step(self.cfg.sft.lr, self.cfg.optim.grad_clip);
+            let report = self.actor_opt.step_across(&self.ranks, self.cfg.sft.lr, self.cfg.optim.grad_clip)?;
             self.refresh_generator()?;
             self.count_skipped(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;
@@ -396,6 +402,9 @@ impl Trainer {
             self.critic = new_critic(&self.cfg, &self.actor)?;
             let wd = self.cfg.optim.weight_decay;
             self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.trainable(), wd));
+            if self.cfg.optim.shard {
+                self.critic_opt.iter_mut().for_each(|o| o.shard(&self.ranks));
+            }
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 //! a critic, the value loss.
 
 use crate::config::TrainConfig;
-use crate::data_parallel::{sum_grads, sum_pairs};
+use crate::data_parallel::sum_pairs;
 use crate::micro::{Micro, column, logprobs_and_entropy};
 use crate::optimizer::AdamW;
 use crate::score::Models;
@@ -70,14 +70,12 @@ pub fn update(
                 let weight = micro.tokens as f64 / mini_tokens.max(1) as f64;
                 micro_step(cfg, models, &micro, weight, &mut acc)?;
             }
-            sum_grads(shard.ranks, actor_opt.params())?;
-            let r = actor_opt.step(o.actor_lr * lr_scale, o.grad_clip);
+            let r = actor_opt.step_across(shard.ranks, o.actor_lr * lr_scale, o.grad_clip)?;
             (out.attempted, out.applied) = (true, out.applied | r.applied);
             steps.add("actor/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
             steps.count("actor/skipped_steps", !r.applied);
             if let Some(opt) = critic_opt.as_deref_mut() {
-                sum_grads(shard.ranks, opt.params())?;
-                let r = opt.step(o.critic_lr * lr_scale, o.grad_clip);
+                let r = opt.step_across(shard.ranks, o.critic_lr * lr_scale, o.grad_clip)?;
                 steps.add("critic/grad_norm", if r.grad_norm.is_finite() { r.grad_norm } else { 0.0 }, 1.0);
                 steps.count("critic/skipped_steps", !r.applied);
             }
