@@ -217,12 +217,12 @@ fn merge(mut a: serde_json::Value, b: serde_json::Value) -> serde_json::Value {
 }
 
 /// Linux's `VmHWM` (peak resident memory), in bytes.
-fn peak_rss() -> Option<u64> {
+pub(crate) fn peak_rss() -> Option<u64> {
     proc_bytes("/proc/self/status", "VmHWM:")
 }
 
 /// Starts `VmHWM` again from the current resident size (Linux's `clear_refs` 5).
-fn reset_peak_rss() {
+pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 

@@ -1,6 +1,7 @@
 //! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them;
 //! run language models.
 
+mod bench_dp;
 mod bench_model;
 mod bench_reward;
 mod bench_rollout;
@@ -48,6 +49,9 @@ enum Command {
     /// What an update step costs, full-parameter against LoRA ranks: tokens/s, trainable
     /// parameters, optimiser state, peak memory (prints figures).
     BenchTrain(bench_train::BenchTrainArgs),
+    /// Data-parallel scaling: RL steps at each world size, and ZeRO-1's optimiser state per
+    /// rank on a model shape (prints figures).
+    BenchDp(bench_dp::BenchDpArgs),
     /// Our outputs (logits, greedy ids, log-probs) on the cases a parity reference wrote
     /// (`host/model/reference/parity_sweep.py`), for it to compare with transformers'.
     ParityDump(parity_dump::ParityDumpArgs),
@@ -81,6 +85,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::ParityDump(a)), _) => parity_dump::parity_dump(a),
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),
+        (Some(Command::BenchDp(a)), _) => bench_dp::bench_dp(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),

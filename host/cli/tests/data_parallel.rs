@@ -138,7 +138,12 @@ fn same_checkpoints(a: &Path, b: &Path, rel: f64) {
     let mut files = 0;
     for ckpt in std::fs::read_dir(a.join("checkpoints")).unwrap().flatten() {
         let name = ckpt.file_name();
-        for sub in ["actor/model.safetensors", "actor_optim.safetensors", "critic/model.safetensors", "critic_optim.safetensors"] {
+        for sub in [
+            "actor/model.safetensors",
+            "actor_optim.safetensors",
+            "critic/model.safetensors",
+            "critic_optim.safetensors",
+        ] {
             let fa = ckpt.path().join(sub);
             if !fa.is_file() {
                 continue;

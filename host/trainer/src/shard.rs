@@ -63,30 +63,57 @@ fn flat(ts: impl Iterator<Item = Tensor>, len: i64, device: tch::Device) -> Tens
 }
 
 impl AdamW {
-    /// Keeps only this rank's slices of the moments (cut from the whole ones it holds now).
-    /// One rank: nothing to share.
+    /// A fresh optimiser over `vars` whose moments are sharded over `ranks` from the start,
+    /// never whole (one rank: [`AdamW::new`]).
+    pub fn new_sharded(vars: std::collections::HashMap<String, Tensor>, weight_decay: f64, ranks: &Ranks) -> Self {
+        if ranks.world() == 1 {
+            return AdamW::new(vars, weight_decay);
+        }
+        let mut opt = AdamW::new(std::collections::HashMap::new(), weight_decay);
+        opt.params = vars.into_iter().collect::<std::collections::BTreeMap<_, _>>().into_iter().collect();
+        let device = opt.params.first().map_or(tch::Device::Cpu, |(_, p)| p.device());
+        let zeros = |_: &AdamW, _: &Range<usize>, n: i64| {
+            (Tensor::zeros([n], (Kind::Float, device)), Tensor::zeros([n], (Kind::Float, device)))
+        };
+        opt.shards = Some(opt.layout(ranks, zeros));
+        opt
+    }
+
+    /// Keeps only this rank's slices of the moments (cut from the whole ones it holds now,
+    /// e.g. a checkpoint's). One rank: nothing to share.
     pub fn shard(&mut self, ranks: &Ranks) {
         if ranks.world() == 1 || self.shards.is_some() {
             return;
         }
         let (rank, world) = (ranks.rank() as i64, ranks.world() as i64);
         let device = self.params.first().map_or(tch::Device::Cpu, |(_, p)| p.device());
+        let cut = |opt: &AdamW, r: &Range<usize>, per_rank: i64| {
+            let slice = |ts: &[Tensor]| {
+                let whole = flat(ts[r.clone()].iter().map(Tensor::shallow_clone), per_rank * world, device);
+                whole.narrow(0, rank * per_rank, per_rank).copy()
+            };
+            (slice(&opt.m), slice(&opt.v))
+        };
+        let shards = self.layout(ranks, cut);
+        self.m.clear();
+        self.v.clear();
+        self.shards = Some(shards);
+    }
+
+    /// The buckets over the parameters, this rank's moment slices from `moments(self,
+    /// bucket's parameters, elements per rank)`.
+    fn layout(&self, ranks: &Ranks, moments: impl Fn(&AdamW, &Range<usize>, i64) -> (Tensor, Tensor)) -> Shards {
+        let (rank, world) = (ranks.rank() as i64, ranks.world() as i64);
         let buckets = bucket_ranges(&self.params)
             .into_iter()
             .map(|r| {
                 let numel: i64 = self.params[r.clone()].iter().map(|(_, p)| p.numel() as i64).sum();
                 let per_rank = (numel + world - 1) / world;
-                let slice = |ts: &[Tensor]| {
-                    let whole = flat(ts[r.clone()].iter().map(Tensor::shallow_clone), per_rank * world, device);
-                    whole.narrow(0, rank * per_rank, per_rank).copy()
-                };
-                let (m, v) = (slice(&self.m), slice(&self.v));
+                let (m, v) = moments(self, &r, per_rank);
                 Bucket { params: r, per_rank, m, v }
             })
             .collect();
-        self.m.clear();
-        self.v.clear();
-        self.shards = Some(Shards { buckets, rank, world });
+        Shards { buckets, rank, world }
     }
 
     /// One optimiser step of every rank together: the gradients summed over the ranks, then

@@ -215,9 +215,10 @@ impl Trainer {
             );
         }
         let (mut actor_opt, mut critic_opt) = optims.unwrap_or_else(|| {
-            let actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
-            (actor_opt, critic.as_ref().map(|c| AdamW::new(c.trainable(), cfg.optim.weight_decay)))
+            let actor_opt = new_optimizer(&cfg, actor.trainable(), &ranks);
+            (actor_opt, critic.as_ref().map(|c| new_optimizer(&cfg, c.trainable(), &ranks)))
         });
+        // A checkpoint's moments are whole: cut to this rank's share.
         if cfg.optim.shard {
             actor_opt.shard(&ranks);
             critic_opt.iter_mut().for_each(|o| o.shard(&ranks));
@@ -400,11 +401,7 @@ impl Trainer {
     fn critic_from_actor(&mut self) -> Result<()> {
         if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
             self.critic = new_critic(&self.cfg, &self.actor)?;
-            let wd = self.cfg.optim.weight_decay;
-            self.critic_opt = self.critic.as_ref().map(|c| AdamW::new(c.trainable(), wd));
-            if self.cfg.optim.shard {
-                self.critic_opt.iter_mut().for_each(|o| o.shard(&self.ranks));
-            }
+            self.critic_opt = self.critic.as_ref().map(|c| new_optimizer(&self.cfg, c.trainable(), &self.ranks));
         }
         Ok(())
     }
@@ -752,6 +749,14 @@ fn join(cfg: &mut TrainConfig, rdzv: Option<&Rendezvous>) -> Result<Ranks> {
     }
     let device = cfg.rank_device.unwrap_or(cfg.model.device).resolve()?;
     Ranks::join(r, &cfg.distributed, device).with_context(|| format!("joining the ranks as {r} ({})", r.source))
+}
+
+/// AdamW over `vars`, its moments sharded over the ranks with `optim.shard`.
+fn new_optimizer(cfg: &TrainConfig, vars: std::collections::HashMap<String, tch::Tensor>, ranks: &Ranks) -> AdamW {
+    match cfg.optim.shard {
+        true => AdamW::new_sharded(vars, cfg.optim.weight_decay, ranks),
+        false => AdamW::new(vars, cfg.optim.weight_decay),
+    }
 }
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
