@@ -11,6 +11,23 @@ use vagen_dist::Store;
 /// watchdogs see its error) before they are killed.
 const GRACE: Duration = Duration::from_secs(15);
 
+/// This process's command line less `--nproc N`, as `n` ranks (`launch`).
+pub fn relaunch(n: usize, timeout: Duration) -> Result<()> {
+    let mut args = vec![];
+    let mut skip = false;
+    for arg in std::env::args().skip(1) {
+        if std::mem::take(&mut skip) {
+            continue;
+        }
+        match arg.as_str() {
+            "--nproc" => skip = true,
+            _ if arg.starts_with("--nproc=") => {}
+            _ => args.push(arg),
+        }
+    }
+    launch(n, &args, timeout)
+}
+
 /// Runs this same command line without `--nproc` as `n` ranks; fails naming the first rank
 /// that failed.
 pub fn launch(n: usize, args: &[String], timeout: Duration) -> Result<()> {

@@ -6,6 +6,7 @@ mod bench_model;
 mod bench_reward;
 mod bench_rollout;
 mod bench_train;
+mod dist_check;
 mod eval;
 mod generate;
 mod launch;
@@ -52,6 +53,9 @@ enum Command {
     /// Data-parallel scaling: RL steps at each world size, and ZeRO-1's optimiser state per
     /// rank on a model shape (prints figures).
     BenchDp(bench_dp::BenchDpArgs),
+    /// Check the data-parallel collectives (gloo, NCCL) on this machine or across the
+    /// launcher's ranks: each checked against its definition, and the all-reduce's bandwidth.
+    DistCheck(dist_check::DistCheckArgs),
     /// Our outputs (logits, greedy ids, log-probs) on the cases a parity reference wrote
     /// (`host/model/reference/parity_sweep.py`), for it to compare with transformers'.
     ParityDump(parity_dump::ParityDumpArgs),
@@ -86,6 +90,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),
         (Some(Command::BenchDp(a)), _) => bench_dp::bench_dp(a),
+        (Some(Command::DistCheck(a)), _) => dist_check::dist_check(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),

@@ -62,21 +62,9 @@ impl TrainArgs {
     /// With `--nproc`: this command line, less `--nproc`, as that many ranks.
     fn launched(&self) -> Option<Result<()>> {
         let n = self.nproc?;
-        let mut args: Vec<String> = vec![];
-        let mut skip = false;
-        for a in std::env::args().skip(1) {
-            if std::mem::take(&mut skip) {
-                continue;
-            }
-            match a.as_str() {
-                "--nproc" => skip = true,
-                _ if a.starts_with("--nproc=") => {}
-                _ => args.push(a),
-            }
-        }
         // Long enough for every rank to start and join; each rank's own `timeout_s` governs
         // the run.
-        Some(crate::launch::launch(n, &args, std::time::Duration::from_secs(600)))
+        Some(crate::launch::relaunch(n, std::time::Duration::from_secs(600)))
     }
 }
 

@@ -31,7 +31,9 @@ pub enum DistError {
     Comm(#[from] CommError),
     #[error("{op} failed because rank {rank} {why}")]
     Peer { op: &'static str, rank: usize, why: String },
-    #[error("distributed.backend = \"nccl\" needs CUDA tensors; the model is on {0:?} (use \"gloo\" or \"auto\")")]
+    #[error(
+        "distributed.backend = \"nccl\" needs CUDA tensors, and this rank's device is {0:?} (use \"gloo\" or \"auto\")"
+    )]
     NcclOnCpu(Device),
     #[error("{0}")]
     Rendezvous(#[from] crate::rendezvous::RendezvousError),

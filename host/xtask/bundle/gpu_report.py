@@ -1,7 +1,7 @@
 """The GPU bundle's checks, section by section, into gpu-report.json and gpu-report.md.
 
 usage (through run.sh, which sets the library path): gpu_report.py OUT_DIR [--cpu] [--quick]
-       [--sections machine,parity,generation,rollout,training,lora]
+       [--sections machine,parity,generation,rollout,training,lora,data_parallel]
 
 Each section has its own time budget; a section that fails or runs out of time is recorded
 with its error and the next one runs. Both reports are rewritten after every section, so a
@@ -25,13 +25,15 @@ import time
 BUNDLE = pathlib.Path(__file__).resolve().parent
 HOST = BUNDLE / "bin" / "vagen-host"
 REFERENCE = BUNDLE / "reference"
-SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora"]
+SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "data_parallel"]
 # Seconds per section: full on a GPU (8 minutes in all at most); quick, the CPU dry run that
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 150, "rollout": 90, "training": 100, "lora": 120},
-    "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120},
+    "full": {"machine": 10, "parity": 85, "generation": 140, "rollout": 90, "training": 100, "lora": 120,
+             "data_parallel": 40},
+    "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
+              "data_parallel": 60},
 }
 
 
@@ -403,6 +405,36 @@ def lora(s, ctx):
     keys = list(rows[0].keys())
     s.tables.append(("the LoRA demo config, adapters unmerged and merged for generation", keys,
                      [[r[k] for k in keys] for r in rows]))
+
+
+def data_parallel(s, ctx):
+    """The data-parallel collectives (`dist-check`: each checked against its definition, and
+    the all-reduce's bandwidth): NCCL in a world of one GPU and gloo over CUDA tensors with two
+    ranks sharing it; NCCL across every GPU where there are several. The dry run: gloo, two
+    ranks on the CPU."""
+    if ctx.cpu:
+        runs = [["--backend", "gloo", "--device", "cpu", "--nproc", "2"]]
+    else:
+        import torch
+
+        runs = [["--backend", "nccl", "--device", "cuda:0"],
+                ["--backend", "gloo", "--device", "cuda:0", "--nproc", "2"]]
+        if torch.cuda.device_count() > 1:
+            runs.append(["--backend", "nccl", "--device", "cuda", "--nproc", str(torch.cuda.device_count())])
+    rows = []
+    for extra in runs:
+        args = [HOST, "dist-check", *extra, "--mib", "16" if ctx.quick else "256"]
+        lines = [json.loads(l) for l in s.run(args).splitlines() if l.startswith("{")]
+        if not lines or any(l.get("collectives") != "ok" for l in lines):
+            raise SectionError(f"dist-check printed {lines}")
+        row = {"backend": extra[1], "device": extra[3], "ranks": lines[0]["world"],
+               "all_reduce_mib": lines[0]["all_reduce_mib"],
+               "all_reduce_s": max(l["all_reduce_s"] for l in lines),
+               "bus_gib_per_s": min(l["bus_gib_per_s"] for l in lines)}
+        rows.append(row)
+        s.figure(f"dist_check_{extra[1]}_{row['ranks']}", row, shlex.join(map(str, args)))
+    keys = list(rows[0].keys())
+    s.tables.append(("collectives checked, and the all-reduce timed", keys, [[r[k] for k in keys] for r in rows]))
 
 
 # ---------------------------------------------------------------- report
