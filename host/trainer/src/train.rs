@@ -740,7 +740,12 @@ fn join(cfg: &mut TrainConfig, rdzv: Option<&Rendezvous>) -> Result<Ranks> {
     };
     let device = cfg.model.device.resolve()?;
     match device {
-        tch::Device::Cuda(_) => cfg.rank_device = Some(vagen_model::DeviceChoice::Cuda(r.local_rank)),
+        // One GPU per local rank; where the launcher shows each rank only its own GPU
+        // (Slurm's --gpus-per-task, a pod per GPU), that one.
+        tch::Device::Cuda(_) => {
+            let count = (tch::Cuda::device_count() as usize).max(1);
+            cfg.rank_device = Some(vagen_model::DeviceChoice::Cuda(r.local_rank % count));
+        }
         _ => {
             let local = std::env::var("LOCAL_WORLD_SIZE").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(r.world);
             let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
