@@ -245,6 +245,14 @@ pub struct AlgorithmSection {
     pub filter: FilterConfig,
     pub policy_loss: PolicyLossConfig,
     pub value_loss: ValueLossConfig,
+    /// Off-policy correction against the policy that sampled each token (generation's
+    /// log-probs): `none`, `tis` or `decoupled` (see `OffPolicy`). Without
+    /// `rollout.reuse_logprobs`, π_old is the update's own forward and generation's numerics
+    /// (another engine, batch shapes, bf16) are what it corrects.
+    pub off_policy: crate::OffPolicy,
+    /// TIS's truncation of w = π_old / π_behaviour, and decoupled PPO's cap (tokens over it
+    /// count zero) (2.0).
+    pub off_policy_cap: f64,
 }
 
 impl Default for AlgorithmSection {
@@ -254,6 +262,8 @@ impl Default for AlgorithmSection {
             filter: FilterConfig { keep_fraction: 1.0, ..FilterConfig::default() },
             policy_loss: PolicyLossConfig::default(),
             value_loss: ValueLossConfig::default(),
+            off_policy: crate::OffPolicy::None,
+            off_policy_cap: 2.0,
         }
     }
 }
@@ -540,6 +550,10 @@ impl TrainConfig {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
+        }
+        let cap = self.algorithm.off_policy_cap;
+        if !(cap.is_finite() && cap >= 1.0) {
+            return bad("algorithm.off_policy_cap", format!("{cap} is not a weight cap of at least 1"));
         }
         if let Err(e) = self.distributed.validate() {
             return bad("distributed.timeout_s", e);

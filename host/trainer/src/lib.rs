@@ -39,7 +39,9 @@ pub use judge_access::JudgeAccess;
 pub use metrics::{StepMetrics, read as read_metrics};
 pub use openai_judge::{OpenAiJudge, OpenAiOptions};
 pub use optimizer::AdamW;
-pub use policy_loss::{KlKind, KlPenalty, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss};
+pub use policy_loss::{
+    Behaviour, KlKind, KlPenalty, OffPolicy, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss,
+};
 pub use rollout_section::{RolloutSection, SequenceConfig};
 pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use train::{Trainer, held_out_rollouts, load_model};

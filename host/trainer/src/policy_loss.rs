@@ -1,5 +1,6 @@
 //! The PPO clipped policy loss with decoupled clipping (ε_low, ε_high), dual clip for
-//! negative advantages, an entropy bonus and an optional KL penalty to a reference policy.
+//! negative advantages, an entropy bonus, an optional KL penalty to a reference policy, and
+//! an optional off-policy correction for tokens a policy other than π_old sampled.
 
 use crate::aggregate::{LossAgg, aggregate, masked_mean};
 use crate::scalar;
@@ -55,6 +56,34 @@ pub enum KlKind {
     Mse,
 }
 
+/// How the loss treats tokens sampled by a behaviour policy other than π_old, the policy
+/// the ratio starts from (`algorithm.off_policy`). The weight is w = π_old / π_behaviour per
+/// token, detached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffPolicy {
+    /// The PPO loss as it is: π_old stands for the sampler.
+    #[default]
+    None,
+    /// Truncated importance sampling: each token's loss times min(w, cap). Yao et al. 2025,
+    /// "Your efficient RL framework secretly brings you off-policy RL training"; verl's
+    /// `compute_policy_loss_vanilla` with `rollout_is_weights` (`trainer/ppo/core_algos.py`).
+    Tis,
+    /// Decoupled PPO: the clip stays around the proximal policy π_old, each token's loss is
+    /// weighted by w, and a token whose w passes the cap counts zero. Hilton et al. 2022,
+    /// "Batch size-invariance for policy optimization"; AReaL's `ppo_actor_loss_fn`
+    /// (`areal/utils/functional.py`, `behav_imp_weight_cap`).
+    Decoupled,
+}
+
+/// The behaviour policy's log-probs and what to do with them.
+pub struct Behaviour<'a> {
+    pub log_probs: &'a Tensor,
+    pub correction: OffPolicy,
+    /// TIS's truncation, decoupled's cap on w.
+    pub cap: f64,
+}
+
 /// Tensors of shape `[batch, tokens]`.
 pub struct PolicyLossInput<'a> {
     /// Log-probs of the sampled tokens under the current policy (carries gradients).
@@ -68,6 +97,8 @@ pub struct PolicyLossInput<'a> {
     pub entropy: Option<&'a Tensor>,
     /// Log-probs under the reference policy, when a KL penalty is on.
     pub ref_log_probs: Option<&'a Tensor>,
+    /// The sampler's log-probs, for an off-policy correction.
+    pub behaviour: Option<Behaviour<'a>>,
 }
 
 /// The loss to backpropagate and what to log.
@@ -85,6 +116,10 @@ pub struct PolicyLoss {
     pub entropy: f64,
     /// The KL penalty's mean value (0 when off).
     pub kl: f64,
+    /// Mean off-policy weight applied (1 without a correction).
+    pub off_policy_weight: f64,
+    /// Share of tokens whose w = π_old / π_behaviour passed the cap (truncated or dropped).
+    pub off_policy_capped: f64,
 }
 
 /// The loss, in the order of the paper:
@@ -104,6 +139,18 @@ pub fn policy_loss(cfg: &PolicyLossConfig, x: &PolicyLossInput) -> PolicyLoss {
         let cap = -&a * c;
         dual_clip_frac = masked_mean(&per_token.gt_tensor(&cap).logical_and(&negative), &mask);
         per_token = per_token.minimum(&cap).where_self(&negative, &per_token);
+    }
+    let (mut off_policy_weight, mut off_policy_capped) = (1.0, 0.0);
+    if let Some(b) = x.behaviour.as_ref().filter(|b| b.correction != OffPolicy::None) {
+        let w = (x.old_log_probs.detach() - b.log_probs.detach()).exp();
+        let over = w.gt(b.cap);
+        off_policy_capped = masked_mean(&over, &mask);
+        let weight = match b.correction {
+            OffPolicy::Tis => w.clamp_max(b.cap),
+            _ => w.zeros_like().where_self(&over, &w),
+        };
+        off_policy_weight = masked_mean(&weight, &mask);
+        per_token = per_token * weight;
     }
     let pg_loss = aggregate(&per_token, &mask, cfg.aggregation);
 
@@ -143,5 +190,7 @@ pub fn policy_loss(cfg: &PolicyLossConfig, x: &PolicyLossInput) -> PolicyLoss {
         approx_kl,
         entropy,
         kl,
+        off_policy_weight,
+        off_policy_capped,
     }
 }

@@ -228,6 +228,21 @@ impl StepBatch {
         self.tokens.loss_mask[self.tokens_of(k)].iter().filter(|&&m| m).count()
     }
 
+    /// Per token of sequence k: whether a turn the model sampled holds it (so generation's
+    /// log-prob of it is the behaviour policy's).
+    pub fn sampled_by_model(&self, k: usize) -> Vec<bool> {
+        let mut out = vec![false; self.tokens_of(k).len()];
+        let mut start = 0;
+        for u in self.turns_of(k) {
+            let end = self.turns.end[u];
+            if self.turns.origin[u] == AnswerOrigin::Model {
+                out[start..=end].iter_mut().for_each(|m| *m = true);
+            }
+            start = end + 1;
+        }
+        out
+    }
+
     /// Takes the turns written by `origin` out of the loss (their tokens still shape the
     /// context of later turns).
     pub fn mask_out(&mut self, origin: AnswerOrigin) {

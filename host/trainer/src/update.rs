@@ -8,7 +8,7 @@ use crate::micro::{Micro, column, logprobs_and_entropy};
 use crate::optimizer::AdamW;
 use crate::score::Models;
 use crate::step_batch::{StepBatch, split};
-use crate::{PolicyLossInput, policy_loss, value_loss};
+use crate::{Behaviour, OffPolicy, PolicyLossInput, policy_loss, value_loss};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -105,6 +105,14 @@ fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, ac
             mask: &micro.loss_mask,
             entropy: Some(&entropy),
             ref_log_probs: ref_logp,
+            behaviour: match cfg.algorithm.off_policy {
+                OffPolicy::None => None,
+                correction => Some(Behaviour {
+                    log_probs: column(&micro.behaviour_logprobs, "behaviour log-probs")?,
+                    correction,
+                    cap: cfg.algorithm.off_policy_cap,
+                }),
+            },
         },
     );
     if ref_logp.is_some() {
@@ -115,6 +123,10 @@ fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, ac
     acc.add("actor/pg_clipfrac", out.clip_frac_high + out.clip_frac_low, weight);
     acc.add("actor/ppo_kl", out.approx_kl, weight);
     acc.add("actor/entropy", out.entropy, weight);
+    if cfg.algorithm.off_policy != OffPolicy::None {
+        acc.add("actor/off_policy_weight", out.off_policy_weight, weight);
+        acc.add("actor/off_policy_capped_frac", out.off_policy_capped, weight);
+    }
     if let Some(critic) = models.critic {
         let values = critic.forward_images(&micro.ids, &micro.positions, &micro.images.iter().collect::<Vec<_>>())?;
         let n = values.size()[1];

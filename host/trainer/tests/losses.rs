@@ -1,9 +1,12 @@
-//! The losses on small tensors whose outcomes are worked out by hand.
+//! The losses on small tensors whose outcomes are worked out by hand, and the off-policy
+//! corrections against a Python reference written from their papers.
+
+mod common;
 
 use tch::{Kind, Tensor};
 use vagen_trainer::{
-    KlKind, KlPenalty, LossAgg, PolicyLossConfig, PolicyLossInput, ValueLossConfig, aggregate, explained_variance,
-    policy_loss, value_loss,
+    Behaviour, KlKind, KlPenalty, LossAgg, OffPolicy, PolicyLossConfig, PolicyLossInput, ValueLossConfig, aggregate,
+    explained_variance, policy_loss, value_loss,
 };
 
 fn t(rows: &[&[f64]]) -> Tensor {
@@ -38,7 +41,15 @@ fn six_tokens() -> (Tensor, Tensor, Tensor) {
 }
 
 fn input<'a>(lp: &'a Tensor, old: &'a Tensor, adv: &'a Tensor, mask: &'a Tensor) -> PolicyLossInput<'a> {
-    PolicyLossInput { log_probs: lp, old_log_probs: old, advantages: adv, mask, entropy: None, ref_log_probs: None }
+    PolicyLossInput {
+        log_probs: lp,
+        old_log_probs: old,
+        advantages: adv,
+        mask,
+        entropy: None,
+        ref_log_probs: None,
+        behaviour: None,
+    }
 }
 
 #[test]
@@ -179,4 +190,52 @@ fn explained_variance_of_perfect_and_constant_critics() {
     // Off by a constant: the residual does not vary, so all of R's variance is explained.
     near(explained_variance(&[0.0, 1.0, 2.0], &r), 1.0);
     assert!(explained_variance(&[0.0; 3], &[1.0; 3]).is_nan(), "returns that do not vary");
+}
+
+#[test]
+fn off_policy_corrections_equal_their_papers_formulas() {
+    tch::manual_seed(7);
+    let shape = [4i64, 9];
+    let d = (Kind::Double, tch::Device::Cpu);
+    let old = Tensor::randn(shape, d) * 0.5 - 1.0;
+    let lp = &old + Tensor::randn(shape, d) * 0.3;
+    // A behaviour policy up to e^1.5 away: some weights pass the cap of 2, some do not.
+    let behaviour = &old + Tensor::randn(shape, d) * 0.6;
+    let adv = Tensor::randn(shape, d);
+    let mask = Tensor::rand(shape, d).gt(0.3).to_kind(Kind::Double);
+    let cfg = PolicyLossConfig { entropy_coef: 0.0, ..PolicyLossConfig::default() };
+    let rows = |t: &Tensor| -> Vec<Vec<f64>> { Vec::<Vec<f64>>::try_from(t).unwrap() };
+    let data = serde_json::json!({
+        "logp": rows(&lp), "old": rows(&old), "behav": rows(&behaviour), "adv": rows(&adv), "mask": rows(&mask),
+        "clip_low": cfg.clip_low, "clip_high": cfg.clip_high, "dual_clip": cfg.dual_clip, "cap": 2.0,
+    });
+    let want = common::reference("off_policy.py", &[], &data.to_string());
+    let close = |got: f64, want: &serde_json::Value, what: &str| {
+        let want = want.as_f64().unwrap();
+        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{what}: {got} vs {want}");
+    };
+    for (name, correction) in [("none", OffPolicy::None), ("tis", OffPolicy::Tis), ("decoupled", OffPolicy::Decoupled)] {
+        let x = PolicyLossInput {
+            behaviour: Some(Behaviour { log_probs: &behaviour, correction, cap: 2.0 }),
+            ..input(&lp, &old, &adv, &mask)
+        };
+        let out = policy_loss(&cfg, &x);
+        close(out.pg_loss, &want[name]["loss"], name);
+        if correction != OffPolicy::None {
+            close(out.off_policy_weight, &want[name]["weight"], name);
+            close(out.off_policy_capped, &want[name]["capped"], name);
+            assert!(out.off_policy_capped > 0.0 && out.off_policy_capped < 1.0, "the data exercise the cap");
+        }
+    }
+    // Behaviour equal to π_old: every correction is the identity.
+    for correction in [OffPolicy::Tis, OffPolicy::Decoupled] {
+        let same = policy_loss(
+            &cfg,
+            &PolicyLossInput {
+                behaviour: Some(Behaviour { log_probs: &old, correction, cap: 2.0 }),
+                ..input(&lp, &old, &adv, &mask)
+            },
+        );
+        near(same.pg_loss, policy_loss(&cfg, &input(&lp, &old, &adv, &mask)).pg_loss);
+    }
 }

@@ -90,12 +90,28 @@ pub fn assert_same_step(a: &Path, b: &Path, step: u64, equal: &[&str], close: &[
 /// The run's TensorBoard folder as TensorBoard's own reader sees it
 /// (`reference/read_tensorboard.py`): `{"scalars": {tag: [[step, value]]}, "images": {...}}`.
 pub fn tensorboard(dir: &Path) -> serde_json::Value {
+    reference("read_tensorboard.py", &[dir.join("tensorboard").to_str().unwrap()], "")
+}
+
+/// A script of `reference/` run by the tests' Python with `args` and `input` on stdin; the
+/// JSON it prints.
+pub fn reference(script: &str, args: &[&str], input: &str) -> serde_json::Value {
+    use std::io::Write;
     let python = std::env::var("VAGEN_PYTHON").expect(
-        "VAGEN_PYTHON is not set: run the tests with `cargo xtask test`, or point it at a Python with tensorboard",
+        "VAGEN_PYTHON is not set: run the tests with `cargo xtask test`, or point it at the project's venv Python",
     );
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/reference/read_tensorboard.py");
-    let out = std::process::Command::new(python).arg(script).arg(dir.join("tensorboard")).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("reference").join(script);
+    let mut child = std::process::Command::new(python)
+        .arg(&script)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}: {}", script.display(), String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
