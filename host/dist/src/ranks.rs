@@ -170,40 +170,40 @@ impl Ranks {
     /// Sums a tensor over the ranks in place (gradients): NCCL for CUDA tensors when the
     /// backend has it, else gloo.
     pub fn sum_tensor(&self, t: &mut Tensor, op: &'static str) -> Result<(), DistError> {
-        let Some(j) = &self.joined else {
-            return Ok(());
-        };
-        let r = self.group_for(j, t).all_reduce(t, ReduceOp::Sum);
-        self.checked(op, r)
+        match &self.joined {
+            None => Ok(()),
+            Some(j) => self.checked(op, Self::group_for(j, t).all_reduce(t, ReduceOp::Sum)),
+        }
     }
 
     /// `out` (world × `input`'s size) takes every rank's `input`, in rank order.
     pub fn all_gather(&self, out: &mut Tensor, input: &Tensor, op: &'static str) -> Result<(), DistError> {
-        let Some(j) = &self.joined else {
-            out.copy_(input);
-            return Ok(());
-        };
-        let r = self.group_for(j, input).all_gather(out, input);
-        self.checked(op, r)
+        match &self.joined {
+            None => {
+                out.copy_(input);
+                Ok(())
+            }
+            Some(j) => self.checked(op, Self::group_for(j, input).all_gather(out, input)),
+        }
     }
 
     /// `out` takes this rank's slice of the sum over ranks of `input` (world × `out`'s size).
     pub fn reduce_scatter(&self, out: &mut Tensor, input: &Tensor, op: &'static str) -> Result<(), DistError> {
-        let Some(j) = &self.joined else {
-            out.copy_(input);
-            return Ok(());
-        };
-        let r = self.group_for(j, input).reduce_scatter(out, input);
-        self.checked(op, r)
+        match &self.joined {
+            None => {
+                out.copy_(input);
+                Ok(())
+            }
+            Some(j) => self.checked(op, Self::group_for(j, input).reduce_scatter(out, input)),
+        }
     }
 
     /// Rank `root`'s tensor on every rank.
     pub fn broadcast(&self, t: &mut Tensor, root: usize, op: &'static str) -> Result<(), DistError> {
-        let Some(j) = &self.joined else {
-            return Ok(());
-        };
-        let r = self.group_for(j, t).broadcast(t, root);
-        self.checked(op, r)
+        match &self.joined {
+            None => Ok(()),
+            Some(j) => self.checked(op, Self::group_for(j, t).broadcast(t, root)),
+        }
     }
 
     pub fn barrier(&self, op: &'static str) -> Result<(), DistError> {
@@ -213,7 +213,7 @@ impl Ranks {
         self.checked(op, j.cpu.barrier())
     }
 
-    fn group_for<'a>(&self, j: &'a Joined, t: &Tensor) -> &'a ProcessGroup {
+    fn group_for<'a>(j: &'a Joined, t: &Tensor) -> &'a ProcessGroup {
         match (t.device(), &j.cuda) {
             (Device::Cuda(_), Some(nccl)) => nccl,
             _ => &j.cpu,

@@ -178,6 +178,12 @@ pub(crate) fn sum_grads(ranks: &Ranks, params: &[(String, Tensor)]) -> Result<()
         zero.backward();
     }
     let grads: Vec<Tensor> = params.iter().zip(&has).filter(|(_, h)| **h > 0.0).map(|((_, p), _)| p.grad()).collect();
+    // A large f32 gradient is summed where it lies (no copy); the rest in flat buckets.
+    let (mut large, grads): (Vec<Tensor>, Vec<Tensor>) =
+        grads.into_iter().partition(|g| g.kind() == Kind::Float && g.is_contiguous() && g.numel() as i64 >= BUCKET / 4);
+    for g in &mut large {
+        ranks.sum_tensor(g, "summing gradients")?;
+    }
     let mut start = 0;
     while start < grads.len() {
         let mut end = start;
@@ -249,4 +255,52 @@ pub(crate) fn same_state(ranks: &Ranks, state: &crate::TrainerState, ckpt: &std:
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two ranks (threads) sum gradients: a large one in place, small ones through buckets,
+    /// one only rank 1 has, one neither has.
+    #[test]
+    fn gradients_are_summed_in_place_and_in_buckets() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let threads: Vec<_> = (0..2usize)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let rdzv = vagen_dist::Rendezvous {
+                        rank,
+                        world: 2,
+                        local_rank: rank,
+                        addr: "127.0.0.1".into(),
+                        port,
+                        agent_store: None,
+                        source: "test",
+                    };
+                    let ranks = Ranks::join(&rdzv, &Default::default(), tch::Device::Cpu).unwrap();
+                    let f = (Kind::Float, tch::Device::Cpu);
+                    let sizes = [BUCKET, 10, 7, 5];
+                    let params: Vec<(String, Tensor)> = sizes
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &n)| (format!("p{i}"), Tensor::zeros([n], f).set_requires_grad(true)))
+                        .collect();
+                    // Gradient (rank + 1) on the first two; the third only on rank 1.
+                    let mut loss = (&params[0].1.sum(Kind::Float) + params[1].1.sum(Kind::Float)) * (rank + 1) as f64;
+                    if rank == 1 {
+                        loss += params[2].1.sum(Kind::Float) * 5.0;
+                    }
+                    loss.backward();
+                    sum_grads(&ranks, &params).unwrap();
+                    ranks.finish();
+                    let first = |p: &Tensor| p.grad().defined().then(|| p.grad().double_value(&[0]));
+                    params.iter().map(|(_, p)| first(p)).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for t in threads {
+            assert_eq!(t.join().unwrap(), vec![Some(3.0), Some(3.0), Some(5.0), None]);
+        }
+    }
 }

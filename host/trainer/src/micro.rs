@@ -89,9 +89,8 @@ impl Micro {
             targets: ids.narrow(1, 1, longest as i64 - 1),
             loss_mask: flag(&batch.tokens.loss_mask),
             old_logprobs: scores.map(|s| shifted(&|i| s.old_logprobs[i])),
-            behaviour_logprobs: scores.map(|s| {
-                shifted(&|i| if sampled[i] { batch.tokens.sampled_logprobs[i] } else { s.old_logprobs[i] })
-            }),
+            behaviour_logprobs: scores
+                .map(|s| shifted(&|i| if sampled[i] { batch.tokens.sampled_logprobs[i] } else { s.old_logprobs[i] })),
             ref_logprobs: scores.and_then(|s| s.ref_logprobs.as_ref()).map(|r| shifted(&|i| r[i])),
             old_values: scores.and_then(|s| s.values.as_ref()).map(|v| shifted(&|i| v[i] as f32)),
             advantages: credit.map(|c| shifted(&|i| c.advantages[i])),

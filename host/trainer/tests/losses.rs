@@ -214,7 +214,8 @@ fn off_policy_corrections_equal_their_papers_formulas() {
         let want = want.as_f64().unwrap();
         assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "{what}: {got} vs {want}");
     };
-    for (name, correction) in [("none", OffPolicy::None), ("tis", OffPolicy::Tis), ("decoupled", OffPolicy::Decoupled)] {
+    for (name, correction) in [("none", OffPolicy::None), ("tis", OffPolicy::Tis), ("decoupled", OffPolicy::Decoupled)]
+    {
         let x = PolicyLossInput {
             behaviour: Some(Behaviour { log_probs: &behaviour, correction, cap: 2.0 }),
             ..input(&lp, &old, &adv, &mask)
