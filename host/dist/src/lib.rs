@@ -16,5 +16,5 @@ mod rendezvous;
 
 pub use config::{Backend, DistributedConfig};
 pub use group::{CommError, Library, ProcessGroup, ReduceOp, Store};
-pub use ranks::{DistError, EXIT_PEER_LOST, Ranks};
+pub use ranks::{DistError, EXIT_PEER_LOST, Ranks, share};
 pub use rendezvous::{DEFAULT_PORT, Rendezvous, RendezvousError};

@@ -263,7 +263,8 @@ impl Drop for Ranks {
     }
 }
 
-pub(crate) fn share(n: usize, rank: usize, world: usize) -> Range<usize> {
+/// Rank `rank` of `world`'s contiguous block of `n` items ([`Ranks::share`]).
+pub fn share(n: usize, rank: usize, world: usize) -> Range<usize> {
     n * rank / world..n * (rank + 1) / world
 }
 

@@ -28,33 +28,72 @@ pub struct Collected {
     pub engine: Option<vagen_model::EngineStats>,
     /// The reward functions' figures (`reward/<name>/<metric>`).
     pub reward_metrics: std::collections::BTreeMap<String, f64>,
+    /// Updates applied to the weights that played the episodes.
+    pub version: usize,
+    /// Seconds playing them took (on the generator's thread with `[async]`).
+    pub play_seconds: f64,
+    /// Seconds the generator waited for their weights.
+    pub generator_waited: f64,
+}
+
+/// One RL step's episodes as played, before any scoring: on the trainer's thread, or ahead
+/// of it on the generator's (`[async]`).
+pub(crate) struct Played {
+    /// The step (0-based) they belong to.
+    pub step: usize,
+    /// Updates applied to the weights that played them.
+    pub version: usize,
+    pub outcome: vagen_rollout::Outcome,
+    pub engine: Option<vagen_model::EngineStats>,
+    /// Seconds playing them took.
+    pub seconds: f64,
+    /// Seconds the generator waited for their weights before (0 on the trainer's thread).
+    pub waited: f64,
+}
+
+/// RL step `step`'s episodes (0-based): `env.groups` seeds × `env.group_size`, drawn from
+/// the step number (a resumed run makes the same rollouts), this rank's block of the groups,
+/// answered by `model` (exploring where configured).
+pub(crate) fn play(
+    cfg: &TrainConfig,
+    plugin: &dyn vagen_runtime::Plugin,
+    model: std::rc::Rc<vagen_model::Model>,
+    step: usize,
+    version: usize,
+    (rank, world): (usize, usize),
+) -> Result<Played> {
+    let started = std::time::Instant::now();
+    let s = step as u64;
+    let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
+    let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + s * cfg.env.groups as u64 + g).collect();
+    let seed = cfg.schedule.seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let options = cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
+    let mut policy = Exploring {
+        inner: crate::train::model_policy(cfg, model, options),
+        format: cfg.rollout.episodes.format,
+        rate: cfg.rollout.episodes.explore,
+        at: cfg.rollout.episodes.explore_at,
+    };
+    let outcome = crate::train::play_groups(cfg, plugin, &seeds, cfg.env.group_size, &mut policy, (rank, world))?;
+    let engine = policy.inner.engine_stats();
+    Ok(Played { step, version, outcome, engine, seconds: started.elapsed().as_secs_f64(), waited: 0.0 })
 }
 
 impl Trainer {
-    /// The RL step's episodes: `env.groups` seeds × `env.group_size`, drawn from the step
-    /// number (a resumed run makes the same rollouts), judged by `env.max_failure_rate`
-    /// before any work on them.
+    /// The RL step's episodes ([`play`]ed here, or taken from the generator thread), judged
+    /// by `env.max_failure_rate` before any work on them, scored by the reward functions and
+    /// laid out.
     pub(crate) fn collect(&self) -> Result<Collected> {
         let cfg = &self.cfg;
-        let step = self.state.step as u64;
-        let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
-        let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + step * cfg.env.groups as u64 + g).collect();
-        let seed = cfg.schedule.seed ^ step.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let options =
-            cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
-        let mut policy = Exploring {
-            inner: crate::train::model_policy(cfg, self.generator(), options),
-            format: cfg.rollout.episodes.format,
-            rate: cfg.rollout.episodes.explore,
-            at: cfg.rollout.episodes.explore_at,
-        };
+        let played = self.played()?;
         let n = self.state.step + 1;
-        let mut trajs =
-            self.episodes(&seeds, cfg.env.group_size, &mut policy, &format!("step {n}"), &format!("step{n}"))?;
+        let env_config = cfg.train_env_config_json();
+        self.check_failures(played.outcome.verdict, &format!("step {n}"), &format!("step{n}"), &env_config)?;
+        let mut trajs = played.outcome.trajectories;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let mut explored = [explored_turns as f64];
         self.ranks().sum(&mut explored)?;
-        let engine = crate::data_parallel::engine_stats(self.ranks(), policy.inner.engine_stats())?;
+        let engine = crate::data_parallel::engine_stats(self.ranks(), played.engine)?;
         let scored =
             self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.episodes.format, cfg.env.max_failure_rate)?;
         if self.ranks().is_main() {
@@ -72,7 +111,18 @@ impl Trainer {
             .collect();
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
         let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
-        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics })
+        let (version, play_seconds, generator_waited) = (played.version, played.seconds, played.waited);
+        Ok(Collected {
+            batch,
+            rollout,
+            laid_out,
+            explored_turns,
+            engine,
+            reward_metrics,
+            version,
+            play_seconds,
+            generator_waited,
+        })
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

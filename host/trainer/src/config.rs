@@ -51,6 +51,10 @@ pub struct TrainConfig {
     /// read only when a launcher (torchrun, Slurm, `--nproc`) started several ranks.
     #[serde(default)]
     pub distributed: vagen_dist::DistributedConfig,
+    /// Rollouts ahead of the update (`[async] max_staleness`, 0: synchronous); see
+    /// `generator.rs`.
+    #[serde(default, rename = "async")]
+    pub asynchronous: crate::generator::AsyncSection,
     /// The GPU this rank takes when ranks share a machine's (`cuda:LOCAL_RANK`); set when
     /// joining, never written: a resumed run may have another world size.
     #[serde(skip)]
@@ -550,6 +554,12 @@ impl TrainConfig {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
         if !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
+        }
+        if self.asynchronous.max_staleness > 0 && self.engine.merge_lora {
+            return bad(
+                "engine.merge_lora",
+                "with [async] the generator thread keeps its own copy of the adapters; merged generation is not built for it yet: turn one off".into(),
+            );
         }
         let cap = self.algorithm.off_policy_cap;
         if !(cap.is_finite() && cap >= 1.0) {

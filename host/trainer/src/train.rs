@@ -47,6 +47,8 @@ pub struct Trainer {
     metrics: Option<MetricsLog>,
     /// This process among the data-parallel ranks (one, by default).
     ranks: Ranks,
+    /// With `[async]`: the thread playing episodes ahead of the update (started with RL).
+    pipeline: Option<crate::generator::Generator>,
     _runtime: Runtime,
     /// The `[[reward]]` functions, scoring every RL step's turns.
     pub(crate) rewards: RefCell<crate::rewards::Rewards>,
@@ -245,6 +247,7 @@ impl Trainer {
             state,
             metrics,
             ranks,
+            pipeline: None,
             _runtime: runtime,
             rewards: RefCell::new(rewards),
             skipped_in_a_row: 0,
@@ -417,17 +420,9 @@ impl Trainer {
         what: &str,
         file: &str,
     ) -> Result<Vec<Trajectory>> {
-        let env_config = self.cfg.train_env_config_json();
-        let config = self.cfg.rollout.rollout_config();
-        // This rank's block of the groups, numbered as one process numbers them.
-        let mine = self.ranks.share(seeds.len());
-        let mut outcome = episodes(&self.cfg, self.plugin.as_ref(), &env_config, &config, group_size).run(
-            &seeds[mine.clone()],
-            policy,
-            &mut |_| Ok(()),
-        )?;
-        outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
-        self.check_failures(outcome.verdict, what, file, &env_config)?;
+        let share = (self.ranks.rank(), self.ranks.world());
+        let outcome = play_groups(&self.cfg, self.plugin.as_ref(), seeds, group_size, policy, share)?;
+        self.check_failures(outcome.verdict, what, file, &self.cfg.train_env_config_json())?;
         Ok(outcome.trajectories)
     }
 
@@ -469,7 +464,7 @@ impl Trainer {
     /// Stops the run when more than `env.max_failure_rate` of `trajs` failed (the
     /// failure policy `vagen-host run` applies too), naming the plugin and the first error,
     /// with a reproducer of it in the run folder (`failure-{file}-seed{seed}.json`).
-    fn check_failures(
+    pub(crate) fn check_failures(
         &self,
         verdict: Result<(), TooManyFailures>,
         what: &str,
@@ -493,6 +488,18 @@ impl Trainer {
             path.display(),
             path.display()
         )
+    }
+
+    /// The RL step's episodes: from the generator thread with `[async]`, else played now.
+    pub(crate) fn played(&self) -> Result<crate::collect::Played> {
+        let step = self.state.step;
+        match &self.pipeline {
+            Some(g) => g.take(step),
+            None => {
+                let share = (self.ranks.rank(), self.ranks.world());
+                crate::collect::play(&self.cfg, self.plugin.as_ref(), self.generator(), step, step, share)
+            }
+        }
     }
 
     /// The model rollouts sample from: the actor, or its merged copy.
@@ -548,6 +555,13 @@ impl Trainer {
     /// the same rollouts.
     pub fn rl_step(&mut self) -> Result<StepMetrics> {
         self.ensure_reference()?;
+        if self.cfg.asynchronous.max_staleness > 0 && self.pipeline.is_none() {
+            let weights = crate::generator::snapshot(&self.actor.trainable());
+            let share = (self.ranks.rank(), self.ranks.world());
+            let g =
+                crate::generator::Generator::start(&self.cfg, self.plugin.clone(), share, self.state.step, weights)?;
+            self.pipeline = Some(g);
+        }
         let t0 = Instant::now();
         let vision0 = vagen_model::vision_forward_seconds();
         let mut collected = self.collect()?;
@@ -561,6 +575,11 @@ impl Trainer {
         assign_credit(&self.cfg, &mut collected.batch)?;
         let t3 = Instant::now();
         let updated = self.update(&collected, own)?;
+        let t4 = Instant::now();
+        if let Some(g) = &self.pipeline {
+            g.publish(self.state.step + 1, crate::generator::snapshot(&self.actor.trainable()));
+        }
+        let publish = t4.elapsed().as_secs_f64();
         let secs = |a: Instant, b: Instant| (b - a).as_secs_f64();
         let (rollout, score) = (secs(t0, t1), secs(t1, t2));
         let timings = Timings {
@@ -570,7 +589,18 @@ impl Trainer {
             step: t0.elapsed().as_secs_f64(),
             vision: vagen_model::vision_forward_seconds() - vision0,
         };
-        Ok(log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.sequences.reuse_logprobs))
+        let mut m = log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.sequences.reuse_logprobs);
+        if let Some(g) = &self.pipeline {
+            // verl's names where it has them (fully-async: `fully_async/*`); the rollout
+            // timing is the generator's own, the trainer's wait is `timing_s/wait_batch`.
+            m.values.insert("async/max_staleness".into(), g.staleness() as f64);
+            m.values.insert("async/staleness".into(), (self.state.step - collected.version) as f64);
+            m.values.insert("timing_s/generate".into(), collected.play_seconds);
+            m.values.insert("timing_s/generator_wait".into(), collected.generator_waited);
+            m.values.insert("timing_s/wait_batch".into(), rollout);
+            m.values.insert("timing_s/weight_sync".into(), publish);
+        }
+        Ok(m)
     }
 
     fn models(&self) -> Models<'_> {
@@ -613,6 +643,25 @@ fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
 /// `Trainer::evaluate` and `vagen-host eval --config` measure.
 pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
     held_out_share(cfg, plugin, model, &Ranks::single())
+}
+
+/// Groups of `group_size` episodes from rank `rank` of `world`'s block of `seeds`, on the
+/// training env config, numbered as one process numbers them.
+pub(crate) fn play_groups(
+    cfg: &TrainConfig,
+    plugin: &dyn Plugin,
+    seeds: &[u64],
+    group_size: usize,
+    policy: &mut dyn Policy,
+    (rank, world): (usize, usize),
+) -> Result<Outcome> {
+    let env_config = cfg.train_env_config_json();
+    let config = cfg.rollout.rollout_config();
+    let mine = vagen_dist::share(seeds.len(), rank, world);
+    let mut outcome =
+        episodes(cfg, plugin, &env_config, &config, group_size).run(&seeds[mine.clone()], policy, &mut |_| Ok(()))?;
+    outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
+    Ok(outcome)
 }
 
 /// [`held_out_rollouts`] over this rank's block of the held-out seeds.
@@ -685,7 +734,7 @@ fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
 }
 
 /// `[model.lora]`'s adapters on a freshly loaded base (A drawn from `schedule.seed`).
-fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
+pub(crate) fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
     if let Some(lora) = &cfg.model.lora {
         model.attach_lora(lora, cfg.schedule.seed).context("model.lora")?;
         if model.vision.is_some() {

@@ -1,0 +1,78 @@
+//! `[async] max_staleness`: rollouts on the generator thread, k updates behind.
+
+mod common;
+
+use common::{config, metrics, parse};
+use vagen_trainer::Trainer;
+
+fn run(dir: &std::path::Path, overrides: &[&str]) -> Vec<serde_json::Map<String, serde_json::Value>> {
+    let mut all = vec!["schedule.steps=4", "schedule.save_every=0", "schedule.eval_every=0"];
+    all.extend(overrides.iter().filter(|o| **o != FROZEN));
+    let mut cfg = parse(&config("grpo", ""), &all).unwrap();
+    if overrides.contains(&FROZEN) {
+        // No config may say so (it is refused as a learning rate), but a test may: the
+        // weights never change, so every version is the first.
+        cfg.optim.actor_lr = 0.0;
+    }
+    Trainer::new(cfg, dir).unwrap().run().unwrap();
+    metrics(dir)
+        .into_iter()
+        .filter_map(|l| l.get("train/reward").is_some().then(|| l.as_object().unwrap().clone()))
+        .collect()
+}
+
+/// Not a `--set`: see `run`.
+const FROZEN: &str = "frozen";
+
+/// Figures of the step itself: what neither timing nor the pipeline's own bookkeeping is.
+fn results(line: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, serde_json::Value)> {
+    line.iter()
+        .filter(|(k, _)| !k.starts_with("timing_s/") && !k.ends_with("_per_s") && !k.starts_with("async/"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[test]
+fn with_weights_that_never_change_the_generator_thread_plays_what_the_trainer_would() {
+    // Every version of the weights is the first, so the thread's batches must be the
+    // synchronous trainer's, figure for figure.
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sync = run(a.path(), &[FROZEN]);
+    let ahead = run(b.path(), &[FROZEN, "async.max_staleness=2"]);
+    assert_eq!(sync.len(), 4);
+    for (s, t) in sync.iter().zip(&ahead) {
+        assert_eq!(results(s), results(t));
+        assert!(s.get("async/staleness").is_none());
+    }
+}
+
+#[test]
+fn batches_are_exactly_k_versions_behind_and_runs_repeat() {
+    let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = run(a.path(), &["async.max_staleness=2", "rollout.reuse_logprobs=false"]);
+    // Step n (0-based) is played with the weights after update max(n − 2, 0).
+    let staleness: Vec<f64> = first.iter().map(|l| l["async/staleness"].as_f64().unwrap()).collect();
+    assert_eq!(staleness, [0.0, 1.0, 2.0, 2.0]);
+    // Stale weights show where generation's log-probs meet the update's forward: equal for the
+    // first batch (the weights it was played with are the trainer's), not after updates.
+    let diff = |l: &serde_json::Map<String, serde_json::Value>| l["rollout/logprob_diff_max"].as_f64().unwrap();
+    assert!(diff(&first[0]) < 1e-4, "{}", diff(&first[0]));
+    assert!(diff(&first[3]) > 1e-3, "{}", diff(&first[3]));
+    // The weights a batch uses do not depend on how fast either thread is.
+    let again = run(b.path(), &["async.max_staleness=2", "rollout.reuse_logprobs=false"]);
+    for (x, y) in first.iter().zip(&again) {
+        assert_eq!(results(x), results(y));
+    }
+    // The synchronous trainer differs from step 2 on (its batches are fresher).
+    let sync = run(c.path(), &["rollout.reuse_logprobs=false"]);
+    assert_eq!(results(&sync[0]), results(&first[0]));
+    assert_ne!(results(&sync[2]), results(&first[2]));
+}
+
+#[test]
+fn merged_generation_with_a_generator_thread_is_refused_by_name() {
+    let e = parse(&config("grpo", "[model.lora]\nr = 4\n"), &["async.max_staleness=1", "engine.merge_lora=true"])
+        .err()
+        .unwrap();
+    assert!(e.contains("engine.merge_lora") && e.contains("[async]"), "{e}");
+}
