@@ -57,29 +57,10 @@ pub fn bench_dp(a: BenchDpArgs) -> Result<()> {
     let mut base = None;
     for &n in &a.nproc {
         let dir = tempfile::tempdir()?;
-        let mut cmd = Command::new(&exe);
-        cmd.args(["train", "--config"]).arg(&a.config).arg("--run-dir").arg(dir.path().join("run"));
-        cmd.args(["--nproc", &n.to_string()]);
-        for s in [
-            format!("schedule.steps={}", a.steps),
-            "sft.steps=0".into(),
-            "schedule.eval_every=0".into(),
-            "schedule.save_every=0".into(),
-            "env.val_episodes=2".into(),
-        ]
-        .iter()
-        .chain(&a.overrides)
-        {
-            cmd.args(["--set", s]);
-        }
-        let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().context("running train")?;
-        if !out.status.success() {
-            bail!("train --nproc {n} failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        let lines = vagen_trainer::read_metrics(&dir.path().join("run"))?;
-        let steps: Vec<&serde_json::Value> =
-            lines.iter().filter(|l| l.get("timing_s/step").is_some()).skip(1).collect();
-        let mean = |k: &str| steps.iter().filter_map(|l| l[k].as_f64()).sum::<f64>() / steps.len().max(1) as f64;
+        let mut sets = a.overrides.clone();
+        sets.push(format!("schedule.steps={}", a.steps));
+        let lines = timed_run(&exe, &a.config, &dir.path().join("run"), &["--nproc", &n.to_string()], &sets)?;
+        let mean = |k: &str| mean_after_warm_up(&lines, k);
         let step = mean("timing_s/step");
         let speed = base.get_or_insert(step);
         println!(
@@ -116,6 +97,35 @@ pub fn bench_dp(a: BenchDpArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `vagen-host train` on `config` into `run_dir` with `args`, no SFT, no evaluation or
+/// checkpoint before the end, and `sets`; the run's metrics lines.
+pub(crate) fn timed_run(
+    exe: &std::path::Path,
+    config: &std::path::Path,
+    run_dir: &std::path::Path,
+    args: &[&str],
+    sets: &[String],
+) -> Result<Vec<serde_json::Value>> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["train", "--config"]).arg(config).arg("--run-dir").arg(run_dir).args(args);
+    let fixed = ["sft.steps=0", "schedule.eval_every=0", "schedule.save_every=0", "env.val_episodes=2"];
+    for s in fixed.iter().map(|s| s.to_string()).chain(sets.iter().cloned()) {
+        cmd.args(["--set", &s]);
+    }
+    let out = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).output().context("running train")?;
+    if !out.status.success() {
+        bail!("train {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    vagen_trainer::read_metrics(run_dir)
+}
+
+/// A figure's mean over a run's RL steps but the first (a warm-up).
+pub(crate) fn mean_after_warm_up(lines: &[serde_json::Value], key: &str) -> f64 {
+    let steps: Vec<f64> =
+        lines.iter().filter(|l| l.get("timing_s/step").is_some()).skip(1).filter_map(|l| l[key].as_f64()).collect();
+    steps.iter().fold(0.0, |a, b| a + b) / steps.len().max(1) as f64
 }
 
 /// `n` ranks of the optimiser-state measurement, as `--nproc` starts them (rank 0 hosts the

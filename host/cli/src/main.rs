@@ -1,6 +1,7 @@
 //! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them;
 //! run language models.
 
+mod bench_async;
 mod bench_dp;
 mod bench_model;
 mod bench_reward;
@@ -53,6 +54,9 @@ enum Command {
     /// Data-parallel scaling: RL steps at each world size, and ZeRO-1's optimiser state per
     /// rank on a model shape (prints figures).
     BenchDp(bench_dp::BenchDpArgs),
+    /// RL steps per minute at each `[async] max_staleness`, and where the time goes (prints
+    /// figures).
+    BenchAsync(bench_async::BenchAsyncArgs),
     /// Check the data-parallel collectives (gloo, NCCL) on this machine or across the
     /// launcher's ranks: each checked against its definition, and the all-reduce's bandwidth.
     DistCheck(dist_check::DistCheckArgs),
@@ -90,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),
         (Some(Command::BenchDp(a)), _) => bench_dp::bench_dp(a),
+        (Some(Command::BenchAsync(a)), _) => bench_async::bench_async(a),
         (Some(Command::DistCheck(a)), _) => dist_check::dist_check(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),

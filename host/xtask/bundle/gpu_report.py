@@ -1,7 +1,7 @@
 """The GPU bundle's checks, section by section, into gpu-report.json and gpu-report.md.
 
 usage (through run.sh, which sets the library path): gpu_report.py OUT_DIR [--cpu] [--quick]
-       [--sections machine,parity,generation,rollout,training,lora,data_parallel]
+       [--sections machine,parity,generation,rollout,training,lora,data_parallel,asynchronous]
 
 Each section has its own time budget; a section that fails or runs out of time is recorded
 with its error and the next one runs. Both reports are rewritten after every section, so a
@@ -25,15 +25,16 @@ import time
 BUNDLE = pathlib.Path(__file__).resolve().parent
 HOST = BUNDLE / "bin" / "vagen-host"
 REFERENCE = BUNDLE / "reference"
-SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "data_parallel"]
-# Seconds per section: full on a GPU (8 minutes in all at most); quick, the CPU dry run that
+SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "data_parallel", "asynchronous"]
+# Seconds per section: full on a GPU (over 10 minutes in all: a device run takes two calls,
+# `--sections machine,parity,generation,rollout,training,lora` then the rest); quick, the CPU dry run that
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
     "full": {"machine": 10, "parity": 85, "generation": 140, "rollout": 90, "training": 100, "lora": 120,
-             "data_parallel": 40},
+             "data_parallel": 40, "asynchronous": 150},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
-              "data_parallel": 60},
+              "data_parallel": 60, "asynchronous": 150},
 }
 
 
@@ -435,6 +436,33 @@ def data_parallel(s, ctx):
         s.figure(f"dist_check_{extra[1]}_{row['ranks']}", row, shlex.join(map(str, args)))
     keys = list(rows[0].keys())
     s.tables.append(("collectives checked, and the all-reduce timed", keys, [[r[k] for k in keys] for r in rows]))
+
+
+def asynchronous(s, ctx):
+    """RL steps per minute synchronously and with the generator thread one update behind
+    (`bench-async`, same device): the text demo's config, then the 0.5B shape in bf16."""
+    runs = [("text demo", {})]
+    folder = ctx.scratch / "random-0.5b"
+    shape = SHAPE_TINY if ctx.quick else SHAPE_0_5B
+    if not (folder / "config.json").is_file():
+        random_checkpoint(folder, shape, "bfloat16")
+    runs.append((f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16",
+                 {"model.path": str(folder), "model.dtype": "bf16"}))
+    rows = []
+    for name, extra in runs:
+        sets = {**extra, "model.device": ctx.device, "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
+        if ctx.quick:
+            sets.update({"env.groups": 2, "env.group_size": 2})
+        args = [HOST, "bench-async", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml", "--staleness", "0,1",
+                "--steps", "3" if ctx.quick else "5", "--json"]
+        for k, v in sets.items():
+            args += ["--set", f"{k}={v}"]
+        for row in last_json(s.run(args, watch_gpu=not ctx.cpu))["bench_async"]:
+            rows.append({"run": name, **row})
+        s.figure(f"bench_async_{name.replace(' ', '_')}", rows[-2:], shlex.join(map(str, args)))
+    keys = list(rows[0].keys())
+    s.tables.append(("RL steps, synchronous (k = 0) and one update ahead (k = 1)", keys,
+                     [[r[k] for k in keys] for r in rows]))
 
 
 # ---------------------------------------------------------------- report

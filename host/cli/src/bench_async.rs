@@ -1,0 +1,73 @@
+//! `vagen-host bench-async`: RL steps per minute at each `[async] max_staleness` on one
+//! training config, and where each step's time goes (prints figures). Each k is its own
+//! `train` run in a child process, on the same machine in one sitting.
+
+use crate::bench_dp::{mean_after_warm_up, timed_run};
+use anyhow::{Context, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct BenchAsyncArgs {
+    /// The training config whose RL steps are timed.
+    #[arg(long, default_value = "examples/frozenlake-cpu.toml")]
+    config: PathBuf,
+    /// Staleness bounds, comma-separated (0: the synchronous trainer).
+    #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
+    staleness: Vec<usize>,
+    /// RL steps per run; the first is a warm-up and not counted.
+    #[arg(long, default_value_t = 6)]
+    steps: usize,
+    /// Extra `--set KEY=VALUE` for the runs (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    overrides: Vec<String>,
+    /// End with one JSON line holding every row, for scripts (the GPU bundle's report).
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    println!("RL steps of {} ({} per run, the first a warm-up)", a.config.display(), a.steps);
+    println!("step: the trainer's; generate: the episodes' own time (on the generator thread when k > 0);");
+    println!("wait: the trainer waiting for a batch; gen idle: the generator waiting for weights");
+    println!(
+        "{:>2} {:>9} {:>7} {:>9} {:>7} {:>9} {:>8} {:>9} {:>9}",
+        "k", "steps/min", "step s", "generate", "wait s", "update s", "sync s", "gen idle", "speed-up"
+    );
+    let mut base = None;
+    let mut rows = vec![];
+    for &k in &a.staleness {
+        let dir = tempfile::tempdir()?;
+        let mut sets = a.overrides.clone();
+        sets.push(format!("schedule.steps={}", a.steps));
+        sets.push(format!("async.max_staleness={k}"));
+        let lines = timed_run(&exe, &a.config, &dir.path().join("run"), &[], &sets)?;
+        let mean = |key: &str| mean_after_warm_up(&lines, key);
+        let step = mean("timing_s/step");
+        // Synchronously, the rollout is the episodes' time and nothing waits.
+        let (generate, wait) = match k {
+            0 => (mean("timing_s/rollout"), 0.0),
+            _ => (mean("timing_s/generate"), mean("timing_s/wait_batch")),
+        };
+        let speed = *base.get_or_insert(step) / step;
+        let (update, sync, idle) =
+            (mean("timing_s/update"), mean("timing_s/weight_sync"), mean("timing_s/generator_wait"));
+        let na = |x: f64| if k == 0 { "-".to_string() } else { format!("{x:.3}") };
+        println!(
+            "{k:>2} {:>9.2} {step:>7.2} {generate:>9.2} {wait:>7.2} {update:>9.2} {:>8} {:>9} {speed:>8.2}x",
+            60.0 / step,
+            na(sync),
+            na(idle),
+        );
+        rows.push(serde_json::json!({
+            "max_staleness": k, "steps_per_min": 60.0 / step, "step_s": step, "generate_s": generate,
+            "wait_batch_s": wait, "update_s": update, "weight_sync_s": sync, "generator_wait_s": idle,
+            "speed_up": speed,
+        }));
+    }
+    if a.json {
+        println!("{}", serde_json::json!({ "bench_async": rows }));
+    }
+    Ok(())
+}
