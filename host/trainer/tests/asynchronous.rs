@@ -76,3 +76,39 @@ fn merged_generation_with_a_generator_thread_is_refused_by_name() {
         .unwrap();
     assert!(e.contains("engine.merge_lora") && e.contains("[async]"), "{e}");
 }
+
+#[test]
+fn a_plugin_fault_on_the_generator_thread_stops_the_run_with_a_reproducer() {
+    // Training steps past a 50 ms deadline (held-out ones healthy): every training episode
+    // fails, on the generator's thread.
+    let dir = tempfile::tempdir().unwrap();
+    let text = common::hostile_config("healthy", "[sandbox]\ncall_timeout_ms = 50");
+    let sets = [
+        "env.train_config.mode=\"spin\"",
+        "env.train_config.spin_millions=200",
+        "schedule.steps=2",
+        "async.max_staleness=1",
+    ];
+    let cfg = parse(&text, &sets).unwrap();
+    let err = Trainer::new(cfg, dir.path()).unwrap().run().unwrap_err().to_string();
+    assert!(err.contains("step timed out after 50ms") && err.contains("reproducer"), "{err}");
+    let reproducers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("failure-step1-"))
+        .collect();
+    assert_eq!(reproducers.len(), 1, "{err}");
+}
+
+#[test]
+fn a_resumed_run_starts_its_generator_at_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = ["async.max_staleness=1", "schedule.steps=2", "schedule.save_every=1", "schedule.eval_every=0"];
+    Trainer::new(parse(&config("grpo", ""), &sets).unwrap(), dir.path()).unwrap().run().unwrap();
+    let mut resumed = Trainer::resume(dir.path(), &["schedule.steps=4".into()]).unwrap();
+    resumed.run().unwrap();
+    // The queue is not saved: step 3 is played with the checkpoint's weights (fresh), step 4
+    // one update behind again.
+    let staleness = |step: u64| common::step_line(dir.path(), step)["async/staleness"].as_f64().unwrap();
+    assert_eq!([staleness(1), staleness(2), staleness(3), staleness(4)], [0.0, 1.0, 0.0, 1.0]);
+}
