@@ -150,7 +150,7 @@ pub fn policy_loss(cfg: &PolicyLossConfig, x: &PolicyLossInput) -> PolicyLoss {
             _ => w.zeros_like().where_self(&over, &w),
         };
         off_policy_weight = masked_mean(&weight, &mask);
-        per_token = per_token * weight;
+        per_token *= weight;
     }
     let pg_loss = aggregate(&per_token, &mask, cfg.aggregation);
 
