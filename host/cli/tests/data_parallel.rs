@@ -313,3 +313,16 @@ fn a_hung_rank_stops_the_other_naming_it() {
     assert!(err.contains("rank 1") && err.contains("stopped answering"), "{err}");
     assert!(took <= Duration::from_secs(15), "{took:?}");
 }
+
+#[test]
+fn asynchronous_ranks_train_as_one_asynchronous_process() {
+    // Each rank's generator thread plays its block of the groups one update behind.
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "grpo", "[async]\nmax_staleness = 1\n");
+    let (one, two) = (dir.path().join("one"), dir.path().join("two"));
+    train(&cfg, &one, &[]);
+    train(&cfg, &two, &["--nproc", "2"]);
+    same_metrics(&one, &two, 1e-5);
+    same_checkpoints(&one, &two, 1e-5);
+    assert_eq!(step_line(&two, 2)["async/staleness"], 1.0);
+}
