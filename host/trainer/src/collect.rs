@@ -28,12 +28,21 @@ pub struct Collected {
     pub engine: Option<vagen_model::EngineStats>,
     /// The reward functions' figures (`reward/<name>/<metric>`).
     pub reward_metrics: std::collections::BTreeMap<String, f64>,
-    /// Updates applied to the weights that played the episodes.
+    /// How the episodes were played.
+    pub pace: Pace,
+}
+
+/// Which weights played a step's episodes, and where the time went.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Pace {
+    /// Updates applied to the weights that played them.
     pub version: usize,
     /// Seconds playing them took (on the generator's thread with `[async]`).
-    pub play_seconds: f64,
-    /// Seconds the generator waited for their weights.
-    pub generator_waited: f64,
+    pub play_s: f64,
+    /// Seconds the generator waited for their weights before playing them.
+    pub generator_wait_s: f64,
+    /// Seconds the trainer waited for them (0 when it played them itself).
+    pub trainer_wait_s: f64,
 }
 
 /// One RL step's episodes as played, before any scoring: on the trainer's thread, or ahead
@@ -41,14 +50,9 @@ pub struct Collected {
 pub(crate) struct Played {
     /// The step (0-based) they belong to.
     pub step: usize,
-    /// Updates applied to the weights that played them.
-    pub version: usize,
     pub outcome: vagen_rollout::Outcome,
     pub engine: Option<vagen_model::EngineStats>,
-    /// Seconds playing them took.
-    pub seconds: f64,
-    /// Seconds the generator waited for their weights before (0 on the trainer's thread).
-    pub waited: f64,
+    pub pace: Pace,
 }
 
 /// RL step `step`'s episodes (0-based): `env.groups` seeds × `env.group_size`, drawn from
@@ -76,7 +80,8 @@ pub(crate) fn play(
     };
     let outcome = crate::train::play_groups(cfg, plugin, &seeds, cfg.env.group_size, &mut policy, (rank, world))?;
     let engine = policy.inner.engine_stats();
-    Ok(Played { step, version, outcome, engine, seconds: started.elapsed().as_secs_f64(), waited: 0.0 })
+    let pace = Pace { version, play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
+    Ok(Played { step, outcome, engine, pace })
 }
 
 impl Trainer {
@@ -111,18 +116,7 @@ impl Trainer {
             .collect();
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
         let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
-        let (version, play_seconds, generator_waited) = (played.version, played.seconds, played.waited);
-        Ok(Collected {
-            batch,
-            rollout,
-            laid_out,
-            explored_turns,
-            engine,
-            reward_metrics,
-            version,
-            play_seconds,
-            generator_waited,
-        })
+        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics, pace: played.pace })
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

@@ -20,23 +20,16 @@ use tch::{Kind, Tensor};
 use vagen_dist::Ranks;
 use vagen_rollout::{RolloutMetrics, RolloutTotals};
 
-/// Gradients are summed in buckets of this many elements (as f32): one collective per
-/// bucket, never a copy of every gradient at once.
-const BUCKET: i64 = 1 << 24;
+/// Gradients are summed (and ZeRO-1's moments sliced) in buckets of this many elements, as
+/// f32: one collective per bucket, never a copy of every gradient at once.
+pub(crate) const BUCKET: i64 = 1 << 24;
 
+/// A rank's batch as the others receive it (images and credit stay behind).
 #[derive(Serialize, Deserialize)]
 struct Wire {
-    batch: WireBatch,
+    batch: StepBatch,
     /// Trajectories the rank laid out (episode numbers count failed ones too).
     trajectories: usize,
-}
-
-#[derive(Serialize, Deserialize)]
-struct WireBatch {
-    tokens: crate::step_batch::TokenColumns,
-    seqs: crate::step_batch::SeqColumns,
-    turns: crate::step_batch::TurnColumns,
-    scores: Option<crate::step_batch::ScoreColumns>,
 }
 
 /// Every rank's batch in rank order (one process's batch), and which of its sequences are
@@ -47,22 +40,16 @@ pub(crate) fn gather_batch(ranks: &Ranks, local: StepBatch, trajectories: usize)
         let n = local.len();
         return Ok((local, 0..n));
     }
-    let StepBatch { tokens, seqs, turns, scores, .. } = local;
-    let wire = Wire { batch: WireBatch { tokens, seqs, turns, scores }, trajectories };
-    let bytes = postcard::to_stdvec(&wire).context("encoding the step's batch for the other ranks")?;
-    let mut images = Some(wire.batch.seqs.images);
-    let parts = ranks.gather_bytes(&bytes)?;
+    let mut wire = Wire { batch: local, trajectories };
+    let mut images = Some(std::mem::take(&mut wire.batch.seqs.images));
     let (mut global, mut own, mut episodes) = (StepBatch::new(), 0..0, 0);
-    for (k, part) in parts.iter().enumerate() {
-        let w: Wire = postcard::from_bytes(part).with_context(|| format!("decoding rank {k}'s batch"))?;
-        let WireBatch { tokens, mut seqs, turns, scores } = w.batch;
-        let n = seqs.episode.len();
+    for (k, mut w) in gather::<Wire>(ranks, &wire, "the step's batch")?.into_iter().enumerate() {
+        let n = w.batch.len();
         if k == ranks.rank() {
-            seqs.images = images.take().expect("one part is this rank's");
+            w.batch.seqs.images = images.take().expect("one part is this rank's");
             own = global.len()..global.len() + n;
         }
-        let part = StepBatch { tokens, seqs, turns, scores, credit: None };
-        global.append(part, episodes).with_context(|| format!("joining rank {k}'s batch"))?;
+        global.append(w.batch, episodes).with_context(|| format!("joining rank {k}'s batch"))?;
         episodes += w.trajectories;
     }
     Ok((global, own))
@@ -71,20 +58,24 @@ pub(crate) fn gather_batch(ranks: &Ranks, local: StepBatch, trajectories: usize)
 /// The rollout figures over every rank's episodes.
 pub(crate) fn rollout_metrics(ranks: &Ranks, totals: RolloutTotals) -> Result<RolloutMetrics> {
     let mut all = RolloutTotals::default();
-    for (k, part) in gather(ranks, &totals)?.iter().enumerate() {
-        let t: RolloutTotals = postcard::from_bytes(part).with_context(|| format!("decoding rank {k}'s rollout"))?;
+    for t in gather::<RolloutTotals>(ranks, &totals, "rollout totals")? {
         all.add(&t);
     }
     Ok(all.metrics())
 }
 
-/// Every rank's `value`, encoded, in rank order (this rank's own without a round trip).
-pub(crate) fn gather<T: Serialize>(ranks: &Ranks, value: &T) -> Result<Vec<Vec<u8>>> {
-    let bytes = postcard::to_stdvec(value).context("encoding for the other ranks")?;
-    Ok(ranks.gather_bytes(&bytes)?)
+/// Every rank's `value` (`what`, for messages), in rank order.
+fn gather<T: serde::de::DeserializeOwned>(ranks: &Ranks, value: &impl Serialize, what: &str) -> Result<Vec<T>> {
+    let bytes = postcard::to_stdvec(value).with_context(|| format!("encoding {what} for the other ranks"))?;
+    let parts = ranks.gather_bytes(&bytes)?;
+    parts
+        .iter()
+        .enumerate()
+        .map(|(k, part)| postcard::from_bytes(part).with_context(|| format!("decoding rank {k}'s {what}")))
+        .collect()
 }
 
-/// The generation engines' counters summed over ranks (the KV peak: the largest).
+/// The generation engines' counters summed over ranks (`EngineStats::add`).
 pub(crate) fn engine_stats(
     ranks: &Ranks,
     stats: Option<vagen_model::EngineStats>,
@@ -92,49 +83,10 @@ pub(crate) fn engine_stats(
     if ranks.world() == 1 {
         return Ok(stats);
     }
-    let fields = |e: &vagen_model::EngineStats| {
-        [
-            e.requests,
-            e.prompt_tokens,
-            e.prefilled_tokens,
-            e.reused_tokens,
-            e.shared_tokens,
-            e.fallbacks,
-            e.evictions,
-            e.prefill_calls,
-            e.decode_steps,
-            e.generated_tokens,
-            e.rows_freed_early,
-            e.freed_at_length,
-            e.joined_running,
-            e.peak_kv_bytes,
-        ]
-    };
-    let mine: Option<Vec<usize>> = stats.as_ref().map(|e| fields(e).to_vec());
-    let mut sum: Option<Vec<usize>> = None;
-    for (k, part) in gather(ranks, &mine)?.iter().enumerate() {
-        let v: Option<Vec<usize>> = postcard::from_bytes(part).with_context(|| format!("rank {k}'s engine"))?;
-        let Some(v) = v else { continue };
-        let s = sum.get_or_insert_with(|| vec![0; v.len()]);
-        for (i, x) in v.iter().enumerate() {
-            s[i] = if i == 13 { s[i].max(*x) } else { s[i] + x };
-        }
-    }
-    Ok(sum.map(|s| vagen_model::EngineStats {
-        requests: s[0],
-        prompt_tokens: s[1],
-        prefilled_tokens: s[2],
-        reused_tokens: s[3],
-        shared_tokens: s[4],
-        fallbacks: s[5],
-        evictions: s[6],
-        prefill_calls: s[7],
-        decode_steps: s[8],
-        generated_tokens: s[9],
-        rows_freed_early: s[10],
-        freed_at_length: s[11],
-        joined_running: s[12],
-        peak_kv_bytes: s[13],
+    let all = gather::<Option<vagen_model::EngineStats>>(ranks, &stats, "engine counters")?;
+    Ok(all.into_iter().flatten().reduce(|mut a, b| {
+        a.add(&b);
+        a
     }))
 }
 
@@ -149,15 +101,41 @@ pub(crate) fn weighted_means(
         return Ok(values.clone());
     }
     let mut sums: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (k, part) in gather(ranks, &(values, weight))?.iter().enumerate() {
-        let (v, w): (BTreeMap<String, f64>, f64) =
-            postcard::from_bytes(part).with_context(|| format!("rank {k}'s figures"))?;
+    for (v, w) in gather::<(BTreeMap<String, f64>, f64)>(ranks, &(values, weight), "reward figures")? {
         for (key, x) in v {
             let e = sums.entry(key).or_insert((0.0, 0.0));
             (e.0, e.1) = (e.0 + x * w, e.1 + w);
         }
     }
     Ok(sums.into_iter().map(|(k, (s, w))| (k, if w > 0.0 { s / w } else { 0.0 })).collect())
+}
+
+/// Consecutive tensors of `sizes` elements in runs of up to [`BUCKET`] elements (a larger
+/// one alone): one collective each.
+pub(crate) fn buckets(sizes: impl IntoIterator<Item = i64>) -> Vec<Range<usize>> {
+    let mut out: Vec<Range<usize>> = vec![];
+    let mut size = 0;
+    for (i, n) in sizes.into_iter().enumerate() {
+        match out.last_mut() {
+            Some(r) if size + n <= BUCKET => {
+                r.end = i + 1;
+                size += n;
+            }
+            _ => {
+                out.push(i..i + 1);
+                size = n;
+            }
+        }
+    }
+    out
+}
+
+/// Per parameter: whether any rank has a gradient for it (one that none has is left alone,
+/// as one process's AdamW leaves it).
+pub(crate) fn grads_anywhere(ranks: &Ranks, params: &[(String, Tensor)]) -> Result<Vec<bool>> {
+    let mut has: Vec<f64> = params.iter().map(|(_, p)| p.grad().defined() as u8 as f64).collect();
+    ranks.sum(&mut has)?;
+    Ok(has.into_iter().map(|h| h > 0.0).collect())
 }
 
 /// Sums `params`' gradients over the ranks, in place. A parameter no rank has a gradient
@@ -167,32 +145,24 @@ pub(crate) fn sum_grads(ranks: &Ranks, params: &[(String, Tensor)]) -> Result<()
     if ranks.world() == 1 {
         return Ok(());
     }
-    let mut has: Vec<f64> = params.iter().map(|(_, p)| p.grad().defined() as u8 as f64).collect();
-    ranks.sum(&mut has)?;
+    let has = grads_anywhere(ranks, params)?;
     let missing: Vec<&Tensor> =
-        params.iter().zip(&has).filter(|((_, p), h)| **h > 0.0 && !p.grad().defined()).map(|((_, p), _)| p).collect();
+        params.iter().zip(&has).filter(|((_, p), h)| **h && !p.grad().defined()).map(|((_, p), _)| p).collect();
     if !missing.is_empty() {
         // A gradient tensor of zeros where this rank's sequences never reached the
         // parameter (tch cannot set `.grad` directly).
         let zero: Tensor = missing.iter().map(|p| p.sum(Kind::Float)).sum::<Tensor>() * 0.0;
         zero.backward();
     }
-    let grads: Vec<Tensor> = params.iter().zip(&has).filter(|(_, h)| **h > 0.0).map(|((_, p), _)| p.grad()).collect();
+    let grads: Vec<Tensor> = params.iter().zip(&has).filter(|(_, h)| **h).map(|((_, p), _)| p.grad()).collect();
     // A large f32 gradient is summed where it lies (no copy); the rest in flat buckets.
     let (mut large, grads): (Vec<Tensor>, Vec<Tensor>) =
         grads.into_iter().partition(|g| g.kind() == Kind::Float && g.is_contiguous() && g.numel() as i64 >= BUCKET / 4);
     for g in &mut large {
         ranks.sum_tensor(g, "summing gradients")?;
     }
-    let mut start = 0;
-    while start < grads.len() {
-        let mut end = start;
-        let mut size = 0;
-        while end < grads.len() && (end == start || size + grads[end].numel() as i64 <= BUCKET) {
-            size += grads[end].numel() as i64;
-            end += 1;
-        }
-        let bucket = &grads[start..end];
+    for r in buckets(grads.iter().map(|g| g.numel() as i64)) {
+        let bucket = &grads[r];
         let flat: Vec<Tensor> = bucket.iter().map(|g| g.flatten(0, -1).to_kind(Kind::Float)).collect();
         let mut flat = Tensor::cat(&flat, 0);
         ranks.sum_tensor(&mut flat, "summing gradients")?;
@@ -203,7 +173,6 @@ pub(crate) fn sum_grads(ranks: &Ranks, params: &[(String, Tensor)]) -> Result<()
             g.copy_(&flat.narrow(0, at, n).view_as(&g));
             at += n;
         }
-        start = end;
     }
     Ok(())
 }
@@ -214,9 +183,7 @@ pub(crate) fn sum_pairs(ranks: &Ranks, sums: &mut BTreeMap<String, (f64, f64)>) 
         return Ok(());
     }
     let mut all: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for (k, part) in gather(ranks, &*sums)?.iter().enumerate() {
-        let m: BTreeMap<String, (f64, f64)> =
-            postcard::from_bytes(part).with_context(|| format!("rank {k}'s update figures"))?;
+    for m in gather::<BTreeMap<String, (f64, f64)>>(ranks, &*sums, "update figures")? {
         for (key, (s, w)) in m {
             let e = all.entry(key).or_insert((0.0, 0.0));
             (e.0, e.1) = (e.0 + s, e.1 + w);
@@ -241,8 +208,7 @@ pub(crate) fn same_config(ranks: &Ranks, toml: &str) -> Result<()> {
 /// Fails when the ranks resumed from different checkpoints (a rank saw another folder).
 pub(crate) fn same_state(ranks: &Ranks, state: &crate::TrainerState, ckpt: &std::path::Path) -> Result<()> {
     let mine = (state.step as u64, state.sft_steps_done as u64);
-    for (k, part) in gather(ranks, &mine)?.iter().enumerate() {
-        let theirs: (u64, u64) = postcard::from_bytes(part).with_context(|| format!("rank {k}'s checkpoint"))?;
+    for (k, theirs) in gather::<(u64, u64)>(ranks, &mine, "checkpoint step")?.into_iter().enumerate() {
         if theirs != mine {
             bail!(
                 "rank {k} resumed at step {} ({} SFT steps), this rank at step {} ({}) from {}: the run folder must be the same (shared) folder on every rank",

@@ -40,17 +40,13 @@ struct Versions {
     closed: bool,
 }
 
-// SAFETY: the tensors are deep copies handed from the trainer to the generator, each used by
-// one thread at a time under the mutex.
+/// The versions, and their arrival.
 struct Shared(Mutex<Versions>, Condvar);
-unsafe impl Sync for Shared {}
-unsafe impl Send for Shared {}
 
 pub(crate) struct Generator {
     batches: Option<Receiver<Result<Played, String>>>,
     shared: Arc<Shared>,
     handle: Option<JoinHandle<()>>,
-    k: usize,
 }
 
 /// A deep copy of the trainable weights, for another thread.
@@ -84,12 +80,13 @@ impl Generator {
                 }
             })
             .context("starting the generator thread")?;
-        Ok(Generator { batches: Some(batches), shared, handle: Some(handle), k })
+        Ok(Generator { batches: Some(batches), shared, handle: Some(handle) })
     }
 
     /// Step `step`'s batch, waiting for it.
     pub(crate) fn take(&self, step: usize) -> Result<Played> {
-        let played = match self.batches.as_ref().expect("taken only when dropped").recv() {
+        let started = Instant::now();
+        let mut played = match self.batches.as_ref().expect("taken only when dropped").recv() {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => bail!("the generator thread failed: {e}"),
             Err(_) => bail!("the generator thread stopped without a batch for step {}", step + 1),
@@ -97,6 +94,7 @@ impl Generator {
         if played.step != step {
             bail!("the generator played step {} where the trainer is at step {}", played.step + 1, step + 1);
         }
+        played.pace.trainer_wait_s = started.elapsed().as_secs_f64();
         Ok(played)
     }
 
@@ -105,10 +103,6 @@ impl Generator {
         let mut v = self.shared.0.lock().expect("the generator never panics holding it");
         v.weights.insert(version, weights);
         self.shared.1.notify_all();
-    }
-
-    pub(crate) fn staleness(&self) -> usize {
-        self.k
     }
 }
 
@@ -164,7 +158,8 @@ fn generate(
             loaded = Some(want);
         }
         let waited = waited.elapsed().as_secs_f64();
-        let played = Played { waited, ..play(cfg, plugin, model.clone(), step, want, share)? };
+        let mut played = play(cfg, plugin, model.clone(), step, want, share)?;
+        played.pace.generator_wait_s = waited;
         if tx.send(Ok(played)).is_err() {
             return Ok(());
         }

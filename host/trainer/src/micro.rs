@@ -80,17 +80,13 @@ impl Micro {
         let flag = |m: &[bool]| shifted(&|i| m[i] as u8 as f32);
         let scores = batch.scores.as_ref();
         let credit = batch.credit.as_ref();
-        let mut sampled = vec![false; batch.tokens.ids.len()];
-        for &k in seqs {
-            let r = batch.tokens_of(k);
-            sampled[r].copy_from_slice(&batch.sampled_by_model(k));
-        }
+        let by_model = &batch.tokens.by_model;
         Ok(Micro {
             targets: ids.narrow(1, 1, longest as i64 - 1),
             loss_mask: flag(&batch.tokens.loss_mask),
             old_logprobs: scores.map(|s| shifted(&|i| s.old_logprobs[i])),
             behaviour_logprobs: scores
-                .map(|s| shifted(&|i| if sampled[i] { batch.tokens.sampled_logprobs[i] } else { s.old_logprobs[i] })),
+                .map(|s| shifted(&|i| if by_model[i] { batch.tokens.sampled_logprobs[i] } else { s.old_logprobs[i] })),
             ref_logprobs: scores.and_then(|s| s.ref_logprobs.as_ref()).map(|r| shifted(&|i| r[i])),
             old_values: scores.and_then(|s| s.values.as_ref()).map(|v| shifted(&|i| v[i] as f32)),
             advantages: credit.map(|c| shifted(&|i| c.advantages[i])),

@@ -7,15 +7,12 @@
 //! parameters. Checkpoints hold the whole moments ([`AdamW::unsharded`]), so a run resumes
 //! with any world size.
 
-use crate::data_parallel::sum_grads;
+use crate::data_parallel::{buckets, grads_anywhere, sum_grads};
 use crate::optimizer::{AdamW, StepReport};
 use anyhow::Result;
 use std::ops::Range;
 use tch::{Kind, Tensor};
 use vagen_dist::Ranks;
-
-/// Elements per bucket (as f32): one reduce-scatter and one all-gather each.
-const BUCKET: i64 = 1 << 24;
 
 pub(crate) struct Shards {
     buckets: Vec<Bucket>,
@@ -30,26 +27,6 @@ struct Bucket {
     per_rank: i64,
     m: Tensor,
     v: Tensor,
-}
-
-/// Consecutive parameters up to [`BUCKET`] elements (a larger one alone).
-fn bucket_ranges(params: &[(String, Tensor)]) -> Vec<Range<usize>> {
-    let mut out: Vec<Range<usize>> = vec![];
-    let mut size = 0;
-    for (i, (_, p)) in params.iter().enumerate() {
-        let n = p.numel() as i64;
-        match out.last_mut() {
-            Some(r) if size + n <= BUCKET => {
-                r.end = i + 1;
-                size += n;
-            }
-            _ => {
-                out.push(i..i + 1);
-                size = n;
-            }
-        }
-    }
-    out
 }
 
 /// The tensors flattened end to end as f32, zero-padded to `len`.
@@ -104,7 +81,7 @@ impl AdamW {
     /// bucket's parameters, elements per rank)`.
     fn layout(&self, ranks: &Ranks, moments: impl Fn(&AdamW, &Range<usize>, i64) -> (Tensor, Tensor)) -> Shards {
         let (rank, world) = (ranks.rank() as i64, ranks.world() as i64);
-        let buckets = bucket_ranges(&self.params)
+        let buckets = buckets(self.params.iter().map(|(_, p)| p.numel() as i64))
             .into_iter()
             .map(|r| {
                 let numel: i64 = self.params[r.clone()].iter().map(|(_, p)| p.numel() as i64).sum();
@@ -125,8 +102,7 @@ impl AdamW {
         }
         let _guard = tch::no_grad_guard();
         // A parameter no rank has a gradient for is left alone, as `step` leaves it.
-        let mut has: Vec<f64> = self.params.iter().map(|(_, p)| p.grad().defined() as u8 as f64).collect();
-        ranks.sum(&mut has)?;
+        let has = grads_anywhere(ranks, &self.params)?;
         let shards = self.shards.as_ref().expect("checked above");
         let (rank, world) = (shards.rank, shards.world);
         let mut grads = Vec::with_capacity(shards.buckets.len());
@@ -141,11 +117,12 @@ impl AdamW {
             let mut mine = Tensor::zeros([b.per_rank], (Kind::Float, device));
             ranks.reduce_scatter(&mut mine, &whole, "reduce-scattering gradients (optim.shard)")?;
             grads.push(mine);
-            let all = has[b.params.clone()].iter().all(|&h| h > 0.0);
+            let all = has[b.params.clone()].iter().all(|&h| h);
             masks.push((!all).then(|| {
-                let m = self.params[b.params.clone()].iter().zip(&has[b.params.clone()]).map(|((_, p), &h)| {
-                    Tensor::full([p.numel() as i64], (h > 0.0) as u8 as f64, (Kind::Float, device))
-                });
+                let m = self.params[b.params.clone()]
+                    .iter()
+                    .zip(&has[b.params.clone()])
+                    .map(|((_, p), &h)| Tensor::full([p.numel() as i64], h as u8 as f64, (Kind::Float, device)));
                 flat(m, b.per_rank * world, device).narrow(0, rank * b.per_rank, b.per_rank).gt(0.5)
             }));
         }

@@ -27,6 +27,8 @@ pub struct TokenColumns {
     /// Generation's log-prob of each sampled token; 0 elsewhere and for answers without
     /// tokens (oracle, forced).
     pub sampled_logprobs: Vec<f32>,
+    /// In a turn the model sampled (so `sampled_logprobs` is the behaviour policy's there).
+    pub by_model: Vec<bool>,
     /// Each turn's reward (env + format) on its last token, or the episode's on the last
     /// kept turn (`rollout.rewards`).
     pub rewards: Vec<f64>,
@@ -99,12 +101,15 @@ pub struct CreditColumns {
     pub zero_dropped: usize,
 }
 
-#[derive(Debug, Clone, Default)]
+/// Serialised (data-parallel ranks exchange batches) without its credit, which every rank
+/// computes itself from the whole batch.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StepBatch {
     pub tokens: TokenColumns,
     pub seqs: SeqColumns,
     pub turns: TurnColumns,
     pub scores: Option<ScoreColumns>,
+    #[serde(skip)]
     pub credit: Option<CreditColumns>,
 }
 
@@ -141,6 +146,14 @@ impl StepBatch {
         t.loss_mask.extend(&seq.loss_mask);
         t.adv_mask.extend(&seq.advantage_mask);
         t.sampled_logprobs.extend(&seq.logprobs);
+        // A turn's tokens run from the previous turn's end to its own (the first from the
+        // sequence's start).
+        let mut start = 0;
+        for (&end, (_, turn)) in seq.turn_ends.iter().zip(&source.turns) {
+            t.by_model.extend(std::iter::repeat_n(turn.origin == AnswerOrigin::Model, end + 1 - start));
+            start = end + 1;
+        }
+        t.by_model.extend(std::iter::repeat_n(false, seq.ids.len() - start));
         t.rewards.extend(seq.rewards.iter().map(|&r| r as f64));
         let s = &mut self.seqs;
         s.token_start.push(t.ids.len());
@@ -185,6 +198,7 @@ impl StepBatch {
         t.loss_mask.extend(o.loss_mask);
         t.adv_mask.extend(o.adv_mask);
         t.sampled_logprobs.extend(o.sampled_logprobs);
+        t.by_model.extend(o.by_model);
         t.rewards.extend(o.rewards);
         let (s, o) = (&mut self.seqs, other.seqs);
         s.token_start.extend(o.token_start.iter().skip(1).map(|&i| i + tokens));
@@ -226,21 +240,6 @@ impl StepBatch {
     /// Assistant tokens of sequence k.
     pub fn loss_tokens(&self, k: usize) -> usize {
         self.tokens.loss_mask[self.tokens_of(k)].iter().filter(|&&m| m).count()
-    }
-
-    /// Per token of sequence k: whether a turn the model sampled holds it (so generation's
-    /// log-prob of it is the behaviour policy's).
-    pub fn sampled_by_model(&self, k: usize) -> Vec<bool> {
-        let mut out = vec![false; self.tokens_of(k).len()];
-        let mut start = 0;
-        for u in self.turns_of(k) {
-            let end = self.turns.end[u];
-            if self.turns.origin[u] == AnswerOrigin::Model {
-                out[start..=end].iter_mut().for_each(|m| *m = true);
-            }
-            start = end + 1;
-        }
-        out
     }
 
     /// Takes the turns written by `origin` out of the loss (their tokens still shape the

@@ -590,14 +590,15 @@ impl Trainer {
             vision: vagen_model::vision_forward_seconds() - vision0,
         };
         let mut m = log(self.state.step + 1, &collected, &updated, timings, !self.cfg.rollout.sequences.reuse_logprobs);
-        if let Some(g) = &self.pipeline {
-            // verl's names where it has them (fully-async: `fully_async/*`); the rollout
-            // timing is the generator's own, the trainer's wait is `timing_s/wait_batch`.
-            m.values.insert("async/max_staleness".into(), g.staleness() as f64);
-            m.values.insert("async/staleness".into(), (self.state.step - collected.version) as f64);
-            m.values.insert("timing_s/generate".into(), collected.play_seconds);
-            m.values.insert("timing_s/generator_wait".into(), collected.generator_waited);
-            m.values.insert("timing_s/wait_batch".into(), rollout);
+        if self.pipeline.is_some() {
+            // The episodes' own time is the generator's (`timing_s/rollout` holds the
+            // trainer's wait for them and their scoring and layout).
+            let pace = collected.pace;
+            m.values.insert("async/max_staleness".into(), self.cfg.asynchronous.max_staleness as f64);
+            m.values.insert("async/staleness".into(), (self.state.step - pace.version) as f64);
+            m.values.insert("timing_s/generate".into(), pace.play_s);
+            m.values.insert("timing_s/generator_wait".into(), pace.generator_wait_s);
+            m.values.insert("timing_s/wait_batch".into(), pace.trainer_wait_s);
             m.values.insert("timing_s/weight_sync".into(), publish);
         }
         Ok(m)
@@ -657,9 +658,19 @@ pub(crate) fn play_groups(
 ) -> Result<Outcome> {
     let env_config = cfg.train_env_config_json();
     let config = cfg.rollout.rollout_config();
+    run_share(episodes(cfg, plugin, &env_config, &config, group_size), seeds, policy, (rank, world))
+}
+
+/// `episodes` over rank `rank` of `world`'s block of `seeds`, its groups numbered as one
+/// process numbers them.
+fn run_share(
+    episodes: Episodes,
+    seeds: &[u64],
+    policy: &mut dyn Policy,
+    (rank, world): (usize, usize),
+) -> Result<Outcome> {
     let mine = vagen_dist::share(seeds.len(), rank, world);
-    let mut outcome =
-        episodes(cfg, plugin, &env_config, &config, group_size).run(&seeds[mine.clone()], policy, &mut |_| Ok(()))?;
+    let mut outcome = episodes.run(&seeds[mine.clone()], policy, &mut |_| Ok(()))?;
     outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
     Ok(outcome)
 }
@@ -667,15 +678,11 @@ pub(crate) fn play_groups(
 /// [`held_out_rollouts`] over this rank's block of the held-out seeds.
 fn held_out_share(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>, ranks: &Ranks) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
-    let mine = ranks.share(seeds.len());
     let stop = cfg.rollout.episodes.format.stop_strings();
     let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
     let mut policy = model_policy(cfg, model, options);
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
-    let mut outcome =
-        episodes(cfg, plugin, &env_config, &config, 1).run(&seeds[mine.clone()], &mut policy, &mut |_| Ok(()))?;
-    outcome.trajectories.iter_mut().for_each(|t| t.group += mine.start);
-    Ok(outcome)
+    run_share(episodes(cfg, plugin, &env_config, &config, 1), &seeds, &mut policy, (ranks.rank(), ranks.world()))
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.

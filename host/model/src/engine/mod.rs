@@ -98,7 +98,7 @@ pub struct EngineRequest {
 }
 
 /// What the engine did, summed over its calls since it was created or cleared.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EngineStats {
     pub requests: usize,
     pub prompt_tokens: usize,
@@ -126,6 +126,25 @@ pub struct EngineStats {
 }
 
 impl EngineStats {
+    /// Both engines' counters (two ranks' engines over distinct requests); the KV peak is
+    /// the larger one, each engine's cache being its own.
+    pub fn add(&mut self, o: &EngineStats) {
+        self.requests += o.requests;
+        self.prompt_tokens += o.prompt_tokens;
+        self.prefilled_tokens += o.prefilled_tokens;
+        self.reused_tokens += o.reused_tokens;
+        self.shared_tokens += o.shared_tokens;
+        self.fallbacks += o.fallbacks;
+        self.evictions += o.evictions;
+        self.prefill_calls += o.prefill_calls;
+        self.decode_steps += o.decode_steps;
+        self.generated_tokens += o.generated_tokens;
+        self.rows_freed_early += o.rows_freed_early;
+        self.freed_at_length += o.freed_at_length;
+        self.joined_running += o.joined_running;
+        self.peak_kv_bytes = self.peak_kv_bytes.max(o.peak_kv_bytes);
+    }
+
     /// Prompt tokens not run through the model.
     pub fn saved_tokens(&self) -> usize {
         self.reused_tokens + self.shared_tokens
