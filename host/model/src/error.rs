@@ -26,6 +26,9 @@ pub enum Error {
     Template(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The engine's hook for new weights failed ([`crate::Engine::set_refresh`]).
+    #[error("loading new weights: {0}")]
+    Refresh(String),
     /// A panic caught where a whole operation could be refused (see `catch_panic`).
     #[error("internal failure: {0}")]
     Panic(String),

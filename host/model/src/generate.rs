@@ -123,6 +123,9 @@ pub struct Generation {
     /// Decoded text without the end-of-sequence token, cut just after a stop string.
     pub text: String,
     pub finish: FinishReason,
+    /// The weights' version that sampled each id, where the engine was told versions
+    /// ([`crate::Engine::set_refresh`]); empty otherwise.
+    pub versions: Vec<u64>,
 }
 
 /// Continues each prompt (token ids) of a batch. `eos` are the ids that end a row.
@@ -239,6 +242,7 @@ pub(crate) struct Row {
     pub ids: Vec<u32>,
     pub logprobs: Vec<f32>,
     pub finish: Option<FinishReason>,
+    pub versions: Vec<u64>,
 }
 
 impl Row {
@@ -272,7 +276,7 @@ impl Row {
         {
             text.truncate(end);
         }
-        Ok(Generation { token_ids: self.ids, logprobs: self.logprobs, text, finish })
+        Ok(Generation { token_ids: self.ids, logprobs: self.logprobs, text, finish, versions: self.versions })
     }
 }
 

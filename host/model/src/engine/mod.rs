@@ -123,6 +123,10 @@ pub struct EngineStats {
     /// Requests that joined a decode batch already running.
     pub joined_running: usize,
     pub peak_kv_bytes: usize,
+    /// New weights loaded while rows were running ([`Engine::set_refresh`]).
+    pub weight_swaps: usize,
+    /// Positions of running rows run again after new weights (prompts and sampled tokens).
+    pub recomputed_tokens: usize,
 }
 
 impl EngineStats {
@@ -143,6 +147,8 @@ impl EngineStats {
         self.freed_at_length += o.freed_at_length;
         self.joined_running += o.joined_running;
         self.peak_kv_bytes = self.peak_kv_bytes.max(o.peak_kv_bytes);
+        self.weight_swaps += o.weight_swaps;
+        self.recomputed_tokens += o.recomputed_tokens;
     }
 
     /// Prompt tokens not run through the model.
@@ -151,11 +157,18 @@ impl EngineStats {
     }
 }
 
+/// Loads any newer weights into the model and returns the version it holds now; an `Err`
+/// says why it could not (see [`Engine::set_refresh`]).
+pub type Refresh = Box<dyn FnMut() -> std::result::Result<u64, String>>;
+
 pub struct Engine {
     pub options: EngineOptions,
     cache: Option<Cache>,
     stats: EngineStats,
     calls: u64,
+    refresh: Option<Refresh>,
+    /// The weights' version the cached rows were computed with.
+    version: Option<u64>,
 }
 
 /// The cached rows: their metadata (the scheduler's) and their tensors (the runner's).
@@ -166,7 +179,16 @@ struct Cache {
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Self {
-        Engine { options, cache: None, stats: EngineStats::default(), calls: 0 }
+        Engine { options, cache: None, stats: EngineStats::default(), calls: 0, refresh: None, version: None }
+    }
+
+    /// Weights that change while rows run (asynchronous RL): `refresh` is called at the
+    /// start of every call and before every decode step. A version other than the last one
+    /// means the model now holds new weights: cached rows are forgotten, running rows are
+    /// recomputed whole with the new weights before their next token, and every token
+    /// records the version that sampled it ([`Generation::versions`]).
+    pub fn set_refresh(&mut self, refresh: Refresh) {
+        self.refresh = Some(refresh);
     }
 
     pub fn stats(&self) -> EngineStats {
@@ -218,6 +240,10 @@ impl Engine {
         }
         let prompts = requests.iter().map(|r| Prompted::new(vision, r)).collect::<Result<Vec<_>>>()?;
         let _guard = tch::no_grad_guard();
+        let mut weights = Weights { refresh: self.refresh.as_mut(), version: &mut self.version };
+        if weights.changed()? {
+            self.clear();
+        }
         self.calls += 1;
         let budget = self.options.kv_cache_mib.get() << 20;
         let cache = self.cache.get_or_insert_with(|| Cache {
@@ -241,6 +267,7 @@ impl Engine {
             schedule: Scheduler::new(asks, &self.options, &mut cache.slots, &mut self.stats, self.calls),
             kv: &mut cache.kv,
             out: (0..requests.len()).map(|_| None).collect(),
+            weights: Weights { refresh: self.refresh.as_mut(), version: &mut self.version },
         };
         let out = call.run().map(|()| call.out);
         if out.is_err() {
@@ -250,6 +277,21 @@ impl Engine {
             cache.kv.clear();
         }
         out?.into_iter().map(|g| Ok(g.expect("every request ends"))).collect()
+    }
+}
+
+/// The engine's refresh hook and the version its cached rows hold.
+struct Weights<'a> {
+    refresh: Option<&'a mut Refresh>,
+    version: &'a mut Option<u64>,
+}
+
+impl Weights<'_> {
+    /// Polls the hook: whether the model now holds other weights than the cached rows'.
+    fn changed(&mut self) -> Result<bool> {
+        let Some(refresh) = self.refresh.as_mut() else { return Ok(false) };
+        let now = refresh().map_err(Error::Refresh)?;
+        Ok(self.version.replace(now).is_some_and(|was| was != now))
     }
 }
 
@@ -331,6 +373,7 @@ struct Call<'a> {
     schedule: Scheduler<'a>,
     kv: &'a mut KvRows,
     out: Vec<Option<Generation>>,
+    weights: Weights<'a>,
 }
 
 impl Call<'_> {
@@ -350,8 +393,14 @@ impl Call<'_> {
             if self.schedule.active.is_empty() {
                 continue;
             }
-            let step = self.schedule.decode();
-            self.decode(&step)?;
+            if self.weights.changed()? {
+                for p in &self.schedule.recompute() {
+                    self.prefill(p)?;
+                }
+            } else {
+                let step = self.schedule.decode();
+                self.decode(&step)?;
+            }
             self.retire()?;
         }
         Ok(())
@@ -367,9 +416,12 @@ impl Call<'_> {
         let t = lens.iter().copied().max().unwrap_or(1);
         let n = p.rows.len() as i64;
         let mut ids = Vec::with_capacity(p.rows.len() * t);
-        for r in &p.rows {
-            let part = &self.requests[r.request].ids[r.past..r.past + r.len];
-            ids.extend(part.iter().map(|&x| x as i64).chain(std::iter::repeat_n(0, t - r.len)));
+        for (i, r) in (p.start..).zip(&p.rows) {
+            // Past the prompt (a row recomputed after new weights): what the row sampled.
+            let sampled = &self.schedule.active[i].row.ids;
+            let whole = self.requests[r.request].ids.iter().chain(sampled);
+            let part = whole.skip(r.past).take(r.len).map(|&x| x as i64);
+            ids.extend(part.chain(std::iter::repeat_n(0, t - r.len)));
         }
         let ids = Tensor::from_slice(&ids).view([n, t as i64]).to_device(device);
         let starts = Tensor::from_slice(&past.iter().map(|&p| p as i64).collect::<Vec<_>>()).to_device(device);
@@ -383,7 +435,7 @@ impl Call<'_> {
             .le_tensor(&steps.unsqueeze(1).unsqueeze(-1));
         let (embeds, positions) = match self.vision {
             None => (self.lm.model.embed(&ids), steps),
-            Some(v) => (self.vl_embeds(v, &ids, &reqs, &past)?, self.vl_positions(&reqs, &past, t)),
+            Some(v) => (self.vl_embeds(v, &ids, &reqs, &past)?, self.vl_positions(&reqs, &past, &lens, t)),
         };
         let adapters: Vec<usize> = reqs.iter().map(|&r| self.requests[r].adapter).collect();
         let rows = AdapterRows::new(&adapters, device);
@@ -436,13 +488,15 @@ impl Call<'_> {
         Ok(embeds.masked_scatter(&mask.unsqueeze(-1).expand_as(&embeds), &Tensor::cat(&used, 0)))
     }
 
-    /// `[3, rows, t]` M-RoPE positions of the new parts (padding at 0).
-    fn vl_positions(&self, reqs: &[usize], past: &[usize], t: usize) -> Tensor {
+    /// `[3, rows, t]` M-RoPE positions of the new parts `[past[i], past[i] + lens[i])`
+    /// (padding at 0); past the prompt, generated tokens' (their place plus the delta).
+    fn vl_positions(&self, reqs: &[usize], past: &[usize], lens: &[usize], t: usize) -> Tensor {
         let n = reqs.len();
         let mut data = vec![0i64; 3 * n * t];
-        for (row, (&r, &p)) in reqs.iter().zip(past).enumerate() {
+        for (row, ((&r, &p), &len)) in reqs.iter().zip(past).zip(lens).enumerate() {
             let m = self.prompts[r].mrope.as_ref().expect("a VL prompt has M-RoPE positions");
-            for (j, pos) in m.positions[p..].iter().enumerate() {
+            for (j, at) in (p..p + len).enumerate() {
+                let pos = m.positions.get(at).copied().unwrap_or([at as i64 + m.delta; 3]);
                 for (axis, &v) in pos.iter().enumerate() {
                     data[(axis * n + row) * t + j] = v;
                 }
@@ -489,7 +543,7 @@ impl Call<'_> {
         let (tokens, logprobs) = self.sampler.step_with(logits, &draws);
         let tokens: Vec<i64> = Vec::try_from(&tokens)?;
         let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
-        self.schedule.record(start, &tokens, &logprobs, &self.ends)
+        self.schedule.record(start, &tokens, &logprobs, *self.weights.version, &self.ends)
     }
 
     /// Ended rows leave the batch; their generations are kept in request order.

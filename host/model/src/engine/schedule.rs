@@ -372,6 +372,19 @@ impl<'a> Scheduler<'a> {
                 PrefillRow { request, past, len: self.asks[request].content.len() - past }
             })
             .collect();
+        let out = self.forwards(from, parts);
+        for p in &out {
+            for (i, part) in (p.start..).zip(&p.rows) {
+                let new = &self.asks[part.request].content[part.past..];
+                self.slots.slots[i].ids.extend_from_slice(new);
+            }
+            self.stats.prefilled_tokens += p.rows.iter().map(|r| r.len).sum::<usize>();
+        }
+        out
+    }
+
+    /// Rows `from..` cut into forwards of at most `max_prefill_tokens` (rows × longest part).
+    fn forwards(&mut self, from: usize, parts: Vec<PrefillRow>) -> Vec<Prefill> {
         let mut out: Vec<Prefill> = vec![];
         let mut longest = 0;
         for (k, part) in parts.into_iter().enumerate() {
@@ -387,15 +400,29 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        for p in &out {
-            for (i, part) in (p.start..).zip(&p.rows) {
-                let new = &self.asks[part.request].content[part.past..];
-                self.slots.slots[i].ids.extend_from_slice(new);
-            }
-            self.stats.prefill_calls += 1;
-            self.stats.prefilled_tokens += p.rows.iter().map(|r| r.len).sum::<usize>();
-        }
+        self.stats.prefill_calls += out.len();
         out
+    }
+
+    /// New weights: the running rows' keys and values are the old ones', so each row is
+    /// run again whole (its prompt and every token it sampled), that forward sampling its
+    /// next token in place of a decode step; cached rows not running are forgotten. A row's
+    /// part past its prompt is its own sampled ids (`PrefillRow::len` reaches into them).
+    pub fn recompute(&mut self) -> Vec<Prefill> {
+        let m = self.active.len();
+        for slot in &mut self.slots.slots[m..] {
+            slot.owner = None;
+            slot.ids.clear();
+        }
+        let mut parts = vec![];
+        for (i, a) in self.active.iter().enumerate() {
+            let slot = &mut self.slots.slots[i];
+            slot.ids.push(*a.row.ids.last().expect("a sampled token") as u64);
+            parts.push(PrefillRow { request: a.request, past: 0, len: slot.ids.len() });
+        }
+        self.stats.weight_swaps += 1;
+        self.stats.recomputed_tokens += parts.iter().map(|p| p.len).sum::<usize>();
+        self.forwards(0, parts)
     }
 
     /// One token for every row of the decode batch: each feeds its last sampled one.
@@ -414,10 +441,18 @@ impl<'a> Scheduler<'a> {
         self.active[start..end].iter_mut().map(|a| crate::sampling::uniform(&mut a.rng)).collect()
     }
 
-    /// The tokens sampled for rows `start..`, one each.
-    pub fn record(&mut self, start: usize, tokens: &[i64], logprobs: &[f32], ends: &Ends) -> Result<()> {
+    /// The tokens sampled for rows `start..`, one each, by weights `version` (when known).
+    pub fn record(
+        &mut self,
+        start: usize,
+        tokens: &[i64],
+        logprobs: &[f32],
+        version: Option<u64>,
+        ends: &Ends,
+    ) -> Result<()> {
         for (a, (&t, &l)) in self.active[start..].iter_mut().zip(tokens.iter().zip(logprobs)) {
             a.row.push(t as u32, l, a.cap, ends)?;
+            a.row.versions.extend(version);
         }
         self.stats.generated_tokens += tokens.len();
         Ok(())
@@ -481,7 +516,7 @@ mod tests {
                 })
                 .collect();
             s.draws(start, end);
-            s.record(start, &tokens, &vec![-1.0; tokens.len()], &ends).unwrap();
+            s.record(start, &tokens, &vec![-1.0; tokens.len()], None, &ends).unwrap();
         };
         s.reserve().unwrap();
         while !s.done() {
