@@ -2,9 +2,9 @@
 //! loads a version is that version's, exactly as a forward over the whole sequence with
 //! those weights scores it; cached keys and values of older weights are never read again.
 
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use tch::Tensor;
 use vagen_model::{Engine, EngineOptions, EngineRequest, GenerateOptions, Generation, LoadOptions, Message, Model};
 
@@ -15,7 +15,7 @@ struct Versions {
 }
 
 impl Versions {
-    fn new(model: &Model, n: usize) -> Rc<Self> {
+    fn new(model: &Model, n: usize) -> Arc<Mutex<Self>> {
         let _guard = tch::no_grad_guard();
         tch::manual_seed(7);
         let vars = model.trainable();
@@ -30,7 +30,7 @@ impl Versions {
                     .collect()
             })
             .collect();
-        Rc::new(Versions { vars, saved })
+        Arc::new(Mutex::new(Versions { vars, saved }))
     }
 
     fn load(&self, v: u64) {
@@ -41,19 +41,23 @@ impl Versions {
     }
 }
 
-/// The engine's hook: version 1 before the `swap_at`-th poll's decode step (0: the call's
-/// start), and whatever version `next` holds when set.
-fn hooked(versions: &Rc<Versions>, swap_at: usize, next: &Rc<Cell<Option<u64>>>) -> Engine {
+/// No version asked for.
+const NONE: u64 = u64::MAX;
+
+/// The engine's hook: version 1 at the `swap_at`-th poll (0: the call's start), and
+/// whatever version `next` holds when set.
+fn hooked(versions: &Arc<Mutex<Versions>>, swap_at: usize, next: &Arc<AtomicU64>) -> Engine {
     let mut engine = Engine::new(EngineOptions::default());
-    let (versions, next, polls, now) = (versions.clone(), next.clone(), Cell::new(0), Cell::new(0));
+    let (versions, next, mut polls, mut now) = (versions.clone(), next.clone(), 0, 0);
     engine.set_refresh(Box::new(move || {
-        let poll = polls.replace(polls.get() + 1);
-        let wanted = if poll == swap_at { Some(1) } else { next.take() };
+        polls += 1;
+        let asked = next.swap(NONE, Ordering::SeqCst);
+        let wanted = if polls - 1 == swap_at { Some(1) } else { (asked != NONE).then_some(asked) };
         if let Some(v) = wanted {
-            versions.load(v);
-            now.set(v);
+            versions.lock().unwrap().load(v);
+            now = v;
         }
-        Ok(now.get())
+        Ok(now)
     }));
     engine
 }
@@ -85,7 +89,7 @@ fn assert_each_token_is_its_versions(model: &Model, versions: &Versions, turns: 
 fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
     let versions = Versions::new(&model, 3);
-    let next = Rc::new(Cell::new(None));
+    let next = Arc::new(AtomicU64::new(NONE));
     // Poll 0 starts the call; poll j comes before decode step j, which samples token j.
     let mut engine = hooked(&versions, 5, &next);
     let options = GenerateOptions { max_new_tokens: 16, temperature: 1.0, top_p: 1.0, ..Default::default() };
@@ -99,7 +103,7 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     for turn in 0..2u64 {
         if turn == 1 {
             // Published between turns: the cached rows of version 1 are not reused.
-            next.set(Some(2));
+            next.store(2, Ordering::SeqCst);
         }
         let requests: Vec<EngineRequest> = (0..4)
             .map(|i| EngineRequest {
@@ -126,7 +130,7 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     assert_eq!(s.weight_swaps, 1, "{s:?}");
     assert!(s.recomputed_tokens > 0);
     assert_eq!(s.reused_tokens, 0, "no key or value of version 1 is read by version 2's turn: {s:?}");
-    let moved = assert_each_token_is_its_versions(&model, &versions, &answered);
+    let moved = assert_each_token_is_its_versions(&model, &versions.lock().unwrap(), &answered);
     assert!(moved > 1e-2, "the versions' log-probs differ by {moved}: the test would not see a stale cache");
 }
 
@@ -134,7 +138,7 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
 fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
     let model = vagen_model::default_vl_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
     let versions = Versions::new(&model, 2);
-    let mut engine = hooked(&versions, 3, &Rc::new(Cell::new(None)));
+    let mut engine = hooked(&versions, 3, &Arc::new(AtomicU64::new(NONE)));
     let options = GenerateOptions { max_new_tokens: 8, temperature: 1.0, top_p: 1.0, ..Default::default() };
     let prompts: Vec<vagen_model::Prompt> = (0..2u8)
         .map(|g| {
@@ -166,7 +170,7 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
         };
         for (j, (&lp, &ver)) in g.logprobs.iter().zip(&g.versions).enumerate() {
             assert_eq!(ver, u64::from(j >= 3), "answer {i} token {j}");
-            versions.load(ver);
+            versions.lock().unwrap().load(ver);
             let scored = vagen_model::sequence_logprobs_vl(&model.lm, v, std::slice::from_ref(&whole), 1.0).unwrap();
             let want = scored[0][p.ids.len() - 1 + j];
             assert!((lp - want).abs() <= 1e-4, "answer {i} token {j} (version {ver}): sampled {lp}, recomputed {want}");

@@ -3,7 +3,7 @@
 
 use std::rc::Rc;
 use vagen_model::{
-    Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt,
+    Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt, Refresh,
 };
 use vagen_rollout::{
     AnswerOrigin, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError, PromptIds,
@@ -81,6 +81,14 @@ impl ModelPolicy {
             EngineKind::Static => None,
         };
         self
+    }
+
+    /// Weights that change while the engine runs ([`Engine::set_refresh`]); refused on the
+    /// static path.
+    pub fn with_refresh(mut self, refresh: Refresh) -> Result<Self, String> {
+        let engine = self.engine.as_mut().ok_or("new weights during a rollout need the continuous engine")?;
+        engine.set_refresh(refresh);
+        Ok(self)
     }
 
     /// What the engine did over this policy's rollouts (`None` on the static path).
@@ -212,6 +220,7 @@ impl Policy for ModelPolicy {
                     origin: AnswerOrigin::Model,
                     token_ids: Some(g.token_ids),
                     logprobs: Some(g.logprobs),
+                    versions: (!g.versions.is_empty()).then_some(g.versions),
                     ..Response::default()
                 }
             })

@@ -38,6 +38,9 @@ pub struct TurnRecord {
     pub origin: AnswerOrigin,
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
+    /// The weights' version that sampled each id (asynchronous RL; see [`Response::versions`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versions: Option<Vec<u64>>,
     pub parsed: Parsed,
     /// What was sent to `step`.
     pub answer: String,
@@ -518,6 +521,7 @@ impl<'a> Play<'a> {
                 origin: response.origin,
                 token_ids: response.token_ids,
                 logprobs: response.logprobs,
+                versions: response.versions,
                 parsed: p,
                 answer,
                 env_reward: step.reward,

@@ -81,6 +81,9 @@ pub struct Response {
     /// The sampled ids (and their log-probs) when the policy is a model.
     pub token_ids: Option<Vec<u32>>,
     pub logprobs: Option<Vec<f32>>,
+    /// The weights' version that sampled each id, where the policy's weights change during
+    /// a rollout (asynchronous RL).
+    pub versions: Option<Vec<u64>>,
     /// Set, with no answer, when the prompt left no room to answer in the policy's context
     /// window: the episode ends there, truncated for `context`, and is trained on as far
     /// as it went.

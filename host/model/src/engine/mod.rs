@@ -159,7 +159,7 @@ impl EngineStats {
 
 /// Loads any newer weights into the model and returns the version it holds now; an `Err`
 /// says why it could not (see [`Engine::set_refresh`]).
-pub type Refresh = Box<dyn FnMut() -> std::result::Result<u64, String>>;
+pub type Refresh = Box<dyn FnMut() -> std::result::Result<u64, String> + Send>;
 
 pub struct Engine {
     pub options: EngineOptions,
