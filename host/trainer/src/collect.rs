@@ -30,13 +30,22 @@ pub struct Collected {
     pub reward_metrics: std::collections::BTreeMap<String, f64>,
     /// How the episodes were played.
     pub pace: Pace,
+    /// The versions of the tokens sampled (every rank's).
+    pub versions: TokenVersions,
+    /// Batches dropped before this one for staleness.
+    pub dropped: Dropped,
+}
+
+/// Batches dropped for staleness, and their sampled tokens.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Dropped {
+    pub batches: usize,
+    pub tokens: usize,
 }
 
 /// Which weights played a step's episodes, and where the time went.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Pace {
-    /// Updates applied to the weights that played them.
-    pub version: usize,
     /// Seconds playing them took (on the generator's thread with `[async]`).
     pub play_s: f64,
     /// Seconds the generator waited for their weights before playing them.
@@ -48,11 +57,60 @@ pub struct Pace {
 /// One RL step's episodes as played, before any scoring: on the trainer's thread, or ahead
 /// of it on the generator's (`[async]`).
 pub(crate) struct Played {
-    /// The step (0-based) they belong to.
+    /// The step (0-based) whose seeds they played.
     pub step: usize,
     pub outcome: vagen_rollout::Outcome,
     pub engine: Option<vagen_model::EngineStats>,
     pub pace: Pace,
+    pub versions: TokenVersions,
+}
+
+/// The weights' versions of the tokens a model sampled in a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenVersions {
+    pub tokens: usize,
+    /// The versions summed (their mean is `sum / tokens`).
+    pub sum: f64,
+    pub oldest: Option<usize>,
+}
+
+impl TokenVersions {
+    /// Over the sampled tokens of `trajs`; a turn that records no versions was sampled by
+    /// `version` whole.
+    pub fn of(trajs: &[Trajectory], version: usize) -> Self {
+        let mut v = TokenVersions::default();
+        for turn in trajs.iter().flat_map(|t| &t.turns) {
+            let Some(ids) = &turn.token_ids else { continue };
+            let each: Vec<usize> = match &turn.versions {
+                Some(vs) => vs.iter().map(|&x| x as usize).collect(),
+                None => vec![version; ids.len()],
+            };
+            v.add(&TokenVersions {
+                tokens: each.len(),
+                sum: each.iter().sum::<usize>() as f64,
+                oldest: each.iter().copied().min(),
+            });
+        }
+        v
+    }
+
+    pub fn add(&mut self, o: &TokenVersions) {
+        self.tokens += o.tokens;
+        self.sum += o.sum;
+        self.oldest = match (self.oldest, o.oldest) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Updates between the tokens' weights and `now`'s: the mean over tokens, and the
+    /// largest (0 without tokens).
+    pub fn staleness(&self, now: usize) -> (f64, usize) {
+        if self.tokens == 0 {
+            return (0.0, 0);
+        }
+        (now as f64 - self.sum / self.tokens as f64, now - self.oldest.unwrap_or(now).min(now))
+    }
 }
 
 /// RL step `step`'s episodes (0-based): `env.groups` seeds × `env.group_size`, drawn from
@@ -65,6 +123,7 @@ pub(crate) fn play(
     step: usize,
     version: usize,
     (rank, world): (usize, usize),
+    refresh: Option<vagen_model::Refresh>,
 ) -> Result<Played> {
     let started = std::time::Instant::now();
     let s = step as u64;
@@ -72,16 +131,21 @@ pub(crate) fn play(
     let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + s * cfg.env.groups as u64 + g).collect();
     let seed = cfg.schedule.seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let options = cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
+    let mut inner = crate::train::model_policy(cfg, model, options);
+    if let Some(r) = refresh {
+        inner = inner.with_refresh(r).map_err(anyhow::Error::msg)?;
+    }
     let mut policy = Exploring {
-        inner: crate::train::model_policy(cfg, model, options),
+        inner,
         format: cfg.rollout.episodes.format,
         rate: cfg.rollout.episodes.explore,
         at: cfg.rollout.episodes.explore_at,
     };
     let outcome = crate::train::play_groups(cfg, plugin, &seeds, cfg.env.group_size, &mut policy, (rank, world))?;
     let engine = policy.inner.engine_stats();
-    let pace = Pace { version, play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
-    Ok(Played { step, outcome, engine, pace })
+    let pace = Pace { play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
+    let versions = TokenVersions::of(&outcome.trajectories, version);
+    Ok(Played { step, outcome, engine, pace, versions })
 }
 
 impl Trainer {
@@ -90,7 +154,7 @@ impl Trainer {
     /// laid out.
     pub(crate) fn collect(&self) -> Result<Collected> {
         let cfg = &self.cfg;
-        let played = self.played()?;
+        let (played, versions, dropped) = self.fresh()?;
         let n = self.state.step + 1;
         let env_config = cfg.train_env_config_json();
         self.check_failures(played.outcome.verdict, &format!("step {n}"), &format!("step{n}"), &env_config)?;
@@ -116,7 +180,23 @@ impl Trainer {
             .collect();
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
         let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
-        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics, pace: played.pace })
+        let pace = played.pace;
+        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics, pace, versions, dropped })
+    }
+
+    /// The next played batch whose oldest token (over every rank's) is at most
+    /// `max_staleness` updates old; older ones are dropped, with every rank, and counted.
+    fn fresh(&self) -> Result<(Played, TokenVersions, Dropped)> {
+        let mut dropped = Dropped::default();
+        loop {
+            let played = self.played()?;
+            let versions = crate::data_parallel::token_versions(self.ranks(), played.versions)?;
+            if versions.staleness(self.state.step).1 <= self.cfg.asynchronous.max_staleness {
+                return Ok((played, versions, dropped));
+            }
+            dropped.batches += 1;
+            dropped.tokens += versions.tokens;
+        }
     }
 
     /// SFT step `k`'s episodes (`sft.episodes_per_step` seeds, one episode each) with the

@@ -561,6 +561,17 @@ impl TrainConfig {
                 "with [async] the generator thread keeps its own copy of the adapters; merged generation is not built for it yet: turn one off".into(),
             );
         }
+        if self.asynchronous.refresh == crate::generator::Refresh::DecodeStep {
+            if self.asynchronous.max_staleness == 0 {
+                return bad("async.refresh", "decode-step needs a generator: set async.max_staleness to 1 or more".into());
+            }
+            if self.engine.kind != vagen_model::EngineKind::Continuous {
+                return bad(
+                    "async.refresh",
+                    "decode-step needs the continuous engine (engine.kind = \"continuous\"): the static one cannot recompute running rows".into(),
+                );
+            }
+        }
         let cap = self.algorithm.off_policy_cap;
         if !(cap.is_finite() && cap >= 1.0) {
             return bad("algorithm.off_policy_cap", format!("{cap} is not a weight cap of at least 1"));

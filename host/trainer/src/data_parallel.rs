@@ -11,6 +11,7 @@
 //!   step ([`sum_grads`]): the sum is the one-process gradient, so every rank takes the same
 //!   step from the same weights.
 
+use crate::collect::TokenVersions;
 use crate::step_batch::StepBatch;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -62,6 +63,15 @@ pub(crate) fn rollout_metrics(ranks: &Ranks, totals: RolloutTotals) -> Result<Ro
         all.add(&t);
     }
     Ok(all.metrics())
+}
+
+/// The versions of every rank's sampled tokens.
+pub(crate) fn token_versions(ranks: &Ranks, local: TokenVersions) -> Result<TokenVersions> {
+    let mut all = TokenVersions::default();
+    for v in gather::<TokenVersions>(ranks, &local, "token versions")? {
+        all.add(&v);
+    }
+    Ok(all)
 }
 
 /// Every rank's `value` (`what`, for messages), in rank order.

@@ -497,7 +497,7 @@ impl Trainer {
             Some(g) => g.take(step),
             None => {
                 let share = (self.ranks.rank(), self.ranks.world());
-                crate::collect::play(&self.cfg, self.plugin.as_ref(), self.generator(), step, step, share)
+                crate::collect::play(&self.cfg, self.plugin.as_ref(), self.generator(), step, step, share, None)
             }
         }
     }
@@ -593,13 +593,24 @@ impl Trainer {
         if self.pipeline.is_some() {
             // The episodes' own time is the generator's (`timing_s/rollout` holds the
             // trainer's wait for them and their scoring and layout).
-            let pace = collected.pace;
-            m.values.insert("async/max_staleness".into(), self.cfg.asynchronous.max_staleness as f64);
-            m.values.insert("async/staleness".into(), (self.state.step - pace.version) as f64);
-            m.values.insert("timing_s/generate".into(), pace.play_s);
-            m.values.insert("timing_s/generator_wait".into(), pace.generator_wait_s);
-            m.values.insert("timing_s/wait_batch".into(), pace.trainer_wait_s);
-            m.values.insert("timing_s/weight_sync".into(), publish);
+            let (pace, dropped) = (collected.pace, collected.dropped);
+            let (mean, max) = collected.versions.staleness(self.state.step);
+            let busy = pace.play_s + pace.generator_wait_s;
+            for (name, value) in [
+                ("async/max_staleness", self.cfg.asynchronous.max_staleness as f64),
+                ("async/staleness", mean),
+                ("async/staleness_max", max as f64),
+                ("async/dropped_batches", dropped.batches as f64),
+                ("async/dropped_tokens", dropped.tokens as f64),
+                ("async/generator_idle", if busy > 0.0 { pace.generator_wait_s / busy } else { 0.0 }),
+                ("async/trainer_idle", pace.trainer_wait_s / timings.step.max(1e-9)),
+                ("timing_s/generate", pace.play_s),
+                ("timing_s/generator_wait", pace.generator_wait_s),
+                ("timing_s/wait_batch", pace.trainer_wait_s),
+                ("timing_s/weight_sync", publish),
+            ] {
+                m.values.insert(name.into(), value);
+            }
         }
         Ok(m)
     }

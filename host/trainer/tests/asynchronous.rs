@@ -51,8 +51,10 @@ fn batches_are_exactly_k_versions_behind_and_runs_repeat() {
     let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = run(a.path(), &["async.max_staleness=2", "rollout.reuse_logprobs=false"]);
     // Step n (0-based) is played with the weights after update max(n − 2, 0).
-    let staleness: Vec<f64> = first.iter().map(|l| l["async/staleness"].as_f64().unwrap()).collect();
-    assert_eq!(staleness, [0.0, 1.0, 2.0, 2.0]);
+    for name in ["async/staleness", "async/staleness_max"] {
+        let staleness: Vec<f64> = first.iter().map(|l| l[name].as_f64().unwrap()).collect();
+        assert_eq!(staleness, [0.0, 1.0, 2.0, 2.0], "{name}");
+    }
     // Stale weights show where generation's log-probs meet the update's forward: equal for the
     // first batch (the weights it was played with are the trainer's), not after updates.
     let diff = |l: &serde_json::Map<String, serde_json::Value>| l["rollout/logprob_diff_max"].as_f64().unwrap();
@@ -67,6 +69,32 @@ fn batches_are_exactly_k_versions_behind_and_runs_repeat() {
     let sync = run(c.path(), &["rollout.reuse_logprobs=false"]);
     assert_eq!(results(&sync[0]), results(&first[0]));
     assert_ne!(results(&sync[2]), results(&first[2]));
+}
+
+#[test]
+fn with_decode_step_refresh_no_consumed_token_is_more_than_k_versions_old() {
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(dir.path(), &["async.max_staleness=1", "async.refresh=\"decode-step\"", "schedule.steps=6"]);
+    assert_eq!(lines.len(), 6);
+    for (n, l) in lines.iter().enumerate() {
+        let (mean, max) = (l["async/staleness"].as_f64().unwrap(), l["async/staleness_max"].as_f64().unwrap());
+        // Batch n starts once the weights after update n − 1 are out, and takes newer ones
+        // as they come: which token gets which depends on the threads' timing, not its bound.
+        assert!(max <= 1.0 && mean <= max && mean >= 0.0, "step {}: staleness {mean} (max {max})", n + 1);
+        assert_eq!(l["async/dropped_batches"].as_f64(), Some(0.0));
+        let idle = l["async/generator_idle"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&idle), "{idle}");
+    }
+    assert_eq!(lines[0]["async/staleness_max"].as_f64(), Some(0.0), "the first batch is the first version's");
+}
+
+#[test]
+fn decode_step_refresh_without_a_generator_or_with_the_static_engine_is_refused_by_name() {
+    let refused = |sets: &[&str]| parse(&config("grpo", ""), sets).err().unwrap();
+    let e = refused(&["async.refresh=\"decode-step\""]);
+    assert!(e.contains("async.refresh") && e.contains("max_staleness"), "{e}");
+    let e = refused(&["async.refresh=\"decode-step\"", "async.max_staleness=1", "engine.kind=\"static\""]);
+    assert!(e.contains("async.refresh") && e.contains("continuous engine"), "{e}");
 }
 
 #[test]
