@@ -30,10 +30,11 @@ pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
     let exe = std::env::current_exe().context("finding this executable")?;
     println!("RL steps of {} ({} per run, the first a warm-up)", a.config.display(), a.steps);
     println!("step: the trainer's; generate: the episodes' own time (on the generator thread when k > 0);");
-    println!("wait: the trainer waiting for a batch; gen idle: the generator waiting for weights");
+    println!("wait: the trainer waiting for a batch; gen idle: the generator waiting for weights or");
+    println!("for room in the queue; stale: the consumed tokens' mean age in updates");
     println!(
-        "{:>2} {:>9} {:>7} {:>9} {:>7} {:>9} {:>8} {:>9} {:>9}",
-        "k", "steps/min", "step s", "generate", "wait s", "update s", "sync s", "gen idle", "speed-up"
+        "{:>2} {:>9} {:>7} {:>9} {:>7} {:>9} {:>8} {:>9} {:>6} {:>9}",
+        "k", "steps/min", "step s", "generate", "wait s", "update s", "sync s", "gen idle", "stale", "speed-up"
     );
     let mut base = None;
     let mut rows = vec![];
@@ -53,9 +54,10 @@ pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
         let speed = *base.get_or_insert(step) / step;
         let (update, sync, idle) =
             (mean("timing_s/update"), mean("timing_s/weight_sync"), mean("timing_s/generator_wait"));
+        let stale = if k == 0 { 0.0 } else { mean("async/staleness") };
         let na = |x: f64| if k == 0 { "-".to_string() } else { format!("{x:.3}") };
         println!(
-            "{k:>2} {:>9.2} {step:>7.2} {generate:>9.2} {wait:>7.2} {update:>9.2} {:>8} {:>9} {speed:>8.2}x",
+            "{k:>2} {:>9.2} {step:>7.2} {generate:>9.2} {wait:>7.2} {update:>9.2} {:>8} {:>9} {stale:>6.2} {speed:>8.2}x",
             60.0 / step,
             na(sync),
             na(idle),
@@ -63,7 +65,7 @@ pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
         rows.push(serde_json::json!({
             "max_staleness": k, "steps_per_min": 60.0 / step, "step_s": step, "generate_s": generate,
             "wait_batch_s": wait, "update_s": update, "weight_sync_s": sync, "generator_wait_s": idle,
-            "speed_up": speed,
+            "staleness": stale, "speed_up": speed,
         }));
     }
     if a.json {

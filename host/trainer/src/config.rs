@@ -561,6 +561,12 @@ impl TrainConfig {
                 "with [async] the generator thread keeps its own copy of the adapters; merged generation is not built for it yet: turn one off".into(),
             );
         }
+        if self.engine.device.is_some() && self.asynchronous.max_staleness == 0 {
+            return bad(
+                "engine.device",
+                "places the generator thread's copy of the model: set async.max_staleness to 1 or more (the synchronous trainer generates with the actor on model.device)".into(),
+            );
+        }
         if self.asynchronous.refresh == crate::generator::Refresh::DecodeStep {
             if self.asynchronous.max_staleness == 0 {
                 return bad("async.refresh", "decode-step needs a generator: set async.max_staleness to 1 or more".into());

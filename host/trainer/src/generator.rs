@@ -40,6 +40,12 @@ pub struct AsyncSection {
     pub max_staleness: usize,
     /// When the generator takes newer weights.
     pub refresh: Refresh,
+    /// libtorch intra-op threads of the generator thread (0: libtorch's default, every
+    /// core): the generator and the update share the machine's cores.
+    pub generator_threads: usize,
+    /// libtorch intra-op threads of the trainer's thread while a generator runs (0: as
+    /// before).
+    pub trainer_threads: usize,
 }
 
 /// `[async] refresh`.
@@ -129,6 +135,11 @@ impl Generator {
         weights: Vec<(String, Tensor)>,
     ) -> Result<Self> {
         let k = cfg.asynchronous.max_staleness;
+        if let (Some(d), true) = (cfg.engine.device, share.1 > 1) {
+            bail!(
+                "engine.device = \"{d}\" would put every rank's generator on one device: with several ranks each generator runs on its rank's device (leave engine.device unset)"
+            );
+        }
         let shared = Arc::new(Shared(Mutex::new(Versions::default()), Condvar::new()));
         shared.0.lock().expect("fresh").weights.insert(start, weights);
         // k batches may wait while the trainer works on another.
@@ -195,8 +206,11 @@ fn generate(
     tx: &SyncSender<Result<Played, String>>,
 ) -> Result<()> {
     let k = cfg.asynchronous.max_staleness;
-    let mut model = crate::train::load_model(cfg).context("the generator's copy of the model")?;
-    crate::train::attach_lora(cfg, &mut model)?;
+    own_threads(cfg.asynchronous.generator_threads);
+    let mut placed = cfg.clone();
+    placed.rank_device = cfg.engine.device.or(cfg.rank_device);
+    let mut model = crate::train::load_model(&placed).context("the generator's copy of the model")?;
+    crate::train::attach_lora(&placed, &mut model)?;
     let model = Rc::new(model);
     let loader = Arc::new(Mutex::new(Loader { shared: shared.clone(), vars: model.trainable(), loaded: None }));
     let mut blocked = 0.0;
@@ -212,14 +226,7 @@ fn generate(
         let waited = waited.elapsed().as_secs_f64();
         let hook: vagen_model::Refresh = match cfg.asynchronous.refresh {
             Refresh::Batch => Box::new(move || Ok(version as u64)),
-            Refresh::DecodeStep => {
-                let loader = loader.clone();
-                Box::new(move || {
-                    let mut l = loader.lock().map_err(|_| "the generator's weights are poisoned".to_string())?;
-                    let loaded = l.load(false, |w| newest(w, version)).map_err(|e| format!("{e:#}"))?;
-                    Ok(loaded.or(l.loaded).unwrap_or(version) as u64)
-                })
-            }
+            Refresh::DecodeStep => newest_between_steps(loader.clone(), version),
         };
         let mut played = play(cfg, plugin, model.clone(), step, version, share, Some(hook))?;
         played.pace.generator_wait_s = waited + blocked;
@@ -232,7 +239,67 @@ fn generate(
     Ok(())
 }
 
+/// The engine's hook for `refresh = "decode-step"`: the newest published version, loaded
+/// when newer than the one held (a batch started with `started`).
+fn newest_between_steps(loader: Arc<Mutex<Loader>>, started: usize) -> vagen_model::Refresh {
+    Box::new(move || {
+        let mut l = loader.lock().map_err(|_| "the generator's weights are poisoned".to_string())?;
+        let loaded = l.load(false, |w| newest(w, started)).map_err(|e| format!("{e:#}"))?;
+        Ok(loaded.or(l.loaded).unwrap_or(started) as u64)
+    })
+}
+
 /// The newest published version, if it is at least `want`.
 fn newest(weights: &BTreeMap<usize, Vec<(String, Tensor)>>, want: usize) -> Option<usize> {
     weights.keys().next_back().copied().filter(|&n| n >= want)
+}
+
+/// `n` libtorch intra-op threads for the calling thread alone (0: unchanged). OpenMP's
+/// thread count is per calling thread; libtorch applies its last process-wide setting to a
+/// thread on its first parallel operation, so that is triggered first (`get_num_threads`).
+pub(crate) fn own_threads(n: usize) {
+    if n > 0 {
+        let _ = tch::get_num_threads();
+        tch::set_num_threads(n as i32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn between_decode_steps_the_newest_published_version_is_loaded_and_older_ones_let_go() {
+        let shared = Arc::new(Shared(Mutex::new(Versions::default()), Condvar::new()));
+        let w = Tensor::zeros([2], (tch::Kind::Float, tch::Device::Cpu));
+        let vars = [("w".to_string(), w.shallow_clone())].into_iter().collect();
+        let loader = Arc::new(Mutex::new(Loader { shared: shared.clone(), vars, loaded: None }));
+        let publish = |v: usize| {
+            let t = Tensor::full([2], v as f64, (tch::Kind::Float, tch::Device::Cpu));
+            shared.0.lock().unwrap().weights.insert(v, vec![("w".to_string(), t)]);
+        };
+        publish(0);
+        let started = loader.lock().unwrap().load(true, |w| newest(w, 0)).unwrap();
+        assert_eq!(started, Some(0));
+        let mut hook = newest_between_steps(loader.clone(), 0);
+        assert_eq!(hook(), Ok(0), "nothing newer: the weights stay");
+        publish(1);
+        publish(2);
+        assert_eq!(hook(), Ok(2), "the newest, skipping 1");
+        assert_eq!(w.double_value(&[0]), 2.0);
+        assert_eq!(shared.0.lock().unwrap().weights.keys().copied().collect::<Vec<_>>(), [2]);
+        shared.0.lock().unwrap().closed = true;
+        assert_eq!(hook(), Ok(2), "a trainer gone leaves the weights held");
+    }
+
+    #[test]
+    fn a_threads_budget_is_its_own() {
+        let before = tch::get_num_threads();
+        let on_thread = std::thread::spawn(|| {
+            super::own_threads(1);
+            tch::get_num_threads()
+        });
+        assert_eq!(on_thread.join().unwrap(), 1);
+        assert_eq!(tch::get_num_threads(), before, "the calling thread keeps its own count");
+    }
 }

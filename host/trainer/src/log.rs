@@ -149,6 +149,8 @@ mod tests {
             rollout: Default::default(),
             laid_out: 2,
             pace: Default::default(),
+            versions: Default::default(),
+            dropped: Default::default(),
             explored_turns: 1,
             engine: Some(engine),
             reward_metrics,

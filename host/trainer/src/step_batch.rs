@@ -354,6 +354,7 @@ pub(crate) mod tests {
             origin,
             token_ids: None,
             logprobs: None,
+            versions: None,
             parsed: Parsed::default(),
             answer: String::new(),
             env_reward: reward,

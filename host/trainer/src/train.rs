@@ -561,6 +561,7 @@ impl Trainer {
             let g =
                 crate::generator::Generator::start(&self.cfg, self.plugin.clone(), share, self.state.step, weights)?;
             self.pipeline = Some(g);
+            crate::generator::own_threads(self.cfg.asynchronous.trainer_threads);
         }
         let t0 = Instant::now();
         let vision0 = vagen_model::vision_forward_seconds();

@@ -47,6 +47,18 @@ fn with_weights_that_never_change_the_generator_thread_plays_what_the_trainer_wo
 }
 
 #[test]
+fn k_zero_is_the_synchronous_trainer_figure_for_figure() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let sync = run(a.path(), &["schedule.steps=2"]);
+    let zero = run(b.path(), &["schedule.steps=2", "async.max_staleness=0", "async.refresh=\"batch\""]);
+    assert_eq!(sync.len(), 2);
+    for (s, z) in sync.iter().zip(&zero) {
+        assert_eq!(results(s), results(z));
+        assert!(!z.keys().any(|k| k.starts_with("async/")), "no generator, no pipeline figures");
+    }
+}
+
+#[test]
 fn batches_are_exactly_k_versions_behind_and_runs_repeat() {
     let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let first = run(a.path(), &["async.max_staleness=2", "rollout.reuse_logprobs=false"]);
@@ -89,12 +101,23 @@ fn with_decode_step_refresh_no_consumed_token_is_more_than_k_versions_old() {
 }
 
 #[test]
-fn decode_step_refresh_without_a_generator_or_with_the_static_engine_is_refused_by_name() {
+fn decode_step_refresh_or_an_engine_device_without_a_generator_is_refused_by_name() {
     let refused = |sets: &[&str]| parse(&config("grpo", ""), sets).err().unwrap();
     let e = refused(&["async.refresh=\"decode-step\""]);
     assert!(e.contains("async.refresh") && e.contains("max_staleness"), "{e}");
     let e = refused(&["async.refresh=\"decode-step\"", "async.max_staleness=1", "engine.kind=\"static\""]);
     assert!(e.contains("async.refresh") && e.contains("continuous engine"), "{e}");
+    let e = refused(&["engine.device=\"cpu\""]);
+    assert!(e.contains("engine.device") && e.contains("max_staleness"), "{e}");
+}
+
+#[test]
+fn the_generator_may_run_on_a_device_of_its_own() {
+    // Only the CPU here: the path that places the generator's copy and copies each
+    // version across (the GPU bundle has no second GPU either).
+    let dir = tempfile::tempdir().unwrap();
+    let lines = run(dir.path(), &["async.max_staleness=1", "engine.device=\"cpu\"", "schedule.steps=2"]);
+    assert_eq!(lines[1]["async/staleness"].as_f64(), Some(1.0));
 }
 
 #[test]

@@ -440,26 +440,27 @@ def data_parallel(s, ctx):
 
 def asynchronous(s, ctx):
     """RL steps per minute synchronously and with the generator thread one update behind
-    (`bench-async`, same device): the text demo's config, then the 0.5B shape in bf16."""
-    runs = [("text demo", {})]
+    (`bench-async`, same device): the text demo's config (also with the newest weights
+    loaded before every decode step), then the 0.5B shape in bf16."""
+    runs = [("text demo", {}, "0,1"), ("text demo decode-step", {"async.refresh": '"decode-step"'}, "1")]
     folder = ctx.scratch / "random-0.5b"
     shape = SHAPE_TINY if ctx.quick else SHAPE_0_5B
     if not (folder / "config.json").is_file():
         random_checkpoint(folder, shape, "bfloat16")
     runs.append((f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16",
-                 {"model.path": str(folder), "model.dtype": "bf16"}))
+                 {"model.path": str(folder), "model.dtype": "bf16"}, "0,1"))
     rows = []
-    for name, extra in runs:
+    for name, extra, staleness in runs:
         sets = {**extra, "model.device": ctx.device, "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
         if ctx.quick:
             sets.update({"env.groups": 2, "env.group_size": 2})
-        args = [HOST, "bench-async", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml", "--staleness", "0,1",
-                "--steps", "3" if ctx.quick else "5", "--json"]
+        args = [HOST, "bench-async", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml",
+                "--staleness", staleness, "--steps", "3" if ctx.quick else "5", "--json"]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
-        for row in last_json(s.run(args, watch_gpu=not ctx.cpu))["bench_async"]:
-            rows.append({"run": name, **row})
-        s.figure(f"bench_async_{name.replace(' ', '_')}", rows[-2:], shlex.join(map(str, args)))
+        new = [{"run": name, **row} for row in last_json(s.run(args, watch_gpu=not ctx.cpu))["bench_async"]]
+        rows += new
+        s.figure(f"bench_async_{name.replace(' ', '_')}", new, shlex.join(map(str, args)))
     keys = list(rows[0].keys())
     s.tables.append(("RL steps, synchronous (k = 0) and one update ahead (k = 1)", keys,
                      [[r[k] for k in keys] for r in rows]))

@@ -62,6 +62,9 @@ pub struct EngineOptions {
     /// weights (refreshed after every update; a second copy of the weights) instead of
     /// the adapters' extra matrix products. Read by whoever owns the model (the trainer).
     pub merge_lora: bool,
+    /// Where a generator that keeps its own copy of the model (the trainer's `[async]`
+    /// thread) places it, e.g. `cuda:1`; unset: the model's device. Read by that owner.
+    pub device: Option<crate::DeviceChoice>,
 }
 
 impl Default for EngineOptions {
@@ -73,6 +76,7 @@ impl Default for EngineOptions {
             kv_cache_mib: NonZeroUsize::new(4096).expect("positive"),
             reuse: true,
             merge_lora: false,
+            device: None,
         }
     }
 }
