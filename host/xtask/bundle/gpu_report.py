@@ -459,6 +459,11 @@ def asynchronous(s, ctx):
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
         new = [{"run": name, **row} for row in last_json(s.run(args, watch_gpu=not ctx.cpu))["bench_async"]]
+        if staleness == "1":
+            # Against the synchronous run of the same config, measured just before.
+            base = next(r for r in rows if r["run"] == "text demo" and r["max_staleness"] == 0)
+            for r in new:
+                r["speed_up"] = base["step_s"] / r["step_s"]
         rows += new
         s.figure(f"bench_async_{name.replace(' ', '_')}", new, shlex.join(map(str, args)))
     keys = list(rows[0].keys())
