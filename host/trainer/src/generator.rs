@@ -1,5 +1,6 @@
 //! `[async] max_staleness = k` (k ≥ 1): the RL step's episodes are played on a thread of
-//! their own, up to k steps ahead of the update, by a copy of the actor on the same device.
+//! their own, up to k steps ahead of the update, by a copy of the actor on the same device
+//! (or `engine.device`), with its own libtorch threads (`generator_threads`).
 //!
 //! The trainer publishes each update's trainable weights as a version. Batch n (0-based)
 //! starts only once the weights after update n − k are there (clamped to the first version
@@ -9,9 +10,9 @@
 //! stay a function of its seed and config, not of timing. With `refresh = "decode-step"`
 //! the generator loads the newest published version before every decode step (PipelineRL's
 //! in-flight updates): a trajectory in flight continues with the new weights, its running
-//! rows recomputed by the engine, each token recording the version that sampled it. Fresher
-//! tokens, but which version samples which token depends on timing, so seeds no longer
-//! reproduce a run. k = 0 is the synchronous trainer itself (no thread).
+//! rows recomputed by the engine (a prefill of each running row per new version), each
+//! token recording the version that sampled it. Fresher tokens, but which version samples
+//! which token depends on timing, so seeds no longer reproduce a run. k = 0 is the synchronous trainer itself (no thread).
 //!
 //! A consumed batch whose oldest token is more than k versions behind the trainer is
 //! dropped and counted; the start gate above means this does not happen in one process.
