@@ -86,11 +86,12 @@ fn metrics(dir: &Path) -> Vec<serde_json::Map<String, serde_json::Value>> {
         .collect()
 }
 
-/// Figures that depend on how the work was spread, not on the maths: time, and the
-/// generation engines' cache counters (each rank's engine shares prefixes only among its
-/// own groups).
+/// Figures that depend on how the work was spread, not on the maths: time (and the idle
+/// shares of time), and the generation engines' cache counters (each rank's engine shares
+/// prefixes only among its own groups).
 fn spread_dependent(key: &str) -> bool {
     key.starts_with("timing_s/")
+        || key.ends_with("_idle")
         || key == "throughput/tokens_per_s"
         || ["rollout/prefill_tokens", "rollout/kv_", "rollout/rows_freed_early"].iter().any(|p| key.starts_with(p))
 }

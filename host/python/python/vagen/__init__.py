@@ -5,10 +5,14 @@
     obs, info = env.reset(seed=0)
     obs, reward, terminated, truncated, info = env.step("Right, Down")
 
-`make_vec` steps many instances together on native threads; `check`, `fuzz` and `inspect`
+`make_vec` steps many instances together on native threads; `register(path, id)` makes a
+plugin a Gymnasium id (the reference plugins are registered as `vagen/FrozenLake-v0`, ...
+when `VAGEN_PLUGIN_PATH` names a folder holding them); `check`, `fuzz` and `inspect`
 are `vagen-host`'s plugin toolbox. Every plugin error is a `VagenError` subclass naming
 what happened (`PluginTimeout`, `PluginOutOfMemory`, `PluginTrap`, `BadConfig`, ...).
 """
+
+import os as _os
 
 from ._native import (
     BadConfig,
@@ -24,7 +28,7 @@ from ._native import (
     VagenError,
 )
 from ._plugin import AnyText
-from .env import Env, make
+from .env import REFERENCE_IDS, Env, make, register, register_reference
 from .tools import check, fuzz, inspect
 from .vector import VectorEnv, make_vec
 
@@ -48,4 +52,9 @@ __all__ = [
     "inspect",
     "make",
     "make_vec",
+    "register",
+    "register_reference",
+    "REFERENCE_IDS",
 ]
+
+register_reference([p for p in _os.environ.get("VAGEN_PLUGIN_PATH", "").split(_os.pathsep) if p])

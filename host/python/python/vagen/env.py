@@ -3,10 +3,12 @@
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import gymnasium as gym
 
 from . import _plugin
+from ._native import InvalidState
 
 
 class Env(gym.Env):
@@ -27,6 +29,13 @@ class Env(gym.Env):
     metadata = {"render_modes": ["rgb_array", "ansi"], "render_fps": 4}
 
     def __init__(self, path, config=None, limits=None, *, allow_native=False, render_mode=None, max_turns=None, extras=True):
+        # What pickling remakes the env from (the plugin's state cannot leave its sandbox).
+        self._made_with = (
+            os.fspath(path),
+            config,
+            limits,
+            {"allow_native": allow_native, "render_mode": render_mode, "max_turns": max_turns, "extras": extras},
+        )
         self.plugin = _plugin.load(path, limits, allow_native)
         self.manifest = json.loads(self.plugin.manifest())
         self._native = self.plugin.create(_plugin.config_json(config))
@@ -46,7 +55,34 @@ class Env(gym.Env):
         self._turn = 0
         self._last = None
 
+    def __reduce__(self):
+        """Pickled by what made it: path, config, limits and keyword arguments. The copy is a
+        fresh instance (reset it); so `AsyncVectorEnv` starts members under fork, spawn and
+        forkserver alike."""
+        path, config, limits, kwargs = self._made_with
+        return (_remake, (path, config, limits, kwargs))
+
+    @property
+    def _native(self):
+        if self.__dict__.get("_instance") is None:
+            raise InvalidState("this env is closed: reset() starts a new instance")
+        return self._instance
+
+    @_native.setter
+    def _native(self, instance):
+        self._instance = instance
+
+    def close(self):
+        """Releases the plugin instance and its sandbox (its memory). A later `reset` starts
+        a new instance (Gymnasium's `AsyncVectorEnv` closes the env it reads the spaces from,
+        which forked members may still hold); any other call raises `InvalidState`. Closing
+        twice is harmless."""
+        self._instance = None
+        super().close()
+
     def reset(self, *, seed=None, options=None):
+        if self.__dict__.get("_instance") is None:
+            self._instance = self.plugin.create(_plugin.config_json(self._made_with[1]))
         super().reset(seed=seed)
         plugin_seed = seed if seed is not None else int(self.np_random.integers(0, 2**63))
         self._last = self._layout.observation(self._native.reset(plugin_seed))
@@ -88,8 +124,48 @@ class Env(gym.Env):
                 info["oracle"] = self._native.oracle()
 
 
+def _remake(path, config, limits, kwargs):
+    return make(path, config, limits, **kwargs)
+
+
 ENV_ID = "vagen/Plugin-v0"
 gym.register(id=ENV_ID, entry_point="vagen.env:Env")
+
+# The reference plugins' stable ids, by file name.
+REFERENCE_IDS = {
+    "bandit": "vagen/Bandit-v0",
+    "countdown": "vagen/Countdown-v0",
+    "frozenlake": "vagen/FrozenLake-v0",
+    "navigation": "vagen/Navigation-v0",
+    "sokoban": "vagen/Sokoban-v0",
+    "svg": "vagen/SVG-v0",
+}
+
+
+def register(path, id, config=None, limits=None, **kwargs):
+    """Registers the plugin file `path` under `id` (e.g. "vagen/Mastermind-v0") with its
+    config, limits and `make` keyword arguments, so `gymnasium.make(id)` and
+    `gymnasium.make_vec(id, n, vectorization_mode=...)` build it. The path is made absolute
+    here; a missing file is an error now, not at `make`."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such plugin file")
+    gym.register(id=id, entry_point="vagen.env:Env", kwargs={"path": str(path), "config": config, "limits": limits, **kwargs})
+
+
+def register_reference(folders):
+    """Registers each reference plugin found in `folders` (the first one found wins) under
+    its stable id (`REFERENCE_IDS`); returns the ids registered. At import, the folders of
+    the `VAGEN_PLUGIN_PATH` environment variable (separated by `os.pathsep`) are searched."""
+    done = []
+    for name, env_id in REFERENCE_IDS.items():
+        for folder in folders:
+            candidate = Path(folder) / f"{name}.wasm"
+            if candidate.is_file():
+                register(candidate, env_id)
+                done.append(env_id)
+                break
+    return done
 
 
 def make(path, config=None, limits=None, **kwargs):

@@ -9,6 +9,7 @@ from gymnasium.vector import VectorEnv as GymVectorEnv
 from gymnasium.vector.utils import batch_space
 
 from . import _plugin
+from ._native import InvalidState
 
 
 class VectorEnv(GymVectorEnv):
@@ -24,9 +25,20 @@ class VectorEnv(GymVectorEnv):
     per instance and step).
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": ["rgb_array", "ansi"]}
 
-    def __init__(self, path, num_envs, config=None, limits=None, *, allow_native=False, max_turns=None, extras=True):
+    def __init__(
+        self,
+        path,
+        num_envs,
+        config=None,
+        limits=None,
+        *,
+        allow_native=False,
+        render_mode=None,
+        max_turns=None,
+        extras=True,
+    ):
         if num_envs < 1:
             raise ValueError(f"num_envs must be at least 1, not {num_envs}")
         self.plugin = _plugin.load(path, limits, allow_native)
@@ -49,6 +61,25 @@ class VectorEnv(GymVectorEnv):
         self.single_action_space = _plugin.AnyText(text_limit)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
+        modes = ["rgb_array", "ansi"] if self._layout.shapes else ["ansi"]
+        self.metadata = {**self.metadata, "render_modes": modes}
+        if render_mode is not None and render_mode not in modes:
+            raise ValueError(f"render_mode must be one of {modes} for this config, not {render_mode!r}")
+        self.render_mode = render_mode
+
+    def render(self):
+        """Each member's frame, as `SyncVectorEnv` gives them: its observation's (first)
+        image with "rgb_array", its text with "ansi"; `None` before the first reset or
+        without a render mode."""
+        if self.render_mode is None or self._last_obs is None:
+            return None
+        if self.render_mode == "ansi":
+            return tuple(o["text"] for o in self._last_obs)
+        return tuple(o["image"] if "image" in o else o["images"][0] for o in self._last_obs)
+
+    def close_extras(self, **kwargs):
+        """Releases every instance and its sandbox; the vector env cannot be used after."""
+        self._pool = None
 
     def reset(self, *, seed=None, options=None):
         """Resets every instance, or with `options={"reset_mask": mask}` (a bool array, one
@@ -150,6 +181,8 @@ class VectorEnv(GymVectorEnv):
                 info["oracle"] = extra[1]
 
     def _run(self, ops):
+        if self._pool is None:
+            raise InvalidState("this vector env is closed")
         results = self._pool.run(ops, self.extras, self.extras and self.manifest["has_oracle"])
         for i, (what, result, _) in enumerate(results):
             if what == "error":
