@@ -1,7 +1,16 @@
 //! `vagen-host serve`: an OpenAI-compatible server of our own engine (`/v1/models`,
 //! `/v1/chat/completions` with and without streaming). Requests that arrive together are
 //! answered by one generation call: a worker thread owns the model and gathers what waits
-//! (up to `--max-batch`, for at most `--batch-wait-ms` after the first).
+//! (up to `--max-batch` completions, for at most `--batch-wait-ms` after the first).
+//!
+//! OpenAI's semantics: draws are fresh per request unless `seed` is given (choice i of a
+//! seeded request draws with `seed + i`, so `n = 4` equals four single requests seeded
+//! `seed` … `seed + 3`); `n` completions share the prompt's prefill (the engine's prefix
+//! sharing); `logprobs` are the sampled tokens' under the temperature-scaled distribution
+//! they were drawn from; every choice carries its `token_ids` (our extension). Fields we do
+//! not implement (`tools`, `response_format`, …) are refused by name, never ignored; every
+//! error, 404 and 413 included, has OpenAI's JSON shape. Bodies come typed
+//! (`vagen_policy::openai`, shared with the judge's client).
 
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result};
@@ -20,6 +29,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vagen_model::{Chat, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model};
+use vagen_policy::openai::{
+    AssistantMessage, ChatChunk, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ChunkChoice, Content, Delta,
+    ErrorBody, ErrorDetail, Part, TokenLogprob, Usage,
+};
 
 #[derive(Args)]
 pub struct ServeArgs {
@@ -43,6 +56,9 @@ pub struct ServeArgs {
     /// `model` picks an adapter or the base, and requests for different ones share a batch.
     #[arg(long = "lora", value_name = "NAME=DIR", value_parser = parse_lora)]
     lora: Vec<(String, std::path::PathBuf)>,
+    /// Request bodies larger than this are refused (413) before they are read whole (MiB).
+    #[arg(long, default_value = "16")]
+    max_body_mib: NonZeroUsize,
 }
 
 fn parse_lora(s: &str) -> Result<(String, std::path::PathBuf), String> {
@@ -52,7 +68,7 @@ fn parse_lora(s: &str) -> Result<(String, std::path::PathBuf), String> {
     }
 }
 
-/// One chat completion to generate.
+/// One request's completions to generate: one per seed.
 struct Job {
     messages: Vec<Message>,
     images: Vec<Image>,
@@ -60,22 +76,31 @@ struct Job {
     temperature: f64,
     top_p: f64,
     stop: Vec<String>,
-    seed: Option<u64>,
+    seeds: Vec<u64>,
     /// The served adapter (0: the base).
     adapter: usize,
-    reply: tokio::sync::oneshot::Sender<Result<Answer, String>>,
+    reply: tokio::sync::oneshot::Sender<Reply>,
 }
 
+/// A request's completions, or why there are none.
+type Reply = Result<Vec<Answer>, String>;
+
+/// One completion.
 struct Answer {
     text: String,
     finish: FinishReason,
     prompt_tokens: usize,
-    completion_tokens: usize,
+    token_ids: Vec<u32>,
+    /// Each sampled token's text, for `logprobs`.
+    tokens: Vec<String>,
+    logprobs: Vec<f32>,
 }
 
 struct Shared {
     /// The served models' ids by engine adapter index: the base's, then each `--lora`'s.
     names: Vec<String>,
+    max_body: usize,
+    max_batch: usize,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
     generations: Arc<AtomicUsize>,
@@ -109,7 +134,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         generations: generations.clone(),
     };
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(queue))?;
-    let shared = Arc::new(Shared { names, jobs, has_vision, generations, requests });
+    let max_body = a.max_body_mib.get() << 20;
+    let shared =
+        Arc::new(Shared { names, max_body, max_batch: a.max_batch.get(), jobs, has_vision, generations, requests });
     let app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -139,11 +166,15 @@ struct Worker {
 impl Worker {
     fn run(mut self, queue: mpsc::Receiver<Job>) {
         while let Ok(first) = queue.recv() {
+            let mut completions = first.seeds.len();
             let mut jobs = vec![first];
             let until = Instant::now() + self.wait;
-            while jobs.len() < self.max_batch {
+            while completions < self.max_batch {
                 match queue.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                    Ok(job) => jobs.push(job),
+                    Ok(job) => {
+                        completions += job.seeds.len();
+                        jobs.push(job);
+                    }
                     Err(_) => break,
                 }
             }
@@ -166,44 +197,87 @@ impl Worker {
             stop: first.stop.clone(),
             ..Default::default()
         };
-        let (chats, replies): (Vec<Chat>, Vec<_>) = jobs
-            .into_iter()
-            .map(|j| {
-                (
-                    Chat {
-                        messages: j.messages,
-                        images: j.images,
-                        max_tokens: j.max_tokens,
-                        seed: j.seed,
-                        adapter: j.adapter,
-                    },
-                    j.reply,
-                )
+        let chats: Vec<Chat> = jobs
+            .iter()
+            .flat_map(|j| {
+                j.seeds.iter().map(|&seed| Chat {
+                    messages: j.messages.clone(),
+                    images: j.images.clone(),
+                    max_tokens: j.max_tokens,
+                    seed: Some(seed),
+                    adapter: j.adapter,
+                })
             })
-            .unzip();
+            .collect();
         let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
         if answered.generated > 0 {
             self.generations.fetch_add(1, Ordering::SeqCst);
         }
-        for (reply, answer) in replies.into_iter().zip(answered.answers) {
-            let answer = answer.map_err(|e| e.to_string()).map(|a| Answer {
-                completion_tokens: a.generation.token_ids.len(),
-                text: a.generation.text,
-                finish: a.generation.finish,
-                prompt_tokens: a.prompt_tokens,
-            });
-            let _ = reply.send(answer);
+        let mut answers = answered.answers.into_iter();
+        for job in jobs {
+            let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
+            let answer = mine
+                .into_iter()
+                .map(|a| {
+                    let a = a.map_err(|e| e.to_string())?;
+                    let tokens = a
+                        .generation
+                        .token_ids
+                        .iter()
+                        .map(|&t| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string()))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok(Answer {
+                        text: a.generation.text,
+                        finish: a.generation.finish,
+                        prompt_tokens: a.prompt_tokens,
+                        token_ids: a.generation.token_ids,
+                        tokens,
+                        logprobs: a.generation.logprobs,
+                    })
+                })
+                .collect::<Result<Vec<_>, String>>();
+            let _ = job.reply.send(answer);
         }
     }
 }
 
+/// An error in OpenAI's shape; `param` names the request field at fault.
+fn error_with(status: StatusCode, message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Response {
+    let kind = match status {
+        StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
+        _ => "server_error",
+    };
+    let detail = ErrorDetail {
+        message: message.into(),
+        kind: kind.into(),
+        param: param.map(str::to_string),
+        code: code.map(str::to_string),
+    };
+    (status, Json(ErrorBody { error: detail })).into_response()
+}
+
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    let kind = if status == StatusCode::BAD_REQUEST { "invalid_request_error" } else { "server_error" };
-    (status, Json(json!({ "error": { "message": message.into(), "type": kind } }))).into_response()
+    error_with(status, message, None, None)
+}
+
+/// A request refused for one of its fields.
+struct Refused {
+    param: &'static str,
+    message: String,
+}
+
+fn refused(param: &'static str, message: impl Into<String>) -> Refused {
+    Refused { param, message: message.into() }
 }
 
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// Fresh draws for an unseeded request: std's randomly keyed hasher (a new key per call).
+fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
 async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
@@ -212,12 +286,11 @@ async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
     Json(json!({ "object": "list", "data": data }))
 }
 
-/// The adapter a request's `model` names: 0 for the base (or, with no adapters served, any
-/// name), else the adapter's index; `None` for a name nothing here serves.
-fn adapter_of(s: &Shared, body: &Value) -> Option<usize> {
-    match body["model"].as_str() {
+/// The adapter a request's `model` names: 0 for the base (or no name), else the adapter's
+/// index; `None` for a name nothing here serves.
+fn adapter_of(s: &Shared, model: Option<&str>) -> Option<usize> {
+    match model {
         None => Some(0),
-        Some(_) if s.names.len() == 1 => Some(0),
         Some(name) => s.names.iter().position(|n| n == name),
     }
 }
@@ -229,40 +302,71 @@ async fn stats(State(s): State<Arc<Shared>>) -> Json<Value> {
     }))
 }
 
+/// Fields of OpenAI's request that change what is generated and that this server does not
+/// implement: refused, never ignored.
+const NOT_IMPLEMENTED: &[&str] = &[
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "response_format",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "reasoning_effort",
+];
+
+/// Fields that do not change the answer, accepted and not used.
+const IGNORED: &[&str] = &["user", "metadata", "store", "stream_options", "service_tier", "parallel_tool_calls"];
+
 /// The request's messages (text with `<image>` markers) and images, or what is wrong.
-fn read_messages(body: &Value, vision: bool) -> Result<(Vec<Message>, Vec<Image>), String> {
-    let list = body["messages"].as_array().ok_or("messages must be a list")?;
-    if list.is_empty() {
-        return Err("messages is empty".into());
+fn read_messages(r: &ChatRequest, vision: bool) -> Result<(Vec<Message>, Vec<Image>), Refused> {
+    if r.messages.is_empty() {
+        return Err(refused("messages", "messages is empty"));
     }
     let mut images = vec![];
     let mut out = vec![];
-    for (i, m) in list.iter().enumerate() {
-        let role = m["role"].as_str().ok_or(format!("messages[{i}].role must be a string"))?;
-        let text = match &m["content"] {
-            Value::String(s) => s.clone(),
-            Value::Array(parts) => {
+    for (i, m) in r.messages.iter().enumerate() {
+        // `developer` is OpenAI's newer name for `system`.
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            other => {
+                return Err(refused(
+                    "messages",
+                    format!("messages[{i}].role {other:?}: only system, developer, user and assistant are served"),
+                ));
+            }
+        };
+        let text = match &m.content {
+            Content::Text(s) => s.clone(),
+            Content::Empty => String::new(),
+            Content::Parts(parts) => {
                 let mut text = String::new();
                 for (k, p) in parts.iter().enumerate() {
-                    match p["type"].as_str() {
-                        Some("text") => text.push_str(p["text"].as_str().unwrap_or("")),
-                        Some("image_url") => {
+                    match p {
+                        Part::Text { text: t } => text.push_str(t),
+                        Part::ImageUrl { image_url } => {
                             if !vision {
-                                return Err(format!(
-                                    "messages[{i}].content[{k}]: this model has no vision tower; send text only"
+                                return Err(refused(
+                                    "messages",
+                                    format!(
+                                        "messages[{i}].content[{k}]: this model has no vision tower; send text only"
+                                    ),
                                 ));
                             }
-                            let url = p["image_url"]["url"].as_str().unwrap_or("");
-                            images.push(decode_image(url).map_err(|e| format!("messages[{i}].content[{k}]: {e}"))?);
+                            let image = decode_image(&image_url.url)
+                                .map_err(|e| refused("messages", format!("messages[{i}].content[{k}]: {e}")))?;
+                            images.push(image);
                             text.push_str(IMAGE_MARKER);
                         }
-                        other => return Err(format!("messages[{i}].content[{k}]: unsupported part type {other:?}")),
                     }
                 }
                 text
             }
-            Value::Null => String::new(),
-            _ => return Err(format!("messages[{i}].content must be a string or a list of parts")),
         };
         out.push(Message::new(role, text));
     }
@@ -281,104 +385,200 @@ fn decode_image(url: &str) -> Result<Image, String> {
     Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
 }
 
+/// What the worker generates for `r`, or the field that refuses it.
 fn job(
-    body: &Value,
-    vision: bool,
+    r: &ChatRequest,
+    s: &Shared,
     adapter: usize,
-) -> Result<(Job, tokio::sync::oneshot::Receiver<Result<Answer, String>>), String> {
-    let (messages, images) = read_messages(body, vision)?;
-    if body["n"].as_u64().is_some_and(|n| n != 1) {
-        return Err("n: only 1 completion per request".into());
-    }
-    let number = |key: &str, default: f64| -> Result<f64, String> {
-        match &body[key] {
-            Value::Null => Ok(default),
-            v => v.as_f64().filter(|x| x.is_finite()).ok_or(format!("{key} must be a number")),
+) -> Result<(Job, tokio::sync::oneshot::Receiver<Reply>), Refused> {
+    for (key, value) in &r.other {
+        if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
+            if !value.is_null() {
+                return Err(refused(name, format!("{name}: not supported by this server")));
+            }
+        } else if let Some(&name) = ["frequency_penalty", "presence_penalty"].iter().find(|n| **n == key.as_str()) {
+            if !(value.is_null() || value.as_f64() == Some(0.0)) {
+                return Err(refused(name, format!("{name}: only 0 is supported")));
+            }
+        } else if !IGNORED.contains(&key.as_str()) {
+            return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
-    };
-    let temperature = number("temperature", 1.0)?;
-    let top_p = number("top_p", 1.0)?;
-    if temperature < 0.0 || !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(format!("temperature {temperature} must be >= 0 and top_p {top_p} in (0, 1]"));
     }
-    let max_tokens = body["max_completion_tokens"].as_u64().or(body["max_tokens"].as_u64()).unwrap_or(256) as usize;
-    if max_tokens == 0 {
-        return Err("max_tokens must be at least 1".into());
+    let (messages, images) = read_messages(r, s.has_vision)?;
+    let n = r.n.unwrap_or(1);
+    if !(1..=s.max_batch as i64).contains(&n) {
+        return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));
     }
-    let stop = match &body["stop"] {
-        Value::Null => vec![],
-        Value::String(s) => vec![s.clone()],
-        Value::Array(a) => a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect(),
-        _ => return Err("stop must be a string or a list of strings".into()),
+    let temperature = r.temperature.unwrap_or(1.0);
+    if !(temperature.is_finite() && (0.0..=2.0).contains(&temperature)) {
+        return Err(refused("temperature", format!("temperature {temperature}: must be in [0, 2]")));
+    }
+    let top_p = r.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(refused("top_p", format!("top_p {top_p}: must be in (0, 1]")));
+    }
+    let (param, asked) = match (r.max_completion_tokens, r.max_tokens) {
+        (Some(m), _) => ("max_completion_tokens", Some(m)),
+        (None, m) => ("max_tokens", m),
     };
+    // Past the context's room, capped there (`answer_chats`).
+    let max_tokens = match asked {
+        None => 256,
+        Some(m) if m >= 1 => usize::try_from(m).unwrap_or(usize::MAX),
+        Some(m) => return Err(refused(param, format!("{param} {m}: must be at least 1"))),
+    };
+    if r.top_logprobs.is_some_and(|k| k != 0) {
+        return Err(refused("top_logprobs", "top_logprobs: not supported yet (logprobs of the sampled tokens are)"));
+    }
+    let stop = r.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
+    if stop.len() > 4 {
+        return Err(refused("stop", format!("stop: {} strings, at most 4", stop.len())));
+    }
+    let base = r.seed.unwrap_or_else(fresh_seed);
+    let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
     let (reply, answer) = tokio::sync::oneshot::channel();
-    let seed = body["seed"].as_u64();
-    Ok((Job { messages, images, max_tokens, temperature, top_p, stop, seed, adapter, reply }, answer))
+    Ok((Job { messages, images, max_tokens, temperature, top_p, stop, seeds, adapter, reply }, answer))
 }
 
-async fn chat(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
-    let body: Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
+    let bytes = match axum::body::to_bytes(request.into_body(), s.max_body).await {
+        Ok(b) => b,
+        Err(_) => {
+            let message = format!("the body is larger than {} MiB (--max-body-mib)", s.max_body >> 20);
+            return error_with(StatusCode::PAYLOAD_TOO_LARGE, message, None, Some("body_too_large"));
+        }
     };
-    let Some(adapter) = adapter_of(&s, &body) else {
-        let message = format!("model {}: not served here (served: {})", body["model"], s.names.join(", "));
-        let body =
-            json!({ "error": { "message": message, "type": "invalid_request_error", "code": "model_not_found" } });
-        return (StatusCode::NOT_FOUND, Json(body)).into_response();
+    let r: ChatRequest = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            let message = format!("the body is not a chat-completions request: {e}");
+            return error_with(StatusCode::BAD_REQUEST, message, Some("body"), None);
+        }
+    };
+    let Some(adapter) = adapter_of(&s, r.model.as_deref()) else {
+        let message =
+            format!("model {:?}: not served here (served: {})", r.model.unwrap_or_default(), s.names.join(", "));
+        return error_with(StatusCode::NOT_FOUND, message, Some("model"), Some("model_not_found"));
     };
     let model = s.names[adapter].clone();
-    let (job, answer) = match job(&body, s.has_vision, adapter) {
+    let (job, answer) = match job(&r, &s, adapter) {
         Ok(j) => j,
-        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+        Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
     };
     s.requests.fetch_add(1, Ordering::SeqCst);
     if s.jobs.send(job).is_err() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread has stopped");
     }
-    let answer = match answer.await {
+    let answers = match answer.await {
         Ok(Ok(a)) => a,
-        Ok(Err(e)) => return error(StatusCode::BAD_REQUEST, e),
+        Ok(Err(e)) => return error_with(StatusCode::BAD_REQUEST, e, Some("messages"), None),
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread dropped the request"),
     };
-    let id = format!("chatcmpl-{:x}", now() ^ s.requests.load(Ordering::SeqCst) as u64);
-    let finish = match answer.finish {
-        FinishReason::Length => "length",
-        FinishReason::Eos | FinishReason::Stop => "stop",
-    };
-    if body["stream"].as_bool() == Some(true) {
-        return stream(&model, &id, &answer.text, finish);
+    let id = format!("chatcmpl-{:x}", fresh_seed());
+    let logprobs = r.logprobs == Some(true);
+    if r.stream == Some(true) {
+        return stream(&model, &id, &answers, logprobs);
     }
-    Json(json!({
-        "id": id,
-        "object": "chat.completion",
-        "created": now(),
-        "model": model,
-        "choices": [{ "index": 0, "message": { "role": "assistant", "content": answer.text }, "finish_reason": finish }],
-        "usage": {
-            "prompt_tokens": answer.prompt_tokens,
-            "completion_tokens": answer.completion_tokens,
-            "total_tokens": answer.prompt_tokens + answer.completion_tokens,
-        },
-    }))
-    .into_response()
+    let prompt_tokens = answers.first().map_or(0, |a| a.prompt_tokens);
+    let completion_tokens = answers.iter().map(|a| a.token_ids.len()).sum::<usize>();
+    let choices = answers
+        .into_iter()
+        .enumerate()
+        .map(|(index, a)| Choice {
+            index,
+            message: AssistantMessage { role: "assistant".into(), content: Some(a.text.clone()) },
+            finish_reason: Some(finish_reason(a.finish).into()),
+            logprobs: logprobs.then(|| token_logprobs(&a, 0..a.token_ids.len())),
+            token_ids: Some(a.token_ids),
+        })
+        .collect();
+    let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens };
+    let response =
+        ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) };
+    Json(response).into_response()
 }
 
-/// The completion as server-sent events: the role, the text a word at a time, the finish
-/// reason, `[DONE]`. (Sent once the batch is generated: the engine does not yield tokens.)
-fn stream(model: &str, id: &str, text: &str, finish: &str) -> Response {
-    let chunk = |delta: Value, finish: Value| {
-        let c = json!({
-            "id": id, "object": "chat.completion.chunk", "created": now(), "model": model,
-            "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
-        });
-        format!("data: {c}\n\n")
-    };
-    let mut body = chunk(json!({ "role": "assistant", "content": "" }), Value::Null);
-    for piece in text.split_inclusive(char::is_whitespace) {
-        body.push_str(&chunk(json!({ "content": piece }), Value::Null));
+fn finish_reason(f: FinishReason) -> &'static str {
+    match f {
+        FinishReason::Length => "length",
+        FinishReason::Eos | FinishReason::Stop => "stop",
     }
-    body.push_str(&chunk(json!({}), json!(finish)));
+}
+
+/// Tokens `range` of an answer with their log-probs (no alternatives: `top_logprobs` is
+/// refused).
+fn token_logprobs(a: &Answer, range: std::ops::Range<usize>) -> ChoiceLogprobs {
+    let content = range
+        .map(|i| TokenLogprob {
+            token: a.tokens[i].clone(),
+            logprob: a.logprobs[i],
+            bytes: a.tokens[i].as_bytes().to_vec(),
+            top_logprobs: vec![],
+        })
+        .collect();
+    ChoiceLogprobs { content }
+}
+
+/// The completions as server-sent events: for each choice its role, then a token at a time
+/// (with its id, and its log-prob when asked), then its finish reason; `[DONE]`. (Sent once
+/// the batch is generated: the engine does not yield tokens yet.)
+fn stream(model: &str, id: &str, answers: &[Answer], logprobs: bool) -> Response {
+    let event = |choice: ChunkChoice| {
+        let c = ChatChunk {
+            id: id.into(),
+            object: "chat.completion.chunk".into(),
+            created: now(),
+            model: model.into(),
+            choices: vec![choice],
+        };
+        format!("data: {}\n\n", serde_json::to_string(&c).expect("plain data"))
+    };
+    let mut body = String::new();
+    for (index, a) in answers.iter().enumerate() {
+        let role = Delta { role: Some("assistant".into()), content: Some(String::new()) };
+        body.push_str(&event(ChunkChoice { index, delta: role, finish_reason: None, logprobs: None, token_ids: None }));
+        // Token texts join to more than the answer where a stop string cut it or the end
+        // token ended it: the text is given as the answer has it, token by token.
+        let mut said = 0;
+        for (i, &t) in a.token_ids.iter().enumerate() {
+            let piece = &a.tokens[i];
+            let room = a.text.len().saturating_sub(said);
+            let content: String = if piece.len() <= room && a.text[said..].starts_with(piece.as_str()) {
+                piece.clone()
+            } else if i + 1 == a.token_ids.len() {
+                a.text[said..].to_string()
+            } else {
+                String::new()
+            };
+            said += content.len();
+            let choice = ChunkChoice {
+                index,
+                delta: Delta { role: None, content: Some(content) },
+                finish_reason: None,
+                logprobs: logprobs.then(|| token_logprobs(a, i..i + 1)),
+                token_ids: Some(vec![t]),
+            };
+            body.push_str(&event(choice));
+        }
+        if said < a.text.len() {
+            let rest = Delta { role: None, content: Some(a.text[said..].to_string()) };
+            body.push_str(&event(ChunkChoice {
+                index,
+                delta: rest,
+                finish_reason: None,
+                logprobs: None,
+                token_ids: None,
+            }));
+        }
+        let end = ChunkChoice {
+            index,
+            delta: Delta::default(),
+            finish_reason: Some(finish_reason(a.finish).into()),
+            logprobs: None,
+            token_ids: None,
+        };
+        body.push_str(&event(end));
+    }
     body.push_str("data: [DONE]\n\n");
     ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from(body))
         .into_response()

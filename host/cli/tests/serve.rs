@@ -172,30 +172,121 @@ fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request(
     assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 0, "a 400 is not asked again");
 }
 
+/// POSTs `body` to the chat endpoint: the status and the JSON answer.
+fn post(url: &str, body: &str) -> (u16, serde_json::Value) {
+    let mut r = ureq::post(&format!("{url}/chat/completions"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .header("content-type", "application/json")
+        .send(body)
+        .unwrap();
+    (r.status().as_u16(), r.body_mut().read_json().unwrap())
+}
+
 #[test]
 fn serve_refuses_bad_requests_with_openai_errors() {
-    let server = Server::start(&[]);
-    let url = format!("{}/chat/completions", server.url);
-    for (body, needle) in [
-        (r#"{"messages": []}"#, "messages is empty"),
-        (r#"not json"#, "not JSON"),
-        (r#"{"messages": [{"role": "user", "content": "x"}], "n": 3}"#, "n: only 1"),
+    let server = Server::start(&["--max-body-mib", "1"]);
+    let m = r#""messages": [{"role": "user", "content": "x"}]"#;
+    let cases = [
+        (r#"{"messages": []}"#.to_string(), 400, "messages", "messages is empty"),
+        ("not json".into(), 400, "body", "not a chat-completions request"),
+        (format!(r#"{{{m}, "n": 0}}"#), 400, "n", "n 0: must be a whole number from 1"),
+        (format!(r#"{{{m}, "n": 1.5}}"#), 400, "body", "not a chat-completions request"),
+        (format!(r#"{{{m}, "max_tokens": -1}}"#), 400, "max_tokens", "must be at least 1"),
+        (format!(r#"{{{m}, "temperature": 3}}"#), 400, "temperature", "[0, 2]"),
+        (format!(r#"{{{m}, "tools": [{{"type": "function"}}]}}"#), 400, "tools", "tools: not supported"),
+        (format!(r#"{{{m}, "response_format": {{"type": "json_object"}}}}"#), 400, "response_format", "not supported"),
+        (format!(r#"{{{m}, "logprobs": true, "top_logprobs": 2}}"#), 400, "top_logprobs", "not supported yet"),
+        (format!(r#"{{{m}, "frequency_penalty": 0.5}}"#), 400, "frequency_penalty", "only 0"),
+        (format!(r#"{{{m}, "colour": "blue"}}"#), 400, "body", "colour: not a chat-completions field"),
+        (r#"{"messages": [{"role": "tool", "content": "x"}]}"#.into(), 400, "messages", "role \"tool\""),
         (
-            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}"#,
+            r#"{"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}"#.into(),
+            400,
+            "messages",
             "no vision tower",
         ),
-    ] {
-        let mut r = ureq::post(&url)
-            .config()
-            .http_status_as_error(false)
-            .build()
-            .header("content-type", "application/json")
-            .send(body)
-            .unwrap();
-        assert_eq!(r.status().as_u16(), 400, "{body}");
-        let v: serde_json::Value = r.body_mut().read_json().unwrap();
-        assert!(v["error"]["message"].as_str().unwrap().contains(needle), "{body}: {v}");
+        (format!(r#"{{"model": "gpt-9", {m}}}"#), 404, "model", "not served here"),
+        (format!(r#"{{{m}, "user": "{}"}}"#, "x".repeat(2 << 20)), 413, "", "larger than 1 MiB"),
+    ];
+    for (body, status, param, needle) in cases {
+        let (got, v) = post(&server.url, &body);
+        let shown = &body[..body.len().min(120)];
+        assert_eq!(got, status, "{shown}: {v}");
+        let e = &v["error"];
+        assert!(e["message"].as_str().unwrap().contains(needle), "{shown}: {v}");
+        assert_eq!(e["type"], "invalid_request_error", "{shown}: {v}");
+        if !param.is_empty() {
+            assert_eq!(e["param"], param, "{shown}: {v}");
+        }
     }
+    // Harmless fields are accepted; a huge max_tokens is capped at the context's room.
+    let (got, v) = post(&server.url, &format!(r#"{{{m}, "user": "u", "max_tokens": 1000000000, "seed": 1}}"#));
+    assert_eq!(got, 200, "{v}");
+}
+
+#[test]
+fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
+    let server = Server::start(&[]);
+    let messages =
+        r#""messages": [{"role": "system", "content": "FrozenLake."}, {"role": "user", "content": "Where to?"}]"#;
+    let ask = |extra: &str| {
+        let (status, v) = post(&server.url, &format!(r#"{{{messages}, "max_tokens": 16, "temperature": 1.0{extra}}}"#));
+        assert_eq!(status, 200, "{v}");
+        v
+    };
+    let ids = |v: &serde_json::Value, i: usize| -> Vec<u64> {
+        v["choices"][i]["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    };
+    // Unseeded: fresh draws every time; seeded: the same ones.
+    assert_ne!(ids(&ask(""), 0), ids(&ask(""), 0), "two unseeded answers at temperature 1");
+    assert_eq!(ids(&ask(r#", "seed": 7"#), 0), ids(&ask(r#", "seed": 7"#), 0));
+    // n = 4 seeded s: the four single requests seeded s … s + 3.
+    let four = ask(r#", "seed": 7, "n": 4, "logprobs": true"#);
+    assert_eq!(four["choices"].as_array().unwrap().len(), 4);
+    for i in 0..4 {
+        assert_eq!(four["choices"][i]["index"], i);
+        assert_eq!(ids(&four, i), ids(&ask(&format!(r#", "seed": {}"#, 7 + i)), 0), "choice {i}");
+    }
+    let total: usize = (0..4).map(|i| ids(&four, i).len()).sum();
+    assert_eq!(four["usage"]["completion_tokens"], total);
+    // Log-probs: the model's own for the returned ids (a whole-sequence forward), 1e-4.
+    let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, vagen_model::LoadOptions::default()).unwrap();
+    let chat = [vagen_model::Message::system("FrozenLake."), vagen_model::Message::user("Where to?")];
+    let prompt = model.encode_chat(&chat, true).unwrap();
+    for i in 0..4 {
+        let sampled: Vec<u32> = ids(&four, i).iter().map(|&t| t as u32).collect();
+        let seq: Vec<u32> = prompt.iter().chain(&sampled).copied().collect();
+        let want = vagen_model::sequence_logprobs(&model.lm, &[seq], 1.0).unwrap().remove(0);
+        let got = four["choices"][i]["logprobs"]["content"].as_array().unwrap();
+        assert_eq!(got.len(), sampled.len());
+        for (j, entry) in got.iter().enumerate() {
+            let (lp, w) = (entry["logprob"].as_f64().unwrap() as f32, want[prompt.len() - 1 + j]);
+            assert!((lp - w).abs() <= 1e-4, "choice {i} token {j}: served {lp}, model {w}");
+        }
+    }
+    // Streamed: the same ids and text, a token at a time.
+    let streamed = {
+        let body = format!(r#"{{{messages}, "max_tokens": 16, "seed": 7, "stream": true}}"#);
+        let mut r = ureq::post(&format!("{}/chat/completions", server.url)).send(&body).unwrap();
+        r.body_mut().read_to_string().unwrap()
+    };
+    let chunks: Vec<serde_json::Value> = streamed
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    let streamed_ids: Vec<u64> = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["token_ids"].as_array())
+        .flatten()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(streamed_ids, ids(&four, 0));
+    let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(text, four["choices"][0]["message"]["content"].as_str().unwrap());
 }
 
 #[test]

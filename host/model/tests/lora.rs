@@ -242,8 +242,10 @@ fn unmerged_generation_logprobs_equal_a_training_forward_through_the_adapters() 
         let scored = sequence_logprobs(&model.lm, &full, options.temperature).unwrap();
         for ((p, g), s) in prompts.iter().zip(&generations).zip(&scored) {
             assert!(!g.token_ids.is_empty());
+            // Relative: under load libtorch may split a product over fewer threads, so sums
+            // of f32 change order (seen once at 1.2e-4 on a log-prob of -1.44).
             for (a, b) in g.logprobs.iter().zip(&s[p.len() - 1..]) {
-                assert!((a - b).abs() <= 1e-4, "generation log-prob {a} vs forward {b}");
+                assert!((a - b).abs() <= 1e-4 * b.abs().max(1.0), "generation log-prob {a} vs forward {b}");
             }
         }
     }

@@ -117,7 +117,8 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
             .collect();
         let out = model.generate_with(&mut engine, &requests, &options).unwrap();
         for (i, (p, g)) in prompts.iter_mut().zip(out).enumerate() {
-            let want: Vec<u64> = (0..g.token_ids.len()).map(|j| if turn == 1 { 2 } else { u64::from(j >= 5) }).collect();
+            let want: Vec<u64> =
+                (0..g.token_ids.len()).map(|j| if turn == 1 { 2 } else { u64::from(j >= 5) }).collect();
             assert_eq!(g.versions, want, "turn {turn} answer {i}");
             answered.push((p.clone(), g.clone()));
             p.extend(&g.token_ids);
@@ -154,7 +155,11 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
         .map(|(i, p)| EngineRequest {
             key: i as u64,
             ids: p.ids.clone(),
-            images: p.images.iter().map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid }).collect(),
+            images: p
+                .images
+                .iter()
+                .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
+                .collect(),
             max_new_tokens: 8,
             seed: i as u64,
             adapter: 0,
@@ -166,7 +171,11 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
     for (i, (p, g)) in prompts.iter().zip(&out).enumerate() {
         let whole = vagen_model::Prompt {
             ids: p.ids.iter().chain(&g.token_ids).copied().collect(),
-            images: p.images.iter().map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid }).collect(),
+            images: p
+                .images
+                .iter()
+                .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
+                .collect(),
         };
         for (j, (&lp, &ver)) in g.logprobs.iter().zip(&g.versions).enumerate() {
             assert_eq!(ver, u64::from(j >= 3), "answer {i} token {j}");

@@ -4,6 +4,7 @@
 //! functions' judge requests. The model crate itself knows neither.
 
 mod judge;
+pub mod openai;
 mod policy;
 
 pub use judge::LocalJudge;

@@ -79,3 +79,35 @@ def test_a_bad_request_is_an_openai_error(client):
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="vagen-default", messages=[], max_tokens=4)
     assert "messages is empty" in str(e.value)
+
+
+ASK = dict(model="vagen-default", messages=[{"role": "user", "content": "Where is the goal?"}], max_tokens=12)
+
+
+def test_unseeded_samples_are_fresh_and_seeded_ones_repeat(client):
+    ids = lambda r, i=0: r.choices[i].token_ids  # noqa: E731 (our extension field)
+    a, b = (client.chat.completions.create(temperature=1.0, **ASK) for _ in range(2))
+    assert ids(a) != ids(b)
+    a, b = (client.chat.completions.create(temperature=1.0, seed=11, **ASK) for _ in range(2))
+    assert ids(a) == ids(b)
+
+
+def test_n_choices_are_the_single_requests_seeded_in_turn_with_logprobs(client):
+    four = client.chat.completions.create(temperature=1.0, seed=20, n=4, logprobs=True, **ASK)
+    assert [c.index for c in four.choices] == [0, 1, 2, 3]
+    for i, choice in enumerate(four.choices):
+        alone = client.chat.completions.create(temperature=1.0, seed=20 + i, **ASK).choices[0]
+        assert choice.token_ids == alone.token_ids and choice.message.content == alone.message.content
+        assert len(choice.logprobs.content) == len(choice.token_ids)
+        assert all(t.logprob <= 0.0 for t in choice.logprobs.content)
+
+
+def test_what_the_server_does_not_implement_is_refused_by_name(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(tools=[{"type": "function", "function": {"name": "f"}}], **ASK)
+    assert e.value.body["param"] == "tools"
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(response_format={"type": "json_object"}, **ASK)
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(**{**ASK, "model": "gpt-4o"})
+    assert e.value.body["code"] == "model_not_found"

@@ -569,7 +569,10 @@ impl TrainConfig {
         }
         if self.asynchronous.refresh == crate::generator::Refresh::DecodeStep {
             if self.asynchronous.max_staleness == 0 {
-                return bad("async.refresh", "decode-step needs a generator: set async.max_staleness to 1 or more".into());
+                return bad(
+                    "async.refresh",
+                    "decode-step needs a generator: set async.max_staleness to 1 or more".into(),
+                );
             }
             if self.engine.kind != vagen_model::EngineKind::Continuous {
                 return bad(

@@ -220,7 +220,9 @@ fn generate(
         let waited = Instant::now();
         let version = match cfg.asynchronous.refresh {
             // Exactly `want`: newer versions stay published for later batches.
-            Refresh::Batch => loader.lock().expect("not poisoned").load(true, |w| w.contains_key(&want).then_some(want)),
+            Refresh::Batch => {
+                loader.lock().expect("not poisoned").load(true, |w| w.contains_key(&want).then_some(want))
+            }
             Refresh::DecodeStep => loader.lock().expect("not poisoned").load(true, |w| newest(w, want)),
         }?;
         let Some(version) = version else { return Ok(()) };

@@ -6,12 +6,13 @@
 
 use anyhow::{Context, Result};
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use vagen_policy::openai::{ChatMessage, ChatRequest, ChatResponse, Content, ImageUrl, Part};
 use vagen_runtime::Sealer;
 use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest};
 
@@ -85,7 +86,7 @@ impl OpenAiJudge {
     }
 
     fn body(&self, r: &JudgeRequest) -> Value {
-        let messages: Vec<Value> = r
+        let messages: Vec<ChatMessage> = r
             .messages
             .iter()
             .map(|m| {
@@ -99,18 +100,25 @@ impl OpenAiJudge {
                     .collect::<Option<Vec<&str>>>()
                     .map(|parts| parts.concat());
                 let content = match only_text {
-                    Some(text) => json!(text),
-                    None => Value::Array(m.content.iter().map(part).collect()),
+                    Some(text) => Content::Text(text),
+                    None => Content::Parts(m.content.iter().map(part).collect()),
                 };
-                json!({ "role": m.role, "content": content })
+                ChatMessage { role: m.role.clone(), content }
             })
             .collect();
-        json!({
-            "model": self.options.model,
-            "messages": messages,
-            "max_tokens": r.max_tokens,
-            "temperature": r.temperature,
-        })
+        // The same question draws the same answer (as the local judge's): servers that
+        // honour `seed` (ours, OpenAI's best effort) answer it reproducibly.
+        let digest = Sha256::digest(serde_json::to_string(&messages).unwrap_or_default().as_bytes());
+        let seed = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+        let request = ChatRequest {
+            model: Some(self.options.model.clone()),
+            messages,
+            max_tokens: Some(i64::from(r.max_tokens)),
+            temperature: Some(r.temperature),
+            seed: Some(seed),
+            ..ChatRequest::default()
+        };
+        serde_json::to_value(request).expect("plain data")
     }
 
     /// The entry's path and what it is sealed for (the request's digest).
@@ -195,9 +203,10 @@ impl OpenAiJudge {
                     let status = response.status().as_u16();
                     let text = response.body_mut().read_to_string().unwrap_or_default();
                     if status == 200 {
-                        let answer = serde_json::from_str::<Value>(&text)
+                        let answer = serde_json::from_str::<ChatResponse>(&text)
                             .ok()
-                            .and_then(|v| v["choices"][0]["message"]["content"].as_str().map(str::to_string));
+                            .and_then(|v| v.choices.into_iter().next())
+                            .and_then(|c| c.message.content);
                         return match answer {
                             Some(answer) => {
                                 self.remember(body, &answer);
@@ -219,9 +228,9 @@ impl OpenAiJudge {
     }
 }
 
-fn part(p: &JudgePart) -> Value {
+fn part(p: &JudgePart) -> Part {
     match p {
-        JudgePart::Text(t) => json!({ "type": "text", "text": t }),
+        JudgePart::Text(t) => Part::Text { text: t.clone() },
         JudgePart::Image(i) => {
             let mut png = vec![];
             let ok = image::RgbImage::from_raw(i.width, i.height, i.rgb.clone())
@@ -231,7 +240,7 @@ fn part(p: &JudgePart) -> Value {
             } else {
                 String::new()
             };
-            json!({ "type": "image_url", "image_url": { "url": url } })
+            Part::ImageUrl { image_url: ImageUrl { url, detail: None } }
         }
     }
 }
