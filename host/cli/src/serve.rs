@@ -386,11 +386,7 @@ fn decode_image(url: &str) -> Result<Image, String> {
 }
 
 /// What the worker generates for `r`, or the field that refuses it.
-fn job(
-    r: &ChatRequest,
-    s: &Shared,
-    adapter: usize,
-) -> Result<(Job, tokio::sync::oneshot::Receiver<Reply>), Refused> {
+fn job(r: &ChatRequest, s: &Shared, adapter: usize) -> Result<(Job, tokio::sync::oneshot::Receiver<Reply>), Refused> {
     for (key, value) in &r.other {
         if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
             if !value.is_null() {
