@@ -59,6 +59,21 @@ pub struct ServeArgs {
     /// Request bodies larger than this are refused (413) before they are read whole (MiB).
     #[arg(long, default_value = "16")]
     max_body_mib: NonZeroUsize,
+    /// Pixels an image may have, read from its header before it is decoded (a small file
+    /// can decode to gigabytes).
+    #[arg(long, default_value = "16777216")]
+    max_image_pixels: u64,
+    /// Completions waiting or being generated at most; past it a request is answered 503
+    /// with `Retry-After` instead of queueing without bound.
+    #[arg(long, default_value = "256")]
+    max_queue: NonZeroUsize,
+    /// Open connections at most; past it a new connection is closed at once.
+    #[arg(long, default_value = "256")]
+    max_connections: NonZeroUsize,
+    /// Seconds a client has to send a request's headers, and again its body; a slower one
+    /// is disconnected (headers) or answered 408 (body).
+    #[arg(long, default_value_t = 10)]
+    read_timeout_s: u64,
 }
 
 fn parse_lora(s: &str) -> Result<(String, std::path::PathBuf), String> {
@@ -101,6 +116,11 @@ struct Shared {
     names: Vec<String>,
     max_body: usize,
     max_batch: usize,
+    max_image_pixels: u64,
+    max_queue: usize,
+    read_timeout: Duration,
+    /// Completions waiting or being generated now.
+    queued: Arc<AtomicUsize>,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
     generations: Arc<AtomicUsize>,
@@ -135,8 +155,19 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(queue))?;
     let max_body = a.max_body_mib.get() << 20;
-    let shared =
-        Arc::new(Shared { names, max_body, max_batch: a.max_batch.get(), jobs, has_vision, generations, requests });
+    let shared = Arc::new(Shared {
+        names,
+        max_body,
+        max_batch: a.max_batch.get(),
+        max_image_pixels: a.max_image_pixels,
+        max_queue: a.max_queue.get(),
+        read_timeout: Duration::from_secs(a.read_timeout_s),
+        queued: Arc::new(AtomicUsize::new(0)),
+        jobs,
+        has_vision,
+        generations,
+        requests,
+    });
     let app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat))
@@ -150,8 +181,43 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         println!("listening on http://{}", listener.local_addr()?);
         use std::io::Write;
         std::io::stdout().flush()?;
-        axum::serve(listener, app).await.context("serving")
+        accept(listener, app, a.max_connections.get(), Duration::from_secs(a.read_timeout_s)).await
     })
+}
+
+/// Serves each connection on its own task, at most `max_connections` at once (one past it
+/// is closed at once), each given `header_timeout` to send a request's headers (hyper's
+/// timer; axum's own `serve` sets none, so a client trickling header lines held its
+/// connection forever).
+async fn accept(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    max_connections: usize,
+    header_timeout: Duration,
+) -> Result<()> {
+    use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+    let open = Arc::new(tokio::sync::Semaphore::new(max_connections));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            // Out of descriptors or a connection reset before it was accepted: the next.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        tokio::spawn(async move {
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
+            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            drop(permit);
+        });
+    }
 }
 
 /// Owns the model: gathers waiting jobs into batches and generates each batch at once.
@@ -245,6 +311,8 @@ impl Worker {
 fn error_with(status: StatusCode, message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Response {
     let kind = match status {
         StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
+        StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
+        StatusCode::REQUEST_TIMEOUT => "timeout_error",
         _ => "server_error",
     };
     let detail = ErrorDetail {
@@ -322,7 +390,7 @@ const NOT_IMPLEMENTED: &[&str] = &[
 const IGNORED: &[&str] = &["user", "metadata", "store", "stream_options", "service_tier", "parallel_tool_calls"];
 
 /// The request's messages (text with `<image>` markers) and images, or what is wrong.
-fn read_messages(r: &ChatRequest, vision: bool) -> Result<(Vec<Message>, Vec<Image>), Refused> {
+fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<Message>, Vec<Image>), Refused> {
     if r.messages.is_empty() {
         return Err(refused("messages", "messages is empty"));
     }
@@ -358,7 +426,7 @@ fn read_messages(r: &ChatRequest, vision: bool) -> Result<(Vec<Message>, Vec<Ima
                                     ),
                                 ));
                             }
-                            let image = decode_image(&image_url.url)
+                            let image = decode_image(&image_url.url, max_pixels)
                                 .map_err(|e| refused("messages", format!("messages[{i}].content[{k}]: {e}")))?;
                             images.push(image);
                             text.push_str(IMAGE_MARKER);
@@ -373,16 +441,38 @@ fn read_messages(r: &ChatRequest, vision: bool) -> Result<(Vec<Message>, Vec<Ima
     Ok((out, images))
 }
 
-/// A `data:image/...;base64,` URL as an RGB image (no URL is fetched).
-fn decode_image(url: &str) -> Result<Image, String> {
+/// A `data:image/...;base64,` URL as an RGB image (no URL is fetched), refused from its
+/// header when it has more than `max_pixels`.
+fn decode_image(url: &str, max_pixels: u64) -> Result<Image, String> {
     let data = url
         .strip_prefix("data:")
         .and_then(|r| r.split_once(";base64,"))
         .map(|(_, d)| d)
         .ok_or("only data:image/...;base64 URLs are accepted (the server fetches nothing)")?;
     let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64: {e}"))?;
-    let img = image::load_from_memory(&bytes).map_err(|e| format!("not an image: {e}"))?.to_rgb8();
+    let reader = || {
+        image::ImageReader::new(std::io::Cursor::new(&bytes))
+            .with_guessed_format()
+            .map_err(|e| format!("not an image: {e}"))
+    };
+    let (w, h) = reader()?.into_dimensions().map_err(|e| format!("not an image: {e}"))?;
+    if u64::from(w) * u64::from(h) > max_pixels {
+        return Err(format!("a {w}x{h} image has more than {max_pixels} pixels (--max-image-pixels)"));
+    }
+    let img = reader()?.decode().map_err(|e| format!("not an image: {e}"))?.to_rgb8();
     Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
+}
+
+/// Completions counted in the queue until the request is answered or its client leaves.
+struct Queued {
+    count: Arc<AtomicUsize>,
+    n: usize,
+}
+
+impl Drop for Queued {
+    fn drop(&mut self) {
+        self.count.fetch_sub(self.n, Ordering::SeqCst);
+    }
 }
 
 /// What the worker generates for `r`, or the field that refuses it.
@@ -400,7 +490,7 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize) -> Result<(Job, tokio::sync:
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
-    let (messages, images) = read_messages(r, s.has_vision)?;
+    let (messages, images) = read_messages(r, s.has_vision, s.max_image_pixels)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
         return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));
@@ -437,9 +527,14 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize) -> Result<(Job, tokio::sync:
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
-    let bytes = match axum::body::to_bytes(request.into_body(), s.max_body).await {
-        Ok(b) => b,
+    let read = tokio::time::timeout(s.read_timeout, axum::body::to_bytes(request.into_body(), s.max_body)).await;
+    let bytes = match read {
+        Ok(Ok(b)) => b,
         Err(_) => {
+            let message = format!("the body did not arrive within {} s", s.read_timeout.as_secs());
+            return error_with(StatusCode::REQUEST_TIMEOUT, message, None, Some("body_timeout"));
+        }
+        Ok(Err(_)) => {
             let message = format!("the body is larger than {} MiB (--max-body-mib)", s.max_body >> 20);
             return error_with(StatusCode::PAYLOAD_TOO_LARGE, message, None, Some("body_too_large"));
         }
@@ -461,6 +556,15 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         Ok(j) => j,
         Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
     };
+    let n = job.seeds.len();
+    if s.queued.fetch_add(n, Ordering::SeqCst) + n > s.max_queue {
+        s.queued.fetch_sub(n, Ordering::SeqCst);
+        let message = format!("{} completions are queued (--max-queue): try again shortly", s.max_queue);
+        let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, message, None, Some("queue_full"));
+        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        return response;
+    }
+    let _queued = Queued { count: s.queued.clone(), n };
     s.requests.fetch_add(1, Ordering::SeqCst);
     if s.jobs.send(job).is_err() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread has stopped");

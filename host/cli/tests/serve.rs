@@ -209,6 +209,13 @@ fn serve_refuses_bad_requests_with_openai_errors() {
         ),
         (format!(r#"{{"model": "gpt-9", {m}}}"#), 404, "model", "not served here"),
         (format!(r#"{{{m}, "user": "{}"}}"#, "x".repeat(2 << 20)), 413, "", "larger than 1 MiB"),
+        // Counted a piece at a time, refused long before its whole is tokenised.
+        (
+            format!(r#"{{"messages": [{{"role": "user", "content": "{}"}}]}}"#, "word ".repeat(180_000)),
+            400,
+            "messages",
+            "tokens (the context's) in its first",
+        ),
     ];
     for (body, status, param, needle) in cases {
         let (got, v) = post(&server.url, &body);
@@ -224,6 +231,96 @@ fn serve_refuses_bad_requests_with_openai_errors() {
     // Harmless fields are accepted; a huge max_tokens is capped at the context's room.
     let (got, v) = post(&server.url, &format!(r#"{{{m}, "user": "u", "max_tokens": 1000000000, "seed": 1}}"#));
     assert_eq!(got, 200, "{v}");
+}
+
+#[test]
+fn serve_refuses_an_image_bomb_before_decoding_and_a_request_past_its_queue_with_503() {
+    let server = Server::start(&[
+        "--model",
+        "default-vl",
+        "--max-image-pixels",
+        "10000",
+        "--max-queue",
+        "1",
+        "--batch-wait-ms",
+        "1500",
+    ]);
+    let mut png = vec![];
+    image::RgbImage::new(200, 200).write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).unwrap();
+    let url =
+        format!("data:image/png;base64,{}", base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &png));
+    let body = serde_json::json!({
+        "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}}]}],
+    });
+    let (status, v) = post(&server.url, &body.to_string());
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("200x200 image has more than 10000 pixels"), "{v}");
+    // The first request holds the only place while it waits for company (1.5 s).
+    let ask = r#"{"messages": [{"role": "user", "content": "Where?"}], "max_tokens": 2}"#;
+    std::thread::scope(|s| {
+        let first = s.spawn(|| post(&server.url, ask));
+        std::thread::sleep(Duration::from_millis(400));
+        let mut r = ureq::post(&format!("{}/chat/completions", server.url))
+            .config()
+            .http_status_as_error(false)
+            .build()
+            .header("content-type", "application/json")
+            .send(ask)
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 503);
+        assert_eq!(r.headers().get("retry-after").unwrap(), "1");
+        let v: serde_json::Value = r.body_mut().read_json().unwrap();
+        assert_eq!(v["error"]["code"], "queue_full", "{v}");
+        assert_eq!(first.join().unwrap().0, 200);
+    });
+    assert_eq!(post(&server.url, ask).0, 200, "the place is free again");
+}
+
+/// Whether the server closed `stream` (EOF, a reset, or an answer it closes after) within
+/// `within`, writing `trickle` every half second meanwhile.
+fn closed_within(stream: &mut std::net::TcpStream, trickle: &[u8], within: Duration) -> bool {
+    stream.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let started = Instant::now();
+    while started.elapsed() < within {
+        if !trickle.is_empty() && stream.write_all(trickle).is_err() {
+            return true;
+        }
+        let mut b = [0u8; 256];
+        match stream.read(&mut b) {
+            Ok(_) => return true,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+#[test]
+fn serve_drops_slow_header_clients_and_connections_past_its_cap() {
+    let server = Server::start(&["--read-timeout-s", "2", "--max-connections", "2"]);
+    let addr = server.url.trim_start_matches("http://").trim_end_matches("/v1").to_string();
+    // A client sending a header line every half second is cut off at the 2 s timeout.
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    slow.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n").unwrap();
+    assert!(closed_within(&mut slow, b"X-Slow: 1\r\n", Duration::from_secs(10)), "a trickling client stays connected");
+    drop(slow);
+    // Two connections fill the cap: a third is closed at once; a slot freed serves again.
+    let first = std::net::TcpStream::connect(&addr).unwrap();
+    let _second = std::net::TcpStream::connect(&addr).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut third = std::net::TcpStream::connect(&addr).unwrap();
+    assert!(closed_within(&mut third, b"", Duration::from_secs(1)), "a connection past the cap is kept");
+    drop(first);
+    let ask = r#"{"messages": [{"role": "user", "content": "Where?"}], "max_tokens": 2}"#;
+    let started = Instant::now();
+    let served = loop {
+        let r = ureq::post(&format!("{}/chat/completions", server.url)).send(ask);
+        if r.is_ok() || started.elapsed() > Duration::from_secs(5) {
+            break r.is_ok();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(served, "the freed slot serves a request");
 }
 
 #[test]

@@ -4,6 +4,9 @@
 
 use crate::{Engine, EngineRequest, GenerateOptions, Generation, Image, Message, Model};
 
+/// Bytes of text tokenised at a time by [`Model::past_the_context`].
+const PIECE_BYTES: usize = 4096;
+
 /// A seed from the prompt: the same request draws the same answer.
 fn seed_of(ids: &[u32]) -> u64 {
     ids.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &t| (h ^ t as u64).wrapping_mul(0x1000_0000_01b3))
@@ -52,6 +55,37 @@ pub struct Answered {
 }
 
 impl Model {
+    /// Refuses messages whose text alone has more tokens than the context holds, counted a
+    /// piece at a time and stopping once past it: a prompt of megabytes costs a few pieces'
+    /// tokenisation, not its whole (nor the memory that takes). Pieces end at whitespace, so
+    /// their counts add up to about the whole's; each cut may add a token, hence the margin.
+    fn past_the_context(&self, messages: &[Message]) -> crate::Result<()> {
+        let window = self.config().max_position_embeddings;
+        let (mut tokens, mut pieces) = (0, 0);
+        for m in messages {
+            let mut rest = m.content.as_str();
+            while !rest.is_empty() {
+                let mut end = rest.len().min(PIECE_BYTES);
+                while !rest.is_char_boundary(end) {
+                    end -= 1;
+                }
+                if end < rest.len() {
+                    end = rest[..end].rfind(char::is_whitespace).filter(|&w| w > 0).unwrap_or(end);
+                }
+                tokens += self.tokenizer.encode(&rest[..end])?.len();
+                pieces += 1;
+                rest = &rest[end..];
+                if tokens > window + 2 * pieces {
+                    return Err(crate::Error::Invalid(format!(
+                        "the prompt has more than {window} tokens (the context's) in its first {} KiB",
+                        (m.content.len() - rest.len()).div_ceil(1024)
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Answers `chats` in one generation with `options`' sampling (its `max_new_tokens` and
     /// seed are each chat's own). Unrelated conversations: the engine keeps nothing between
     /// calls.
@@ -60,7 +94,10 @@ impl Model {
         let mut batch = vec![];
         let mut which = vec![];
         for (i, chat) in chats.iter().enumerate() {
-            let prompt = self.encode_chat_images(&chat.messages, &chat.images, true).map_err(|e| e.to_string());
+            let prompt = self
+                .past_the_context(&chat.messages)
+                .and_then(|()| self.encode_chat_images(&chat.messages, &chat.images, true))
+                .map_err(|e| e.to_string());
             let prompt = prompt.and_then(|p| {
                 let room = self.config().max_position_embeddings.saturating_sub(p.ids.len());
                 if room == 0 {

@@ -25,7 +25,8 @@ fn main() -> ExitCode {
         Some("env") => setup(Needs::Tests).map(|_| print_env()),
         Some("fixtures") => setup(Needs::Tests).and_then(|_| fixtures()),
         Some("plugins") => setup(Needs::Tests).and_then(|_| plugins(None)),
-        Some("wheel") => setup(Needs::Tests).and_then(|_| wheel()).map(|_| ()),
+        // The wheel holds no libtorch: Rust and maturin are all it needs.
+        Some("wheel") => setup_maturin().and_then(|_| wheel()).map(|w| eprintln!("wheel: {}", w.display())),
         Some("test") => setup(Needs::Tests)
             .and_then(|_| plugins(None))
             .and_then(|_| wheel())
@@ -236,6 +237,25 @@ fn setup_torch(needs: Needs) -> Result<()> {
             ACCELERATE,
         ]);
     }
+    run(pip)
+}
+
+/// The project venv with maturin, and nothing else, for `cargo xtask wheel`.
+fn setup_maturin() -> Result<()> {
+    let pinned = MATURIN.trim_start_matches("maturin==");
+    let probe = Command::new(venv_python())
+        .args(["-c", "import importlib.metadata as m; print(m.version('maturin'))"])
+        .output();
+    if probe.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == pinned) {
+        return Ok(());
+    }
+    if !venv_python().is_file() {
+        let mut cmd = Command::new("python3");
+        cmd.args(["-m", "venv"]).arg(venv());
+        run(cmd)?;
+    }
+    let mut pip = Command::new(venv_python());
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", MATURIN]);
     run(pip)
 }
 
