@@ -324,6 +324,45 @@ fn serve_drops_slow_header_clients_and_connections_past_its_cap() {
 }
 
 #[test]
+fn chunks_leave_as_they_are_sampled_and_a_client_that_hangs_up_frees_its_row() {
+    let server = Server::start(&["--batch-wait-ms", "0"]);
+    // Seed 3 at temperature 2 draws a long answer from the embedded model (~2000 tokens).
+    let long = r#""messages": [{"role": "user", "content": "Tell me."}], "max_tokens": 100000, "seed": 3, "temperature": 2.0"#;
+    let started = Instant::now();
+    let (status, whole) = post(&server.url, &format!("{{{long}}}"));
+    let whole_s = started.elapsed();
+    assert_eq!(status, 200, "{whole}");
+    let tokens = whole["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(tokens >= 500, "a long answer to stream: {tokens} tokens");
+    // Streamed: its first token arrives long before the whole answer could have.
+    let addr = server.url.trim_start_matches("http://").trim_end_matches("/v1").to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    let body = format!(r#"{{{long}, "stream": true}}"#);
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let started = Instant::now();
+    stream.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    let mut seen = vec![];
+    while !String::from_utf8_lossy(&seen).contains("token_ids") {
+        let mut b = [0u8; 4096];
+        let n = stream.read(&mut b).unwrap();
+        assert!(n > 0, "the stream ended before a token");
+        seen.extend_from_slice(&b[..n]);
+    }
+    let first_s = started.elapsed();
+    assert!(first_s * 4 < whole_s, "first token after {first_s:?}, the whole answer took {whole_s:?}");
+    // Hanging up stops its row: the next request does not wait for the rest of it.
+    drop(stream);
+    let started = Instant::now();
+    let (status, v) = post(&server.url, r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}"#);
+    let next_s = started.elapsed();
+    assert_eq!(status, 200, "{v}");
+    assert!(next_s * 4 < whole_s, "the next request took {next_s:?}: the left answer ran on ({whole_s:?} whole)");
+}
+
+#[test]
 fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
     let server = Server::start(&[]);
     let messages =

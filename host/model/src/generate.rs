@@ -110,6 +110,8 @@ pub enum FinishReason {
     Stop,
     /// `max_new_tokens` were generated.
     Length,
+    /// The caller stopped it (the engine's watch: a client that left).
+    Cancelled,
 }
 
 /// One row's continuation.

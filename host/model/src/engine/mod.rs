@@ -165,8 +165,23 @@ impl EngineStats {
 /// says why it could not (see [`Engine::set_refresh`]).
 pub type Refresh = Box<dyn FnMut() -> std::result::Result<u64, String> + Send>;
 
+/// A token just sampled, as the engine's watch sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampled {
+    /// The request's `key`.
+    pub key: u64,
+    pub token: u32,
+    pub logprob: f32,
+}
+
+/// Sees every token as it is sampled (a streaming server sends it on) and returns the keys
+/// of requests to stop now (their clients left): their rows leave the batch before the next
+/// decode step, finished as [`crate::FinishReason::Cancelled`].
+pub type Watch = Box<dyn FnMut(&[Sampled]) -> Vec<u64> + Send>;
+
 pub struct Engine {
     pub options: EngineOptions,
+    watch: Option<Watch>,
     cache: Option<Cache>,
     stats: EngineStats,
     calls: u64,
@@ -183,7 +198,20 @@ struct Cache {
 
 impl Engine {
     pub fn new(options: EngineOptions) -> Self {
-        Engine { options, cache: None, stats: EngineStats::default(), calls: 0, refresh: None, version: None }
+        Engine {
+            options,
+            watch: None,
+            cache: None,
+            stats: EngineStats::default(),
+            calls: 0,
+            refresh: None,
+            version: None,
+        }
+    }
+
+    /// The watch of the calls that follow (`None`: none).
+    pub fn set_watch(&mut self, watch: Option<Watch>) {
+        self.watch = watch;
     }
 
     /// Weights that change while rows run (asynchronous RL): `refresh` is called at the
@@ -272,6 +300,7 @@ impl Engine {
             kv: &mut cache.kv,
             out: (0..requests.len()).map(|_| None).collect(),
             weights: Weights { refresh: self.refresh.as_mut(), version: &mut self.version },
+            watch: self.watch.as_mut(),
         };
         let out = call.run().map(|()| call.out);
         if out.is_err() {
@@ -378,6 +407,7 @@ struct Call<'a> {
     kv: &'a mut KvRows,
     out: Vec<Option<Generation>>,
     weights: Weights<'a>,
+    watch: Option<&'a mut Watch>,
 }
 
 impl Call<'_> {
@@ -547,7 +577,24 @@ impl Call<'_> {
         let (tokens, logprobs) = self.sampler.step_with(logits, &draws);
         let tokens: Vec<i64> = Vec::try_from(&tokens)?;
         let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
-        self.schedule.record(start, &tokens, &logprobs, *self.weights.version, &self.ends)
+        self.schedule.record(start, &tokens, &logprobs, *self.weights.version, &self.ends)?;
+        let Some(watch) = self.watch.as_mut() else { return Ok(()) };
+        let sampled: Vec<Sampled> = self.schedule.active[start..end]
+            .iter()
+            .zip(tokens.iter().zip(&logprobs))
+            .map(|(a, (&t, &l))| Sampled { key: self.requests[a.request].key, token: t as u32, logprob: l })
+            .collect();
+        let stop = watch(&sampled);
+        if !stop.is_empty() {
+            let requests: Vec<usize> =
+                (0..self.requests.len()).filter(|&r| stop.contains(&self.requests[r].key)).collect();
+            for r in self.schedule.cancel(&requests) {
+                // Never admitted: an empty answer.
+                let row = crate::generate::Row { finish: Some(crate::FinishReason::Cancelled), ..Default::default() };
+                self.out[r] = Some(row.finish(self.ends.tokenizer, self.ends.stop)?);
+            }
+        }
+        Ok(())
     }
 
     /// Ended rows leave the batch; their generations are kept in request order.

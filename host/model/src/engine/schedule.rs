@@ -458,6 +458,17 @@ impl<'a> Scheduler<'a> {
         Ok(())
     }
 
+    /// Stops `requests`: running rows end now (they leave at the next retire), queued ones
+    /// are never admitted and are returned.
+    pub fn cancel(&mut self, requests: &[usize]) -> Vec<usize> {
+        for a in self.active.iter_mut().filter(|a| requests.contains(&a.request) && a.row.finish.is_none()) {
+            a.row.finish = Some(FinishReason::Cancelled);
+        }
+        let (dropped, kept): (Vec<usize>, Vec<usize>) = self.queue.iter().partition(|r| requests.contains(r));
+        self.queue = kept.into();
+        dropped
+    }
+
     /// Rows that ended leave the decode batch: the last active row takes their place, and
     /// their cached sequence stays behind the active ones.
     pub fn retire(&mut self) -> Retired {

@@ -12,9 +12,10 @@
 //! error, 404 and 413 included, has OpenAI's JSON shape. Bodies come typed
 //! (`vagen_policy::openai`, shared with the judge's client).
 
+mod stream;
+
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result};
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -25,13 +26,13 @@ use clap::Args;
 use serde_json::{Value, json};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vagen_model::{Chat, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model};
 use vagen_policy::openai::{
-    AssistantMessage, ChatChunk, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ChunkChoice, Content, Delta,
-    ErrorBody, ErrorDetail, Part, TokenLogprob, Usage,
+    AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, Content, ErrorBody, ErrorDetail, Part,
+    TokenLogprob, Usage,
 };
 
 #[derive(Args)]
@@ -94,7 +95,15 @@ struct Job {
     seeds: Vec<u64>,
     /// The served adapter (0: the base).
     adapter: usize,
-    reply: tokio::sync::oneshot::Sender<Reply>,
+    reply: Replier,
+    /// Set when the client left: its rows stop at the next decode step.
+    gone: Arc<AtomicBool>,
+}
+
+/// Where a job's answer goes: whole, or token by token.
+enum Replier {
+    Whole(tokio::sync::oneshot::Sender<Reply>),
+    Stream(tokio::sync::mpsc::UnboundedSender<stream::Event>),
 }
 
 /// A request's completions, or why there are none.
@@ -275,34 +284,68 @@ impl Worker {
                 })
             })
             .collect();
+        // One route per chat (the engine's request key is the chat's index).
+        let routes: Vec<stream::Route> = jobs
+            .iter()
+            .flat_map(|j| {
+                let events = match &j.reply {
+                    Replier::Stream(tx) => Some(tx.clone()),
+                    Replier::Whole(_) => None,
+                };
+                (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone()))
+            })
+            .collect();
+        let routes = Arc::new(std::sync::Mutex::new(routes));
+        let hold = first.stop.iter().map(String::len).max().unwrap_or(0);
+        let watch = stream::watch(routes.clone(), self.model.tokenizer.clone(), self.model.eos_token_ids.clone(), hold);
+        self.engine.set_watch(Some(watch));
         let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
+        self.engine.set_watch(None);
         if answered.generated > 0 {
             self.generations.fetch_add(1, Ordering::SeqCst);
         }
-        let mut answers = answered.answers.into_iter();
+        let routes = routes.lock().expect("the watch is gone");
+        let mut answers = answered.answers.into_iter().zip(routes.iter());
         for job in jobs {
             let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
-            let answer = mine
-                .into_iter()
-                .map(|a| {
-                    let a = a.map_err(|e| e.to_string())?;
-                    let tokens = a
-                        .generation
-                        .token_ids
-                        .iter()
-                        .map(|&t| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string()))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    Ok(Answer {
-                        text: a.generation.text,
-                        finish: a.generation.finish,
-                        prompt_tokens: a.prompt_tokens,
-                        token_ids: a.generation.token_ids,
-                        tokens,
-                        logprobs: a.generation.logprobs,
-                    })
-                })
-                .collect::<Result<Vec<_>, String>>();
-            let _ = job.reply.send(answer);
+            match job.reply {
+                Replier::Stream(events) => {
+                    for (a, route) in mine {
+                        let event = match a {
+                            Ok(a) => stream::Event::End {
+                                choice: route.choice,
+                                rest: stream::rest_of(&a.generation.text, route.sent),
+                                finish: a.generation.finish,
+                            },
+                            Err(e) => stream::Event::Failed(e.to_string()),
+                        };
+                        let _ = events.send(event);
+                    }
+                }
+                Replier::Whole(reply) => {
+                    let answer = mine
+                        .into_iter()
+                        .map(|(a, _)| {
+                            let a = a.map_err(|e| e.to_string())?;
+                            let tokens = a
+                                .generation
+                                .token_ids
+                                .iter()
+                                .map(|&t| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string()))
+                                .collect::<Result<Vec<_>, _>>()?;
+                            Ok(Answer {
+                                text: a.generation.text,
+                                finish: a.generation.finish,
+                                prompt_tokens: a.prompt_tokens,
+                                token_ids: a.generation.token_ids,
+                                tokens,
+                                logprobs: a.generation.logprobs,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, String>>();
+                    let _ = reply.send(answer);
+                }
+            }
         }
     }
 }
@@ -463,20 +506,23 @@ fn decode_image(url: &str, max_pixels: u64) -> Result<Image, String> {
     Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
 }
 
-/// Completions counted in the queue until the request is answered or its client leaves.
-struct Queued {
+/// A request in the server: its completions counted in the queue until it is answered or
+/// its client leaves, and then marked gone (rows still running stop).
+struct Pending {
     count: Arc<AtomicUsize>,
     n: usize,
+    gone: Arc<AtomicBool>,
 }
 
-impl Drop for Queued {
+impl Drop for Pending {
     fn drop(&mut self) {
         self.count.fetch_sub(self.n, Ordering::SeqCst);
+        self.gone.store(true, Ordering::SeqCst);
     }
 }
 
 /// What the worker generates for `r`, or the field that refuses it.
-fn job(r: &ChatRequest, s: &Shared, adapter: usize) -> Result<(Job, tokio::sync::oneshot::Receiver<Reply>), Refused> {
+fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Job, Refused> {
     for (key, value) in &r.other {
         if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
             if !value.is_null() {
@@ -522,8 +568,8 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize) -> Result<(Job, tokio::sync:
     }
     let base = r.seed.unwrap_or_else(fresh_seed);
     let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    Ok((Job { messages, images, max_tokens, temperature, top_p, stop, seeds, adapter, reply }, answer))
+    let gone = Arc::new(AtomicBool::new(false));
+    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, adapter, reply, gone })
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
@@ -552,7 +598,15 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         return error_with(StatusCode::NOT_FOUND, message, Some("model"), Some("model_not_found"));
     };
     let model = s.names[adapter].clone();
-    let (job, answer) = match job(&r, &s, adapter) {
+    let streamed = r.stream == Some(true);
+    let (reply, whole, events) = if streamed {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        (Replier::Stream(tx), None, Some(rx))
+    } else {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Replier::Whole(tx), Some(rx), None)
+    };
+    let job = match job(&r, &s, adapter, reply) {
         Ok(j) => j,
         Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
     };
@@ -564,21 +618,24 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
         return response;
     }
-    let _queued = Queued { count: s.queued.clone(), n };
+    let pending = Pending { count: s.queued.clone(), n, gone: job.gone.clone() };
     s.requests.fetch_add(1, Ordering::SeqCst);
     if s.jobs.send(job).is_err() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread has stopped");
     }
+    let id = format!("chatcmpl-{:x}", fresh_seed());
+    let logprobs = r.logprobs == Some(true);
+    if let Some(events) = events {
+        let frame = stream::Frame { id, model, choices: n, logprobs };
+        return stream::body(frame, events, pending);
+    }
+    let answer = whole.expect("a whole answer is awaited");
     let answers = match answer.await {
         Ok(Ok(a)) => a,
         Ok(Err(e)) => return error_with(StatusCode::BAD_REQUEST, e, Some("messages"), None),
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread dropped the request"),
     };
-    let id = format!("chatcmpl-{:x}", fresh_seed());
-    let logprobs = r.logprobs == Some(true);
-    if r.stream == Some(true) {
-        return stream(&model, &id, &answers, logprobs);
-    }
+    drop(pending);
     let prompt_tokens = answers.first().map_or(0, |a| a.prompt_tokens);
     let completion_tokens = answers.iter().map(|a| a.token_ids.len()).sum::<usize>();
     let choices = answers
@@ -601,7 +658,8 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
 fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Length => "length",
-        FinishReason::Eos | FinishReason::Stop => "stop",
+        // A cancelled answer has no client left to read it.
+        FinishReason::Eos | FinishReason::Stop | FinishReason::Cancelled => "stop",
     }
 }
 
@@ -617,69 +675,4 @@ fn token_logprobs(a: &Answer, range: std::ops::Range<usize>) -> ChoiceLogprobs {
         })
         .collect();
     ChoiceLogprobs { content }
-}
-
-/// The completions as server-sent events: for each choice its role, then a token at a time
-/// (with its id, and its log-prob when asked), then its finish reason; `[DONE]`. (Sent once
-/// the batch is generated: the engine does not yield tokens yet.)
-fn stream(model: &str, id: &str, answers: &[Answer], logprobs: bool) -> Response {
-    let event = |choice: ChunkChoice| {
-        let c = ChatChunk {
-            id: id.into(),
-            object: "chat.completion.chunk".into(),
-            created: now(),
-            model: model.into(),
-            choices: vec![choice],
-        };
-        format!("data: {}\n\n", serde_json::to_string(&c).expect("plain data"))
-    };
-    let mut body = String::new();
-    for (index, a) in answers.iter().enumerate() {
-        let role = Delta { role: Some("assistant".into()), content: Some(String::new()) };
-        body.push_str(&event(ChunkChoice { index, delta: role, finish_reason: None, logprobs: None, token_ids: None }));
-        // Token texts join to more than the answer where a stop string cut it or the end
-        // token ended it: the text is given as the answer has it, token by token.
-        let mut said = 0;
-        for (i, &t) in a.token_ids.iter().enumerate() {
-            let piece = &a.tokens[i];
-            let room = a.text.len().saturating_sub(said);
-            let content: String = if piece.len() <= room && a.text[said..].starts_with(piece.as_str()) {
-                piece.clone()
-            } else if i + 1 == a.token_ids.len() {
-                a.text[said..].to_string()
-            } else {
-                String::new()
-            };
-            said += content.len();
-            let choice = ChunkChoice {
-                index,
-                delta: Delta { role: None, content: Some(content) },
-                finish_reason: None,
-                logprobs: logprobs.then(|| token_logprobs(a, i..i + 1)),
-                token_ids: Some(vec![t]),
-            };
-            body.push_str(&event(choice));
-        }
-        if said < a.text.len() {
-            let rest = Delta { role: None, content: Some(a.text[said..].to_string()) };
-            body.push_str(&event(ChunkChoice {
-                index,
-                delta: rest,
-                finish_reason: None,
-                logprobs: None,
-                token_ids: None,
-            }));
-        }
-        let end = ChunkChoice {
-            index,
-            delta: Delta::default(),
-            finish_reason: Some(finish_reason(a.finish).into()),
-            logprobs: None,
-            token_ids: None,
-        };
-        body.push_str(&event(end));
-    }
-    body.push_str("data: [DONE]\n\n");
-    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from(body))
-        .into_response()
 }

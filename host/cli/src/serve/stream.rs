@@ -1,0 +1,183 @@
+//! Streaming and cancellation: the engine's watch sees each token as it is sampled, sends
+//! it to its request's event channel (the server-sent-event body reads from it) and stops
+//! the rows of clients that left before the next decode step.
+
+use axum::body::Body;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use vagen_model::{FinishReason, Sampled, Tokenizer, Watch};
+use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, TokenLogprob};
+
+/// What a streamed request hears from the worker.
+pub(super) enum Event {
+    /// A token of choice `choice`, and the text it completes (empty while a character is
+    /// incomplete, or held back while it could still be part of a stop string).
+    Token { choice: usize, id: u32, logprob: f32, text: String },
+    /// Choice `choice` ended: the text not yet sent, and why it ended.
+    End { choice: usize, rest: String, finish: FinishReason },
+    /// No answer (its prompt was refused, or the generation failed).
+    Failed(String),
+}
+
+/// Where one engine request's tokens go.
+pub(super) struct Route {
+    pub choice: usize,
+    /// Set when the request's client left (its handler or body stream was dropped).
+    pub gone: Arc<AtomicBool>,
+    pub events: Option<UnboundedSender<Event>>,
+    ids: Vec<u32>,
+    /// Bytes of the answer's text already sent.
+    pub sent: usize,
+}
+
+impl Route {
+    pub fn new(choice: usize, gone: Arc<AtomicBool>, events: Option<UnboundedSender<Event>>) -> Self {
+        Route { choice, gone, events, ids: vec![], sent: 0 }
+    }
+}
+
+/// The watch over `routes` (indexed by engine request key): streams tokens, and stops the
+/// requests whose clients left. `hold` bytes of text are kept back until the end while stop
+/// strings could still cut them.
+pub(super) fn watch(routes: Arc<Mutex<Vec<Route>>>, tokenizer: Tokenizer, eos: Vec<u32>, hold: usize) -> Watch {
+    Box::new(move |sampled: &[Sampled]| {
+        let mut routes = routes.lock().expect("the worker never panics holding it");
+        for s in sampled {
+            let r = &mut routes[s.key as usize];
+            let Some(events) = &r.events else { continue };
+            if !eos.contains(&s.token) {
+                r.ids.push(s.token);
+            }
+            let text = fresh_text(&tokenizer, &r.ids, &mut r.sent, hold);
+            let event = Event::Token { choice: r.choice, id: s.token, logprob: s.logprob, text };
+            if events.send(event).is_err() {
+                r.gone.store(true, Ordering::SeqCst);
+            }
+        }
+        (0..routes.len() as u64).filter(|&k| routes[k as usize].gone.load(Ordering::SeqCst)).collect()
+    })
+}
+
+/// The text `ids` decode to past the `sent` bytes already sent, up to `hold` bytes short of
+/// the end, and never ending inside a character.
+fn fresh_text(tokenizer: &Tokenizer, ids: &[u32], sent: &mut usize, hold: usize) -> String {
+    let Ok(text) = tokenizer.decode(ids) else { return String::new() };
+    if text.ends_with('\u{FFFD}') {
+        return String::new();
+    }
+    let mut end = text.len().saturating_sub(hold);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end <= *sent || !text.is_char_boundary(*sent) {
+        return String::new();
+    }
+    let fresh = text[*sent..end].to_string();
+    *sent = end;
+    fresh
+}
+
+/// The text of a finished answer past the `sent` bytes the stream already holds.
+pub(super) fn rest_of(text: &str, sent: usize) -> String {
+    if sent <= text.len() && text.is_char_boundary(sent) { text[sent..].to_string() } else { String::new() }
+}
+
+/// What the server-sent-event body needs to frame events.
+pub(super) struct Frame {
+    pub id: String,
+    pub model: String,
+    pub choices: usize,
+    pub logprobs: bool,
+}
+
+impl Frame {
+    fn event(&self, choice: ChunkChoice) -> String {
+        let c = ChatChunk {
+            id: self.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: super::now(),
+            model: self.model.clone(),
+            choices: vec![choice],
+        };
+        format!("data: {}\n\n", serde_json::to_string(&c).expect("plain data"))
+    }
+
+    fn chunk(&self, index: usize, delta: Delta, finish: Option<String>) -> ChunkChoice {
+        ChunkChoice { index, delta, finish_reason: finish, logprobs: None, token_ids: None }
+    }
+
+    /// The events of one worker event, in order.
+    fn frames(&self, event: Event) -> Vec<String> {
+        match event {
+            Event::Token { choice, id, logprob, text } => {
+                let logprobs = self.logprobs.then(|| ChoiceLogprobs {
+                    content: vec![TokenLogprob {
+                        token: text.clone(),
+                        logprob,
+                        bytes: text.as_bytes().to_vec(),
+                        top_logprobs: vec![],
+                    }],
+                });
+                let delta = Delta { role: None, content: Some(text) };
+                vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
+            }
+            Event::End { choice, rest, finish } => {
+                let mut out = vec![];
+                if !rest.is_empty() {
+                    out.push(self.event(self.chunk(choice, Delta { role: None, content: Some(rest) }, None)));
+                }
+                out.push(self.event(self.chunk(choice, Delta::default(), Some(super::finish_reason(finish).into()))));
+                out
+            }
+            Event::Failed(message) => {
+                let error = ErrorDetail { message, kind: "invalid_request_error".into(), param: None, code: None };
+                let body = serde_json::to_string(&ErrorBody { error }).expect("plain data");
+                vec![format!("data: {body}\n\n")]
+            }
+        }
+    }
+}
+
+/// The response: each choice's role, then events as the worker sends them, `[DONE]` once
+/// every choice ended. `guard` lives as long as the body: a client that leaves drops it,
+/// which marks the request gone and frees its rows at the next decode step.
+pub(super) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Event>, guard: G) -> Response {
+    let first: VecDeque<String> = (0..frame.choices)
+        .map(|i| {
+            frame.event(frame.chunk(i, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None))
+        })
+        .collect();
+    let state = (frame, events, guard, first, 0usize, false);
+    let stream =
+        futures_util::stream::unfold(state, |(frame, mut events, guard, mut queue, mut ended, done)| async move {
+            loop {
+                if let Some(next) = queue.pop_front() {
+                    return Some((Ok::<_, std::convert::Infallible>(next), (frame, events, guard, queue, ended, done)));
+                }
+                if done {
+                    return None;
+                }
+                let Some(event) = events.recv().await else {
+                    let message = "the generation thread dropped the request".to_string();
+                    queue.extend(frame.frames(Event::Failed(message)));
+                    return queue.pop_front().map(|n| (Ok(n), (frame, events, guard, VecDeque::new(), ended, true)));
+                };
+                let failed = matches!(event, Event::Failed(_));
+                ended += usize::from(matches!(event, Event::End { .. }));
+                queue.extend(frame.frames(event));
+                if failed || ended == frame.choices {
+                    if !failed {
+                        queue.push_back("data: [DONE]\n\n".into());
+                    }
+                    let next = queue.pop_front().expect("just queued");
+                    return Some((Ok(next), (frame, events, guard, queue, ended, true)));
+                }
+            }
+        });
+    ([(header::CONTENT_TYPE, "text/event-stream"), (header::CACHE_CONTROL, "no-cache")], Body::from_stream(stream))
+        .into_response()
+}
