@@ -327,7 +327,8 @@ fn serve_drops_slow_header_clients_and_connections_past_its_cap() {
 fn chunks_leave_as_they_are_sampled_and_a_client_that_hangs_up_frees_its_row() {
     let server = Server::start(&["--batch-wait-ms", "0"]);
     // Seed 3 at temperature 2 draws a long answer from the embedded model (~2000 tokens).
-    let long = r#""messages": [{"role": "user", "content": "Tell me."}], "max_tokens": 100000, "seed": 3, "temperature": 2.0"#;
+    let long =
+        r#""messages": [{"role": "user", "content": "Tell me."}], "max_tokens": 100000, "seed": 3, "temperature": 2.0"#;
     let started = Instant::now();
     let (status, whole) = post(&server.url, &format!("{{{long}}}"));
     let whole_s = started.elapsed();
