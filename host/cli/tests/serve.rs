@@ -37,6 +37,15 @@ impl Server {
     }
 }
 
+impl Server {
+    /// The server's resident memory, MiB.
+    fn rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() / 1024
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -197,7 +206,8 @@ fn serve_refuses_bad_requests_with_openai_errors() {
         (format!(r#"{{{m}, "temperature": 3}}"#), 400, "temperature", "[0, 2]"),
         (format!(r#"{{{m}, "tools": [{{"type": "function"}}]}}"#), 400, "tools", "tools: not supported"),
         (format!(r#"{{{m}, "response_format": {{"type": "json_object"}}}}"#), 400, "response_format", "not supported"),
-        (format!(r#"{{{m}, "logprobs": true, "top_logprobs": 2}}"#), 400, "top_logprobs", "not supported yet"),
+        (format!(r#"{{{m}, "top_logprobs": 2}}"#), 400, "top_logprobs", "needs logprobs = true"),
+        (format!(r#"{{{m}, "logprobs": true, "top_logprobs": 21}}"#), 400, "top_logprobs", "from 0 to 20"),
         (format!(r#"{{{m}, "frequency_penalty": 0.5}}"#), 400, "frequency_penalty", "only 0"),
         (format!(r#"{{{m}, "colour": "blue"}}"#), 400, "body", "colour: not a chat-completions field"),
         (r#"{"messages": [{"role": "tool", "content": "x"}]}"#.into(), 400, "messages", "role \"tool\""),
@@ -364,6 +374,24 @@ fn chunks_leave_as_they_are_sampled_and_a_client_that_hangs_up_frees_its_row() {
 }
 
 #[test]
+fn long_prompts_are_refused_before_their_work_and_memory_returns() {
+    let server = Server::start(&[]);
+    let short = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}"#;
+    assert_eq!(post(&server.url, short).0, 200);
+    let before = server.rss_mib();
+    let long = serde_json::json!({ "messages": [{ "role": "user", "content": "word ".repeat(300_000) }] }).to_string();
+    for _ in 0..20 {
+        let (status, v) = post(&server.url, &long);
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("in its first"), "{v}");
+    }
+    let after = server.rss_mib();
+    // The bound docs/architecture.md states: 64 MiB over the level after a short request.
+    assert!(after <= before + 64, "resident memory {before} MiB before 20 prompts of 1.5 MB, {after} MiB after");
+    assert_eq!(post(&server.url, short).0, 200);
+}
+
+#[test]
 fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
     let server = Server::start(&[]);
     let messages =
@@ -401,6 +429,31 @@ fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
         for (j, entry) in got.iter().enumerate() {
             let (lp, w) = (entry["logprob"].as_f64().unwrap() as f32, want[prompt.len() - 1 + j]);
             assert!((lp - w).abs() <= 1e-4, "choice {i} token {j}: served {lp}, model {w}");
+        }
+    }
+    // Alternatives: three per position, most likely first, the sampled token's log-prob among
+    // them where it is one of them; greedy, the sampled token is the first.
+    for (extra, greedy) in [(r#", "seed": 7"#, false), (r#", "temperature": 0"#, true)] {
+        let body = format!(r#"{{{messages}, "max_tokens": 16, "logprobs": true, "top_logprobs": 3{extra}}}"#);
+        let (status, v) = post(&server.url, &body);
+        assert_eq!(status, 200, "{v}");
+        for (j, entry) in v["choices"][0]["logprobs"]["content"].as_array().unwrap().iter().enumerate() {
+            let top: Vec<(String, f64)> = entry["top_logprobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| (t["token"].as_str().unwrap().to_string(), t["logprob"].as_f64().unwrap()))
+                .collect();
+            assert_eq!(top.len(), 3, "token {j}: {entry}");
+            assert!(top.windows(2).all(|w| w[0].1 >= w[1].1), "token {j}: {entry}");
+            let lp = entry["logprob"].as_f64().unwrap();
+            assert!(lp <= top[0].1 + 1e-6, "token {j}: sampled {lp} above the most likely {}", top[0].1);
+            if greedy {
+                assert!((lp - top[0].1).abs() <= 1e-6 && top[0].0 == entry["token"], "token {j}: {entry}");
+            }
+            if let Some((_, l)) = top.iter().find(|(t, _)| *t == entry["token"]) {
+                assert!((l - lp).abs() <= 1e-6, "token {j}: {entry}");
+            }
         }
     }
     // Streamed: the same ids and text, a token at a time.

@@ -29,6 +29,9 @@ pub struct GenerateOptions {
     /// A tighter cap per prompt (one entry each), e.g. what is left of each prompt's context
     /// window; empty: `max_new_tokens` for every prompt.
     pub max_new_tokens_per_prompt: Vec<usize>,
+    /// The engine also records this many most likely tokens at each sampled position, with
+    /// their log-probs under the distribution `logprobs` are under ([`Generation::top`]).
+    pub top_logprobs: usize,
 }
 
 impl Default for GenerateOptions {
@@ -41,6 +44,7 @@ impl Default for GenerateOptions {
             stop: vec![],
             seed: 0,
             max_new_tokens_per_prompt: vec![],
+            top_logprobs: 0,
         }
     }
 }
@@ -89,7 +93,7 @@ impl Sampling {
             top_k,
             stop,
             seed,
-            max_new_tokens_per_prompt: Vec::new(),
+            ..GenerateOptions::default()
         }
     }
 }
@@ -128,6 +132,9 @@ pub struct Generation {
     /// The weights' version that sampled each id, where the engine was told versions
     /// ([`crate::Engine::set_refresh`]); empty otherwise.
     pub versions: Vec<u64>,
+    /// At each sampled position, the most likely ids and their log-probs, most likely first
+    /// (`GenerateOptions::top_logprobs` of them; empty when 0).
+    pub top: Vec<Vec<(u32, f32)>>,
 }
 
 /// Continues each prompt (token ids) of a batch. `eos` are the ids that end a row.
@@ -245,6 +252,7 @@ pub(crate) struct Row {
     pub logprobs: Vec<f32>,
     pub finish: Option<FinishReason>,
     pub versions: Vec<u64>,
+    pub top: Vec<Vec<(u32, f32)>>,
 }
 
 impl Row {
@@ -278,7 +286,14 @@ impl Row {
         {
             text.truncate(end);
         }
-        Ok(Generation { token_ids: self.ids, logprobs: self.logprobs, text, finish, versions: self.versions })
+        Ok(Generation {
+            token_ids: self.ids,
+            logprobs: self.logprobs,
+            text,
+            finish,
+            versions: self.versions,
+            top: self.top,
+        })
     }
 }
 

@@ -41,6 +41,16 @@ impl Sampler {
         (tokens, chosen)
     }
 
+    /// The `k` most likely ids of each row and their log-probs under the distribution
+    /// [`Self::step_with`]'s log-probs are under, most likely first.
+    pub fn top(&self, logits: &Tensor, k: usize) -> Result<Vec<Vec<(u32, f32)>>, tch::TchError> {
+        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
+        let (values, ids) = logp.topk(k.min(logp.size()[1] as usize) as i64, -1, true, true);
+        let values: Vec<Vec<f32>> = Vec::try_from(&values)?;
+        let ids: Vec<Vec<i64>> = Vec::try_from(&ids)?;
+        Ok(ids.iter().zip(&values).map(|(i, v)| i.iter().map(|&t| t as u32).zip(v.iter().copied()).collect()).collect())
+    }
+
     fn draw(&self, logp: &Tensor, draws: &[f64]) -> Tensor {
         let probs = logp.exp();
         let vocab = probs.size()[1];

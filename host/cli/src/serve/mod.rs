@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use vagen_model::{Chat, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model};
 use vagen_policy::openai::{
     AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, Content, ErrorBody, ErrorDetail, Part,
-    TokenLogprob, Usage,
+    TokenLogprob, TopLogprob, Usage,
 };
 
 #[derive(Args)]
@@ -93,6 +93,8 @@ struct Job {
     top_p: f64,
     stop: Vec<String>,
     seeds: Vec<u64>,
+    /// Alternatives per position to return (`top_logprobs`).
+    top_logprobs: usize,
     /// The served adapter (0: the base).
     adapter: usize,
     reply: Replier,
@@ -118,6 +120,8 @@ struct Answer {
     /// Each sampled token's text, for `logprobs`.
     tokens: Vec<String>,
     logprobs: Vec<f32>,
+    /// At each position, the `top_logprobs` most likely tokens' texts and log-probs.
+    top: Vec<Vec<(String, f32)>>,
 }
 
 struct Shared {
@@ -270,6 +274,7 @@ impl Worker {
             temperature: first.temperature,
             top_p: first.top_p,
             stop: first.stop.clone(),
+            top_logprobs: jobs.iter().map(|j| j.top_logprobs).max().unwrap_or(0),
             ..Default::default()
         };
         let chats: Vec<Chat> = jobs
@@ -292,7 +297,7 @@ impl Worker {
                     Replier::Stream(tx) => Some(tx.clone()),
                     Replier::Whole(_) => None,
                 };
-                (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone()))
+                (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs))
             })
             .collect();
         let routes = Arc::new(std::sync::Mutex::new(routes));
@@ -308,6 +313,7 @@ impl Worker {
         let mut answers = answered.answers.into_iter().zip(routes.iter());
         for job in jobs {
             let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
+            let k = job.top_logprobs;
             match job.reply {
                 Replier::Stream(events) => {
                     for (a, route) in mine {
@@ -327,12 +333,15 @@ impl Worker {
                         .into_iter()
                         .map(|(a, _)| {
                             let a = a.map_err(|e| e.to_string())?;
-                            let tokens = a
+                            let text = |t: u32| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string());
+                            let tokens =
+                                a.generation.token_ids.iter().map(|&t| text(t)).collect::<Result<Vec<_>, _>>()?;
+                            let top = a
                                 .generation
-                                .token_ids
+                                .top
                                 .iter()
-                                .map(|&t| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string()))
-                                .collect::<Result<Vec<_>, _>>()?;
+                                .map(|at| at.iter().take(k).map(|&(t, l)| Ok((text(t)?, l))).collect())
+                                .collect::<Result<Vec<Vec<_>>, String>>()?;
                             Ok(Answer {
                                 text: a.generation.text,
                                 finish: a.generation.finish,
@@ -340,6 +349,7 @@ impl Worker {
                                 token_ids: a.generation.token_ids,
                                 tokens,
                                 logprobs: a.generation.logprobs,
+                                top,
                             })
                         })
                         .collect::<Result<Vec<_>, String>>();
@@ -559,9 +569,12 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Jo
         Some(m) if m >= 1 => usize::try_from(m).unwrap_or(usize::MAX),
         Some(m) => return Err(refused(param, format!("{param} {m}: must be at least 1"))),
     };
-    if r.top_logprobs.is_some_and(|k| k != 0) {
-        return Err(refused("top_logprobs", "top_logprobs: not supported yet (logprobs of the sampled tokens are)"));
-    }
+    let top_logprobs = match r.top_logprobs {
+        None | Some(0) => 0,
+        Some(k @ 1..=20) if r.logprobs == Some(true) => k as usize,
+        Some(k @ 1..=20) => return Err(refused("top_logprobs", format!("top_logprobs {k}: needs logprobs = true"))),
+        Some(k) => return Err(refused("top_logprobs", format!("top_logprobs {k}: must be from 0 to 20"))),
+    };
     let stop = r.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
     if stop.len() > 4 {
         return Err(refused("stop", format!("stop: {} strings, at most 4", stop.len())));
@@ -569,11 +582,30 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Jo
     let base = r.seed.unwrap_or_else(fresh_seed);
     let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
     let gone = Arc::new(AtomicBool::new(false));
-    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, adapter, reply, gone })
+    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, top_logprobs, adapter, reply, gone })
+}
+
+/// The body, at most `limit` bytes. A larger one is read on and dropped up to four times
+/// the limit, so its client, still sending, reads the 413 instead of a reset connection;
+/// past that the connection is given up.
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, ()> {
+    use futures_util::StreamExt;
+    let mut stream = body.into_data_stream();
+    let (mut bytes, mut seen) = (vec![], 0usize);
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|_| ())?;
+        seen += chunk.len();
+        if seen <= limit {
+            bytes.extend_from_slice(&chunk);
+        } else if seen > limit.saturating_mul(4) {
+            return Err(());
+        }
+    }
+    if seen > limit { Err(()) } else { Ok(bytes) }
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
-    let read = tokio::time::timeout(s.read_timeout, axum::body::to_bytes(request.into_body(), s.max_body)).await;
+    let read = tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body)).await;
     let bytes = match read {
         Ok(Ok(b)) => b,
         Err(_) => {
@@ -645,7 +677,7 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
             index,
             message: AssistantMessage { role: "assistant".into(), content: Some(a.text.clone()) },
             finish_reason: Some(finish_reason(a.finish).into()),
-            logprobs: logprobs.then(|| token_logprobs(&a, 0..a.token_ids.len())),
+            logprobs: logprobs.then(|| token_logprobs(&a)),
             token_ids: Some(a.token_ids),
         })
         .collect();
@@ -663,16 +695,19 @@ fn finish_reason(f: FinishReason) -> &'static str {
     }
 }
 
-/// Tokens `range` of an answer with their log-probs (no alternatives: `top_logprobs` is
-/// refused).
-fn token_logprobs(a: &Answer, range: std::ops::Range<usize>) -> ChoiceLogprobs {
-    let content = range
-        .map(|i| TokenLogprob {
-            token: a.tokens[i].clone(),
-            logprob: a.logprobs[i],
-            bytes: a.tokens[i].as_bytes().to_vec(),
-            top_logprobs: vec![],
-        })
-        .collect();
+/// An answer's tokens with their log-probs and alternatives.
+fn token_logprobs(a: &Answer) -> ChoiceLogprobs {
+    let content = (0..a.token_ids.len()).map(|i| logprob_entry(&a.tokens[i], a.logprobs[i], a.top.get(i))).collect();
     ChoiceLogprobs { content }
+}
+
+/// One token's `logprobs` entry (`bytes`: its text's UTF-8; a token that ends inside a
+/// character decodes to U+FFFD).
+fn logprob_entry(token: &str, logprob: f32, top: Option<&Vec<(String, f32)>>) -> TokenLogprob {
+    let top_logprobs = top
+        .into_iter()
+        .flatten()
+        .map(|(t, l)| TopLogprob { token: t.clone(), logprob: *l, bytes: t.as_bytes().to_vec() })
+        .collect();
+    TokenLogprob { token: token.to_string(), logprob, bytes: token.as_bytes().to_vec(), top_logprobs }
 }

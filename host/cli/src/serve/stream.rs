@@ -10,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use vagen_model::{FinishReason, Sampled, Tokenizer, Watch};
-use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, TokenLogprob};
+use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail};
 
 /// What a streamed request hears from the worker.
 pub(super) enum Event {
-    /// A token of choice `choice`, and the text it completes (empty while a character is
-    /// incomplete, or held back while it could still be part of a stop string).
-    Token { choice: usize, id: u32, logprob: f32, text: String },
+    /// A token of choice `choice` (`token`: its own text, for `logprobs`), and the text it
+    /// completes (empty while a character is incomplete, or held back while it could still
+    /// be part of a stop string).
+    Token { choice: usize, id: u32, token: String, logprob: f32, text: String, top: Vec<(String, f32)> },
     /// Choice `choice` ended: the text not yet sent, and why it ended.
     End { choice: usize, rest: String, finish: FinishReason },
     /// No answer (its prompt was refused, or the generation failed).
@@ -32,11 +33,18 @@ pub(super) struct Route {
     ids: Vec<u32>,
     /// Bytes of the answer's text already sent.
     pub sent: usize,
+    /// Alternatives per position to send.
+    top_logprobs: usize,
 }
 
 impl Route {
-    pub fn new(choice: usize, gone: Arc<AtomicBool>, events: Option<UnboundedSender<Event>>) -> Self {
-        Route { choice, gone, events, ids: vec![], sent: 0 }
+    pub fn new(
+        choice: usize,
+        gone: Arc<AtomicBool>,
+        events: Option<UnboundedSender<Event>>,
+        top_logprobs: usize,
+    ) -> Self {
+        Route { choice, gone, events, ids: vec![], sent: 0, top_logprobs }
     }
 }
 
@@ -53,7 +61,14 @@ pub(super) fn watch(routes: Arc<Mutex<Vec<Route>>>, tokenizer: Tokenizer, eos: V
                 r.ids.push(s.token);
             }
             let text = fresh_text(&tokenizer, &r.ids, &mut r.sent, hold);
-            let event = Event::Token { choice: r.choice, id: s.token, logprob: s.logprob, text };
+            let top = s
+                .top
+                .iter()
+                .take(r.top_logprobs)
+                .map(|&(t, l)| (tokenizer.decode(&[t]).unwrap_or_default(), l))
+                .collect();
+            let token = tokenizer.decode(&[s.token]).unwrap_or_default();
+            let event = Event::Token { choice: r.choice, id: s.token, token, logprob: s.logprob, text, top };
             if events.send(event).is_err() {
                 r.gone.store(true, Ordering::SeqCst);
             }
@@ -113,15 +128,10 @@ impl Frame {
     /// The events of one worker event, in order.
     fn frames(&self, event: Event) -> Vec<String> {
         match event {
-            Event::Token { choice, id, logprob, text } => {
-                let logprobs = self.logprobs.then(|| ChoiceLogprobs {
-                    content: vec![TokenLogprob {
-                        token: text.clone(),
-                        logprob,
-                        bytes: text.as_bytes().to_vec(),
-                        top_logprobs: vec![],
-                    }],
-                });
+            Event::Token { choice, id, token, logprob, text, top } => {
+                let logprobs = self
+                    .logprobs
+                    .then(|| ChoiceLogprobs { content: vec![super::logprob_entry(&token, logprob, Some(&top))] });
                 let delta = Delta { role: None, content: Some(text) };
                 vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
             }

@@ -166,12 +166,14 @@ impl EngineStats {
 pub type Refresh = Box<dyn FnMut() -> std::result::Result<u64, String> + Send>;
 
 /// A token just sampled, as the engine's watch sees it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Sampled {
     /// The request's `key`.
     pub key: u64,
     pub token: u32,
     pub logprob: f32,
+    /// The most likely ids there (`GenerateOptions::top_logprobs`; empty when 0).
+    pub top: Vec<(u32, f32)>,
 }
 
 /// Sees every token as it is sampled (a streaming server sends it on) and returns the keys
@@ -296,6 +298,7 @@ impl Engine {
             requests,
             ends: Ends { eos, stop: &options.stop, tokenizer },
             sampler: Sampler::new(options.temperature, options.top_p, options.top_k, 0),
+            top_logprobs: options.top_logprobs,
             schedule: Scheduler::new(asks, &self.options, &mut cache.slots, &mut self.stats, self.calls),
             kv: &mut cache.kv,
             out: (0..requests.len()).map(|_| None).collect(),
@@ -403,6 +406,7 @@ struct Call<'a> {
     requests: &'a [EngineRequest],
     ends: Ends<'a>,
     sampler: Sampler,
+    top_logprobs: usize,
     schedule: Scheduler<'a>,
     kv: &'a mut KvRows,
     out: Vec<Option<Generation>>,
@@ -578,11 +582,21 @@ impl Call<'_> {
         let tokens: Vec<i64> = Vec::try_from(&tokens)?;
         let logprobs: Vec<f32> = Vec::try_from(&logprobs.to_kind(Kind::Float))?;
         self.schedule.record(start, &tokens, &logprobs, *self.weights.version, &self.ends)?;
+        let top = match self.top_logprobs {
+            0 => vec![vec![]; end - start],
+            k => self.sampler.top(logits, k)?,
+        };
+        if self.top_logprobs > 0 {
+            for (a, t) in self.schedule.active[start..end].iter_mut().zip(&top) {
+                a.row.top.push(t.clone());
+            }
+        }
         let Some(watch) = self.watch.as_mut() else { return Ok(()) };
         let sampled: Vec<Sampled> = self.schedule.active[start..end]
             .iter()
             .zip(tokens.iter().zip(&logprobs))
-            .map(|(a, (&t, &l))| Sampled { key: self.requests[a.request].key, token: t as u32, logprob: l })
+            .zip(top)
+            .map(|((a, (&t, &l)), top)| Sampled { key: self.requests[a.request].key, token: t as u32, logprob: l, top })
             .collect();
         let stop = watch(&sampled);
         if !stop.is_empty() {
