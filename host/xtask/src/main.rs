@@ -196,18 +196,10 @@ fn setup_torch(needs: Needs) -> Result<()> {
             "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0 13.0.88 13.0.85",
         ),
     };
-    let ok = Command::new(venv_python())
-        .args(["-c", probe])
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want);
-    if ok {
+    if venv_prints(probe, want) {
         return Ok(());
     }
-    if !venv_python().is_file() {
-        let mut cmd = Command::new("python3");
-        cmd.args(["-m", "venv"]).arg(venv());
-        run(cmd)?;
-    }
+    make_venv()?;
     let mut pip = Command::new(venv_python());
     pip.args([
         "-m",
@@ -240,20 +232,31 @@ fn setup_torch(needs: Needs) -> Result<()> {
     run(pip)
 }
 
-/// The project venv with maturin, and nothing else, for `cargo xtask wheel`.
-fn setup_maturin() -> Result<()> {
-    let pinned = MATURIN.trim_start_matches("maturin==");
-    let probe = Command::new(venv_python())
-        .args(["-c", "import importlib.metadata as m; print(m.version('maturin'))"])
-        .output();
-    if probe.is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == pinned) {
-        return Ok(());
-    }
+/// Whether the venv's Python runs `probe` and prints `want`.
+fn venv_prints(probe: &str, want: &str) -> bool {
+    Command::new(venv_python())
+        .args(["-c", probe])
+        .output()
+        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want)
+}
+
+/// The project venv, created when there is none.
+fn make_venv() -> Result<()> {
     if !venv_python().is_file() {
         let mut cmd = Command::new("python3");
         cmd.args(["-m", "venv"]).arg(venv());
         run(cmd)?;
     }
+    Ok(())
+}
+
+/// The project venv with maturin, and nothing else, for `cargo xtask wheel`.
+fn setup_maturin() -> Result<()> {
+    let probe = "import importlib.metadata as m; print(m.version('maturin'))";
+    if venv_prints(probe, MATURIN.trim_start_matches("maturin==")) {
+        return Ok(());
+    }
+    make_venv()?;
     let mut pip = Command::new(venv_python());
     pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", MATURIN]);
     run(pip)
