@@ -92,7 +92,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
     if !t.ranks().is_main() {
         return Ok(());
     }
-    println!("held-out success: {start:.3} after SFT -> {end:.3} after RL ({:+.3})", end - start);
+    // The first figure is the policy RL started from: SFT's, or the model as loaded.
+    let from = if t.cfg.sft.steps > 0 { "after SFT" } else { "before RL" };
+    println!("held-out success: {start:.3} {from} -> {end:.3} after RL ({:+.3})", end - start);
     println!("run folder: {} (metrics.jsonl, report.html, checkpoints/)", t.run_dir.display());
     Ok(())
 }

@@ -174,7 +174,9 @@ fn two_ranks_train_as_one_process_with_every_estimator_and_sharded_moments() {
         train(&cfg, &one, &[]);
         let out = train(&cfg, &two, &["--nproc", "2"]);
         // Only rank 0 reports.
-        assert_eq!(String::from_utf8_lossy(&out.stdout).matches("held-out success:").count(), 1);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.matches("held-out success:").count(), 1);
+        assert!(stdout.contains(" before RL -> "), "no SFT in this config: {stdout}");
         same_metrics(&one, &two, 1e-5);
         same_checkpoints(&one, &two, 1e-5);
         if estimator == "gae" {

@@ -5,8 +5,9 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    // `error`, not `source`: a source would be printed again by every error chain.
+    #[error("cannot read {path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
 
     #[error("{path} is not a WebAssembly file ({what})")]
     NotWasm { path: PathBuf, what: String },

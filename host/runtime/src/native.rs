@@ -46,7 +46,7 @@ impl NativePlugin {
         let not_plugin = |reason: String| Error::NotAPlugin { path: path.into(), reason };
         // The path as given: a bare `x.so` would otherwise be looked up on the loader's
         // search path (LD_LIBRARY_PATH, system folders) rather than in this folder.
-        let absolute = std::path::absolute(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let absolute = std::path::absolute(path).map_err(|error| Error::Io { path: path.into(), error })?;
         // SAFETY: loading runs the library's initialisers: native plugins are trusted code.
         let lib = unsafe { Library::new(&absolute) }.map_err(|e| not_plugin(format!("cannot load it: {e}")))?;
         let symbol = |name: &[u8]| {

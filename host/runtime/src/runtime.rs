@@ -107,7 +107,7 @@ pub const MAX_PLUGIN_BYTES: u64 = 1 << 30;
 pub(crate) fn read_plugin_file(path: &Path) -> Result<Vec<u8>, Error> {
     use vagen_files::ReadError;
     vagen_files::read_regular(path, vagen_files::Links::Follow, MAX_PLUGIN_BYTES).map_err(|e| match e {
-        ReadError::Io(source) => Error::Io { path: path.into(), source },
+        ReadError::Io(error) => Error::Io { path: path.into(), error },
         other => Error::NotWasm { path: path.into(), what: other.to_string() },
     })
 }

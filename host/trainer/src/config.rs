@@ -441,6 +441,7 @@ impl TrainConfig {
     pub fn parse(text: &str, path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
         let err = |message: String| ConfigError::Parse { path: path.into(), message };
         let mut doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        let before = doc.clone();
         for o in overrides {
             let (key, value) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
             let value: toml::Value = toml::from_str::<toml::Table>(&format!("v = {value}"))
@@ -456,8 +457,15 @@ impl TrainConfig {
             let values = table.iter().map(|(k, v)| (k.as_str(), serde_json::to_value(v).expect("TOML is JSON")));
             Limits::with_values(values)?;
         }
-        let config: TrainConfig =
-            toml::Value::Table(doc).try_into().map_err(|e: toml::de::Error| err(e.to_string()))?;
+        let config: TrainConfig = match toml::Value::Table(doc).try_into() {
+            Ok(c) => c,
+            // The file reads without the overrides: a `--set` is at fault, so it is named.
+            Err(e) if !overrides.is_empty() && toml::Value::Table(before).try_into::<TrainConfig>().is_ok() => {
+                let sets: Vec<String> = overrides.iter().map(|o| format!("--set {o}")).collect();
+                return Err(ConfigError::Parse { path: sets.join(" "), message: e.to_string() });
+            }
+            Err(e) => return Err(err(e.to_string())),
+        };
         config.validate()?;
         Ok(config)
     }

@@ -230,6 +230,12 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         let err = parse(&text, &overrides).expect_err(needle);
         assert!(err.contains(needle), "{err} should name {needle}");
     }
+    // A typo in a `--set` is named as that `--set`, not as the file; one in the file as the file.
+    let err = parse(&good, &["optim.actr_lr=1e-5"]).unwrap_err();
+    assert!(err.starts_with("--set optim.actr_lr=1e-5:") && err.contains("actr_lr"), "{err}");
+    let bad_file = good.replace("[optim]", "[optim]\nlearning_rate = 1.0");
+    let err = parse(&bad_file, &["optim.actor_lr=1e-5"]).unwrap_err();
+    assert!(err.starts_with("test.toml:") && err.contains("learning_rate"), "{err}");
     // Refused means no run folder either.
     let dir = tempfile::tempdir().unwrap();
     assert!(parse(&good, &["env.group_size=1"]).is_err());
