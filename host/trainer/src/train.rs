@@ -73,6 +73,17 @@ impl Trainer {
     /// makes and writes the run folder.
     pub fn new_ranked(mut cfg: TrainConfig, run_dir: &Path, rdzv: Option<&Rendezvous>) -> Result<Self> {
         let ranks = join(&mut cfg, rdzv)?;
+        let created = ranks.is_main() && !run_dir.exists();
+        let built = Self::build(cfg, run_dir, ranks);
+        if built.is_err() && created {
+            // Refused (a model that does not load, an env config the plugin rejects): no
+            // empty run folder is left behind.
+            let _ = std::fs::remove_dir_all(run_dir);
+        }
+        built
+    }
+
+    fn build(cfg: TrainConfig, run_dir: &Path, ranks: Ranks) -> Result<Self> {
         let lock = match ranks.is_main() {
             true => {
                 if run_dir.join("config.toml").exists() {

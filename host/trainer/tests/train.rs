@@ -230,6 +230,13 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         let err = parse(&text, &overrides).expect_err(needle);
         assert!(err.contains(needle), "{err} should name {needle}");
     }
+    // An env config the plugin refuses leaves no run folder behind.
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let refused = parse(&good.replace("[model]", "[env.config]\nobservation = \"smell\"\n[model]"), &[]).unwrap();
+    let err = format!("{:#}", Trainer::new(refused, &run).err().unwrap());
+    assert!(err.contains("smell"), "{err}");
+    assert!(!run.exists(), "{} was left behind", run.display());
     // A typo in a `--set` is named as that `--set`, not as the file; one in the file as the file.
     let err = parse(&good, &["optim.actr_lr=1e-5"]).unwrap_err();
     assert!(err.starts_with("--set optim.actr_lr=1e-5:") && err.contains("actr_lr"), "{err}");
