@@ -142,7 +142,11 @@ fn errors_are_one_line_and_name_the_problem() {
     let dir = tempfile::tempdir().unwrap();
     let text_file = dir.path().join("notes.wasm");
     std::fs::write(&text_file, "hello world").unwrap();
+    let text_so = dir.path().join("notes.so");
+    std::fs::write(&text_so, "hello world").unwrap();
     for (args, needle) in [
+        // The loader's own reason after libloading's "dlopen failed".
+        (vec!["run", "--plugin", text_so.to_str().unwrap(), "--allow-native"], "dlopen failed: "),
         (vec!["run", "--plugin", text_file.to_str().unwrap()], "is not a WebAssembly file"),
         (vec!["run", "--plugin", other.to_str().unwrap()], "is not a vagen plugin"),
         (vec!["run", "--plugin", fl.to_str().unwrap(), "--env-config", "{oops"], "bad config: not valid JSON"),

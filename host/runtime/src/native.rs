@@ -48,7 +48,11 @@ impl NativePlugin {
         // search path (LD_LIBRARY_PATH, system folders) rather than in this folder.
         let absolute = std::path::absolute(path).map_err(|error| Error::Io { path: path.into(), error })?;
         // SAFETY: loading runs the library's initialisers: native plugins are trusted code.
-        let lib = unsafe { Library::new(&absolute) }.map_err(|e| not_plugin(format!("cannot load it: {e}")))?;
+        // libloading's message is "dlopen failed"; the loader's reason is its source.
+        let lib = unsafe { Library::new(&absolute) }.map_err(|e| {
+            let reason = std::error::Error::source(&e).map_or(String::new(), |s| format!(": {s}"));
+            not_plugin(format!("cannot load it: {e}{reason}"))
+        })?;
         let symbol = |name: &[u8]| {
             let shown = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
             move |e: libloading::Error| {
