@@ -628,6 +628,8 @@ pub struct RolloutMetrics {
     pub valid_action_rate: f64,
     /// Actions that changed the state / actions sent.
     pub effective_action_rate: f64,
+    /// Answers whose format parsed / answers. The format reward also needs every action
+    /// valid, so turns may show the penalty while this reads 1.
     pub format_correct_rate: f64,
     /// Mean response length in characters, and in tokens when the policy reports them.
     pub mean_response_chars: f64,
