@@ -176,7 +176,18 @@ fn two_ranks_train_as_one_process_with_every_estimator_and_sharded_moments() {
         // Only rank 0 reports.
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(stdout.matches("held-out success:").count(), 1);
-        assert!(stdout.contains(" before RL -> "), "no SFT in this config: {stdout}");
+        assert!(stdout.contains(" after SFT -> "), "{stdout}");
+        // Not a terminal: progress as lines, from rank 0 only.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for line in ["SFT steps 2/2 (", "RL steps 2/2 ("] {
+            assert_eq!(stderr.matches(line).count(), 1, "{line}: {stderr}");
+        }
+        if estimator == "grpo" {
+            // Without SFT the first figure is the model as loaded.
+            let plain = train(&cfg, &dir.path().join("grpo-no-sft"), &["--set", "sft.steps=0"]);
+            let stdout = String::from_utf8_lossy(&plain.stdout);
+            assert!(stdout.contains(" before RL -> ") && !stdout.contains("SFT"), "{stdout}");
+        }
         same_metrics(&one, &two, 1e-5);
         same_checkpoints(&one, &two, 1e-5);
         if estimator == "gae" {

@@ -21,6 +21,7 @@ mod micro;
 mod openai_judge;
 mod optimizer;
 mod policy_loss;
+mod progress;
 mod report;
 mod rewards;
 mod rollout_section;

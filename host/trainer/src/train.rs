@@ -9,12 +9,12 @@ use crate::log::{Timings, log};
 use crate::metrics::{MetricsLog, StepMetrics};
 use crate::micro::{Micro, logprobs_and_entropy};
 use crate::optimizer::AdamW;
+use crate::progress::Progress;
 use crate::run_lock::{RunLock, check_new_run_folder};
 use crate::score::{Models, ScoreOptions, score};
 use crate::step_batch::split;
 use crate::update::{Optimizers, Shard, Updated, update};
 use anyhow::{Context, Result, bail};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -286,8 +286,8 @@ impl Trainer {
                 eprintln!("held-out success before RL: {:.3}", v.success);
             }
         }
-        let bar = bar(self.cfg.schedule.steps as u64, "RL steps", self.ranks.is_main());
-        bar.set_position(self.state.step as u64);
+        let mut bar =
+            Progress::new(self.cfg.schedule.steps as u64, "RL steps", self.ranks.is_main(), self.state.step as u64);
         while self.state.step < self.cfg.schedule.steps {
             let mut m = self.rl_step()?;
             self.state.step += 1;
@@ -305,12 +305,12 @@ impl Trainer {
                 m.values.get("train/success").copied().unwrap_or(0.0),
                 self.state.last_success.map_or("-".into(), |v| format!("{v:.2}"))
             ));
-            bar.inc(1);
+            bar.inc();
             if every(self.cfg.schedule.save_every) || s == self.cfg.schedule.steps {
                 self.save()?;
             }
         }
-        bar.finish_and_clear();
+        bar.finish();
         let start = self.state.start_success.unwrap_or(0.0);
         let end = match self.state.last_success {
             Some(v) => v,
@@ -365,8 +365,8 @@ impl Trainer {
     /// Supervised steps on (noisy) oracle trajectories through the rollout path; cross-
     /// entropy on the oracle's answer tokens only.
     pub fn sft(&mut self) -> Result<()> {
-        let bar = bar(self.cfg.sft.steps as u64, "SFT steps", self.ranks.is_main());
-        bar.set_position(self.state.sft_steps_done as u64);
+        let visible = self.ranks.is_main();
+        let mut bar = Progress::new(self.cfg.sft.steps as u64, "SFT steps", visible, self.state.sft_steps_done as u64);
         while self.state.sft_steps_done < self.cfg.sft.steps {
             // With a fixed dataset, every step replays the same episodes.
             let k = match self.cfg.sft.dataset_steps {
@@ -400,13 +400,14 @@ impl Trainer {
             m.values.insert("sft/grad_norm".into(), report.grad_norm);
             m.values.insert("sft/step".into(), self.state.sft_steps_done as f64);
             self.write_metrics(&m)?;
-            bar.inc(1);
+            bar.set_message(format!("loss {:.3}", total / all_tokens as f64));
+            bar.inc();
             let (n, every) = (self.state.sft_steps_done, self.cfg.sft.save_every);
             if n == self.cfg.sft.steps || (every > 0 && n.is_multiple_of(every)) {
                 self.save()?;
             }
         }
-        bar.finish_and_clear();
+        bar.finish();
         self.critic_from_actor()
     }
 
@@ -845,14 +846,6 @@ fn new_optimizer(cfg: &TrainConfig, vars: std::collections::HashMap<String, tch:
 
 fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
     Ok(LoadOptions { device: cfg.rank_device.unwrap_or(cfg.model.device).resolve()?, dtype: cfg.model.dtype })
-}
-
-/// A progress bar (hidden on ranks other than 0).
-fn bar(len: u64, what: &str, visible: bool) -> ProgressBar {
-    let bar = if visible { ProgressBar::new(len) } else { ProgressBar::hidden() };
-    let style = format!("{{bar:30}} {{pos}}/{{len}} {what} [{{elapsed}}<{{eta}}] {{msg}}");
-    bar.set_style(ProgressStyle::with_template(&style).expect("valid template"));
-    bar
 }
 
 /// A checkpoint's actor, critic, counters and optimiser moments, all or nothing.
