@@ -136,8 +136,5 @@ fn prompt_logits(model: &Model, prompt: &Prompt) -> Result<Tensor> {
 }
 
 fn again(p: &Prompt) -> Prompt {
-    Prompt {
-        ids: p.ids.clone(),
-        images: p.images.iter().map(|i| vagen_model::PixelValues { values: i.values.copy(), grid: i.grid }).collect(),
-    }
+    Prompt { ids: p.ids.clone(), images: p.images.clone() }
 }

@@ -18,6 +18,13 @@ pub struct PixelValues {
     pub grid: [usize; 3],
 }
 
+/// A deep copy: the pixels' tensor copied, not shared.
+impl Clone for PixelValues {
+    fn clone(&self) -> Self {
+        PixelValues { values: self.values.copy(), grid: self.grid }
+    }
+}
+
 impl PixelValues {
     /// Tokens this image takes in the language model: `t·h·w / merge²`.
     pub fn tokens(&self, merge: usize) -> usize {

@@ -253,11 +253,7 @@ fn converse_vl(
             .map(|(i, p)| EngineRequest {
                 key: i as u64,
                 ids: p.ids.clone(),
-                images: p
-                    .images
-                    .iter()
-                    .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
-                    .collect(),
+                images: p.images.clone(),
                 max_new_tokens: 6,
                 seed: 10 * turn as u64 + i as u64,
                 adapter: 0,

@@ -155,11 +155,7 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
         .map(|(i, p)| EngineRequest {
             key: i as u64,
             ids: p.ids.clone(),
-            images: p
-                .images
-                .iter()
-                .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
-                .collect(),
+            images: p.images.clone(),
             max_new_tokens: 8,
             seed: i as u64,
             adapter: 0,
@@ -169,14 +165,8 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
     assert_eq!(engine.stats().weight_swaps, u64::from(out.iter().any(|g| g.token_ids.len() > 3)) as usize);
     let v = model.vision().unwrap();
     for (i, (p, g)) in prompts.iter().zip(&out).enumerate() {
-        let whole = vagen_model::Prompt {
-            ids: p.ids.iter().chain(&g.token_ids).copied().collect(),
-            images: p
-                .images
-                .iter()
-                .map(|x| vagen_model::PixelValues { values: x.values.copy(), grid: x.grid })
-                .collect(),
-        };
+        let whole =
+            vagen_model::Prompt { ids: p.ids.iter().chain(&g.token_ids).copied().collect(), images: p.images.clone() };
         for (j, (&lp, &ver)) in g.logprobs.iter().zip(&g.versions).enumerate() {
             assert_eq!(ver, u64::from(j >= 3), "answer {i} token {j}");
             versions.lock().unwrap().load(ver);

@@ -188,6 +188,12 @@ impl Trainer {
     /// `max_staleness` updates old; older ones are dropped, with every rank, and counted.
     fn fresh(&self) -> Result<(Played, TokenVersions, Dropped)> {
         let mut dropped = Dropped::default();
+        if self.cfg.asynchronous.max_staleness == 0 {
+            // Played now with the current weights: nothing to gather or drop.
+            let played = self.played()?;
+            let versions = played.versions;
+            return Ok((played, versions, dropped));
+        }
         loop {
             let played = self.played()?;
             let versions = crate::data_parallel::token_versions(self.ranks(), played.versions)?;
