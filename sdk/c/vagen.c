@@ -250,6 +250,12 @@ size_t vagen_parse_actions(const char *answer, size_t len, const char *const *na
                            size_t max, int *out, char *invalid, size_t invalid_len) {
     size_t n = 0, taken = 0, sep = strlen(separator);
     if (invalid_len) invalid[0] = 0;
+    if (len > VAGEN_MAX_ANSWER_LEN) {
+        if (invalid_len) {
+            snprintf(invalid, invalid_len, "(an answer of %zu bytes; at most %d are read)", len, VAGEN_MAX_ANSWER_LEN);
+        }
+        return 0;
+    }
     const char *p = answer, *end = answer + len;
     while (p <= end && taken < max) {
         const char *q = p;

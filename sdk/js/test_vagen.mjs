@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import test from "node:test";
 
-import { ActionSpec, BadConfig, Canvas, Env, echo, env, exportEnv, relativePosition, resolveConfig, Rng } from "./vagen.js";
+import { ActionSpec, BadConfig, Canvas, Env, echo, env, exportEnv, relativePosition, resolveConfig, Rng, tooLong } from "./vagen.js";
 
 test("Rng is SplitMix64", () => {
   // SplitMix64's published first output for seed 0; the C and Python SDKs match it.
@@ -20,6 +20,15 @@ test("actions split, trim, cap and stop at the first invalid one", () => {
   assert.deepEqual(spec.parse("Up, Up, Up, Up, Up").ignored, 2);
   assert.deepEqual(spec.parse("Up, jump, Left"), { actions: [3], invalid: ["jump"], ignored: 1 });
   assert.equal(spec.join([0, 3]), "Left, Up");
+});
+
+test("an answer over the cap is refused before it is split", () => {
+  const spec = new ActionSpec(["Left", "Right"], ",", 2, { maxAnswerLen: 10 });
+  assert.deepEqual(spec.parse("Left, Left, Left"), { actions: [], invalid: [tooLong(16, 10)], ignored: 0 });
+  assert.deepEqual(spec.parse("Left, Left").actions, [0, 0]);
+  const big = new ActionSpec(["Left"], ",", 2);
+  assert.deepEqual(big.parse(",".repeat(1 << 20)).actions, []);
+  assert.equal(big.parse(",".repeat(1 << 20)).invalid.length, 1);
 });
 
 test("config resolution names the problem", () => {

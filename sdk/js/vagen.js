@@ -160,13 +160,27 @@ export class Rng {
   }
 }
 
+/** ActionSpec's default maxAnswerLen (UTF-16 units, as `length` counts): far above any list of action names. */
+export const MAX_ANSWER_LEN = 1024;
+
+/** What stands for an over-long answer among the invalid pieces (the feedback echoes it). */
+export function tooLong(length, most) {
+  return `(an answer of ${length} characters; at most ${most} are read)`;
+}
+
 export class ActionSpec {
-  constructor(names, separator = ",", maxPerTurn = 1, { ignoreCase = true, stopAtInvalid = true } = {}) {
-    Object.assign(this, { names, separator, maxPerTurn, ignoreCase, stopAtInvalid });
+  constructor(names, separator = ",", maxPerTurn = 1, { ignoreCase = true, stopAtInvalid = true, maxAnswerLen = MAX_ANSWER_LEN } = {}) {
+    Object.assign(this, { names, separator, maxPerTurn, ignoreCase, stopAtInvalid, maxAnswerLen });
   }
   /** {actions: indices, invalid: pieces, ignored: count} */
   parse(answer) {
     const out = { actions: [], invalid: [], ignored: 0 };
+    // Refused before the split: a rambling model or a fuzzer's megabyte costs one length
+    // check, not an array of a million pieces.
+    if (answer.length > this.maxAnswerLen) {
+      out.invalid.push(tooLong(answer.length, this.maxAnswerLen));
+      return out;
+    }
     const pieces = (this.separator ? answer.split(this.separator) : [answer]).map((p) => p.trim()).filter((p) => p);
     const taken = pieces.slice(0, this.maxPerTurn);
     for (let i = 0; i < taken.length; i++) {

@@ -26,6 +26,13 @@ class Helpers(unittest.TestCase):
         self.assertEqual((p.actions, p.invalid, p.ignored), ([3], ["jump"], 1))
         self.assertEqual(spec.join([0, 3]), "Left, Up")
 
+    def test_an_answer_over_the_cap_is_refused_before_it_is_split(self):
+        spec = vagen.ActionSpec(["Left", "Right"], ",", 2, max_answer_len=10)
+        p = spec.parse("Left, Left, Left")
+        self.assertEqual((p.actions, p.invalid, p.ignored), ([], [vagen.too_long(16, 10)], 0))
+        self.assertEqual(spec.parse("Left, Left").actions, [0, 0])
+        self.assertEqual(len(vagen.ActionSpec(["Left"]).parse("," * (1 << 20)).invalid), 1)
+
     def test_config_resolution_names_the_problem(self):
         class E(vagen.Env):
             DEFAULT_CONFIG = {"size": 4, "rate": 0.5, "name": "x"}

@@ -259,19 +259,35 @@ class ParsedActions:
         return not self.invalid and bool(self.actions)
 
 
+MAX_ANSWER_LEN = 1024
+"""ActionSpec.max_answer_len's default (characters): far above any list of action names."""
+
+
+def too_long(length: int, most: int) -> str:
+    """What stands for an over-long answer among the invalid pieces (the feedback echoes it)."""
+    return f"(an answer of {length} characters; at most {most} are read)"
+
+
 class ActionSpec:
     """How an environment reads actions out of an answer (as the Rust SDK's ActionSpec)."""
 
     def __init__(self, names: Sequence[str], separator: str = ",", max_per_turn: int = 1,
-                 ignore_case: bool = True, stop_at_invalid: bool = True):
+                 ignore_case: bool = True, stop_at_invalid: bool = True,
+                 max_answer_len: int = MAX_ANSWER_LEN):
         self.names = list(names)
         self.separator = separator
         self.max_per_turn = max_per_turn
         self.ignore_case = ignore_case
         self.stop_at_invalid = stop_at_invalid
+        # Longer answers are refused before they are split: a rambling model or a fuzzer's
+        # megabyte costs one length check, not a list of a million pieces.
+        self.max_answer_len = max_answer_len
 
     def parse(self, answer: str) -> ParsedActions:
         out = ParsedActions()
+        if len(answer) > self.max_answer_len:
+            out.invalid.append(too_long(len(answer), self.max_answer_len))
+            return out
         raw = answer.split(self.separator) if self.separator else [answer]
         pieces = [p.strip() for p in raw if p.strip()]
         taken = pieces[: self.max_per_turn]

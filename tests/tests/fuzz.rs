@@ -110,6 +110,16 @@ fn a_per_episode_leak_is_found() {
     let r = campaign("leak");
     assert_eq!(kinds(&r), [FindingKind::Leak]);
     assert!(r.findings[0].message.contains("memory grew"), "{}", r.findings[0].message);
+    // The replay judges growth by the fuzzer's threshold, recorded with the finding: the
+    // same growth under a higher one is not a leak.
+    let found = &r.findings[0].reproducer;
+    assert_eq!(found.leak_bytes, Some(FuzzOptions::default().leak_bytes));
+    let (plugin, _dir) = load("hostile", Limits::default());
+    let lenient = vagen_runtime::fuzz::Reproducer { leak_bytes: Some(1 << 40), ..found.clone() };
+    match replay(plugin.as_ref(), &lenient).unwrap().verdict {
+        Verdict::NotReproduced(why) => assert!(why.contains("within the fuzzer's threshold of 1048576 MiB"), "{why}"),
+        v => panic!("{v:?}"),
+    }
 }
 
 #[test]
@@ -147,4 +157,16 @@ fn reference_plugins_survive_a_short_campaign() {
         assert!(r.findings.is_empty(), "{name}: {:?}", r.findings.iter().map(|f| &f.message).collect::<Vec<_>>());
         assert!(r.episodes > 20, "{name}: only {} episodes", r.episodes);
     }
+}
+
+/// The Rust SDK's starting point (`examples/guess-number`, as docs/writing-an-environment.md
+/// points to) passes a minute of fuzzing as shipped, as the other SDKs' templates do
+/// (host/env-tool/tests/languages.rs).
+#[test]
+fn the_rust_starting_point_passes_a_minute_of_fuzzing() {
+    let (plugin, _dir) = load("guess-number", Limits::default());
+    let opts = FuzzOptions { duration: Some(Duration::from_secs(60)), ..FuzzOptions::default() };
+    let r = fuzz(plugin.as_ref(), &opts).unwrap();
+    assert!(r.findings.is_empty(), "{:?}", r.findings.iter().map(|f| &f.message).collect::<Vec<_>>());
+    assert!(r.episodes > 100, "only {} episodes", r.episodes);
 }

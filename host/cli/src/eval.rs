@@ -110,7 +110,7 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     let plugin = runtime
         .load_named_in(&cfg.env.plugin, path, a.allow_native)
         .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
-    let mut model = vagen_trainer::load_model(&cfg)?;
+    let mut model = vagen_trainer::load_model(&cfg, plugin.as_ref())?;
     if let Some(dir) = &a.adapter {
         model.load_adapter(dir).with_context(|| format!("loading the adapter {}", dir.display()))?;
     }

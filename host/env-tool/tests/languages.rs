@@ -167,10 +167,10 @@ fn outcomes(log: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_three_templates_build_pass_check_and_play_the_same_seeded_episodes() {
+fn the_three_templates_build_pass_check_and_fuzz_and_play_the_same_seeded_episodes() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    let mut plays = Vec::new();
+    let (mut plays, mut wasms) = (Vec::new(), Vec::new());
     for sdk in ["python", "js", "c"] {
         let wasm = dir.path().join(format!("corridor-{sdk}.wasm"));
         let o = Command::new("bash")
@@ -187,6 +187,30 @@ fn the_three_templates_build_pass_check_and_play_the_same_seeded_episodes() {
         let args = ["run", "--plugin", w, "--policy", "random", "--episodes", "5", "--seed", "3", "--out"];
         ok(host(&cache, &[&args[..], &[log.to_str().unwrap()]].concat()), sdk);
         plays.push(outcomes(&std::fs::read_to_string(&log).unwrap()));
+        wasms.push((sdk, wasm));
+    }
+    // Each passes a minute of fuzzing as shipped (a megabyte answer is refused before it is
+    // split); the three at once, a minute of wall time in all.
+    let fuzzing: Vec<_> = wasms
+        .iter()
+        .map(|(sdk, wasm)| {
+            let findings = dir.path().join(format!("findings-{sdk}"));
+            let child = Command::new(env!("CARGO_BIN_EXE_vagen-env"))
+                .args(["fuzz", "--seconds", "60", "--plugin"])
+                .arg(wasm)
+                .arg("--out")
+                .arg(&findings)
+                .env("VAGEN_CACHE_DIR", &cache)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("vagen-env runs");
+            (sdk, child)
+        })
+        .collect();
+    for (sdk, child) in fuzzing {
+        let out = ok(child.wait_with_output().unwrap(), &format!("fuzzing the {sdk} template"));
+        assert!(out.contains("no findings"), "{sdk}: {out}");
     }
     // The walk-through in the docs shows these very files.
     let docs = std::fs::read_to_string(root().join("docs/writing-an-environment.md")).unwrap();

@@ -165,6 +165,9 @@ def main():
     template = (ASSETS / "chat_template.jinja").read_text()
     raw = build_tokenizer()
     raw.save(str(ASSETS / "tokenizer.json"))
+    # The Rust side retrains this tokenizer on an env's texts plus this corpus
+    # (default_model::tokenizer_for); with no env texts it gives tokenizer.json back.
+    (ASSETS / "base_corpus.json").write_text(json.dumps(corpus(), indent=0, ensure_ascii=False))
     (ASSETS / "tokenizer_config.json").write_text(json.dumps(tokenizer_config(template), indent=2) + "\n")
     hf_tok = PreTrainedTokenizerFast(tokenizer_file=str(ASSETS / "tokenizer.json"), **{
         k: v for k, v in tokenizer_config(template).items() if k not in ("tokenizer_class",)

@@ -162,8 +162,12 @@ pub fn benchmark_model(
     )
 }
 
+pub(crate) fn text_tokenizer() -> Result<Tokenizer> {
+    Tokenizer::from_bytes(TOKENIZER)
+}
+
 fn text_parts(config: Qwen2Config) -> Result<Parts> {
-    let tokenizer = Tokenizer::from_bytes(TOKENIZER)?;
+    let tokenizer = text_tokenizer()?;
     let tokenizer_config: serde_json::Value =
         serde_json::from_str(TOKENIZER_CONFIG).expect("the embedded tokenizer config is JSON");
     let chat = ChatTemplate::from_tokenizer_config(&tokenizer_config)?;
@@ -186,7 +190,7 @@ fn vl_parts(config: Qwen2VlConfig, processor: ImageProcessor) -> Result<Parts> {
     })
 }
 
-fn vl_tokenizer() -> Result<Tokenizer> {
+pub(crate) fn vl_tokenizer() -> Result<Tokenizer> {
     let mut tokenizer = Tokenizer::from_bytes(TOKENIZER)?;
     tokenizer.add_special_tokens(&VISION_TOKENS);
     Ok(tokenizer)

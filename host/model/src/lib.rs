@@ -27,6 +27,7 @@ mod config;
 pub(crate) mod default_model;
 mod device;
 mod engine;
+mod env_tokenizer;
 mod error;
 mod folder;
 mod generate;
@@ -49,6 +50,7 @@ pub use chat::ChatTemplate;
 pub use chats::{Answered, Chat, ChatAnswer, ChatError};
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
+pub use env_tokenizer::tokenizer_for;
 pub use default_model::{
     DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model, random_model,
 };

@@ -41,6 +41,15 @@ impl Tokenizer {
     }
 
     /// Ids the tokenizer can produce, added tokens included.
+    #[cfg(test)]
+    pub(crate) fn inner(&self) -> &tokenizers::Tokenizer {
+        &self.inner
+    }
+
+    pub(crate) fn inner_mut(&mut self) -> &mut tokenizers::Tokenizer {
+        &mut self.inner
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }

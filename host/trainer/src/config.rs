@@ -68,6 +68,10 @@ pub struct TrainConfig {
     /// the user's `judge.toml`, never from a config file (see `judge_access.rs`).
     #[serde(skip)]
     pub judge_access: crate::JudgeAccess,
+    /// Whether the config (or a `--set`) gave `rollout.max_new_tokens`: without it, a run
+    /// of the embedded model takes it from the env's oracle (`vocabulary.rs`).
+    #[serde(skip)]
+    pub max_new_tokens_given: bool,
 }
 
 /// A reward function and how much its turn rewards count.
@@ -457,7 +461,9 @@ impl TrainConfig {
             let values = table.iter().map(|(k, v)| (k.as_str(), serde_json::to_value(v).expect("TOML is JSON")));
             Limits::with_values(values)?;
         }
-        let config: TrainConfig = match toml::Value::Table(doc).try_into() {
+        let max_new_tokens_given =
+            doc.get("rollout").and_then(|r| r.as_table()).is_some_and(|r| r.contains_key("max_new_tokens"));
+        let mut config: TrainConfig = match toml::Value::Table(doc).try_into() {
             Ok(c) => c,
             // The file reads without the overrides: a `--set` is at fault, so it is named.
             Err(e) if !overrides.is_empty() && toml::Value::Table(before).try_into::<TrainConfig>().is_ok() => {
@@ -467,6 +473,7 @@ impl TrainConfig {
             Err(e) => return Err(err(e.to_string())),
         };
         config.validate()?;
+        config.max_new_tokens_given = max_new_tokens_given;
         Ok(config)
     }
 

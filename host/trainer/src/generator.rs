@@ -210,7 +210,7 @@ fn generate(
     own_threads(cfg.asynchronous.generator_threads);
     let mut placed = cfg.clone();
     placed.rank_device = cfg.engine.device.or(cfg.rank_device);
-    let mut model = crate::train::load_model(&placed).context("the generator's copy of the model")?;
+    let mut model = crate::train::load_model(&placed, plugin).context("the generator's copy of the model")?;
     crate::train::attach_lora(&placed, &mut model)?;
     let model = Rc::new(model);
     let loader = Arc::new(Mutex::new(Loader { shared: shared.clone(), vars: model.trainable(), loaded: None }));

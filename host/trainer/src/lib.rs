@@ -33,6 +33,7 @@ mod tensorboard;
 mod train;
 mod update;
 mod value_loss;
+mod vocabulary;
 
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};

@@ -98,10 +98,20 @@ impl Trainer {
             }
             false => None,
         };
-        let mut actor = load_model(&cfg)?;
+        let mut cfg = cfg;
+        let env = open_env(&cfg)?;
+        let texts = embedded_texts(&cfg, env.plugin.as_ref())?;
+        let mut actor = load_model_with(&cfg, texts.as_ref())?;
+        if let Some(texts) = &texts
+            && !cfg.max_new_tokens_given
+            && let Some(n) = crate::vocabulary::max_new_tokens_for(&actor, texts)?
+        {
+            // Written to the run's config.toml, so a resumed run keeps it.
+            cfg.rollout.sampling.max_new_tokens = n;
+        }
         attach_lora(&cfg, &mut actor)?;
         let critic = new_critic(&cfg, &actor)?;
-        let t = Self::assemble(cfg, run_dir, lock, actor, critic, TrainerState::default(), None, ranks)?;
+        let t = Self::assemble(cfg, run_dir, lock, env, actor, critic, TrainerState::default(), None, ranks)?;
         // Written once everything it names has loaded and been accepted, so a folder with a
         // config.toml always holds a run that can be resumed (or restarted elsewhere).
         if t.ranks.is_main() {
@@ -148,9 +158,12 @@ impl Trainer {
         // The newest checkpoint that loads whole; a corrupt one (a truncated file, a disk
         // error) is skipped with a warning, never half used.
         let mut refused = Vec::new();
+        let mut env = Some(open_env(&cfg)?);
         for ckpt in checkpoint::complete(run_dir)? {
             // A panic in libtorch is a checkpoint that will not load, like a torn file.
-            let loaded = vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, &ckpt))).map_err(anyhow::Error::from);
+            let plugin = env.as_ref().expect("taken only when returning").plugin.as_ref();
+            let loaded =
+                vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, plugin, &ckpt))).map_err(anyhow::Error::from);
             let loaded = match loaded.and_then(|r| r) {
                 Ok(loaded) => loaded,
                 Err(e) => {
@@ -169,7 +182,8 @@ impl Trainer {
             let (actor, critic, state, optims) = loaded;
             let lock = lock.take().expect("taken once: this branch returns");
             let ranks = ranks.take().expect("taken once: this branch returns");
-            let t = Self::assemble(cfg, run_dir, lock, actor, critic, state, Some(optims), ranks)?;
+            let env = env.take().expect("taken once: this branch returns");
+            let t = Self::assemble(cfg, run_dir, lock, env, actor, critic, state, Some(optims), ranks)?;
             crate::data_parallel::same_state(&t.ranks, &t.state, &ckpt)?;
             // Appended, not rewritten: lines past the checkpoint stay, and readers take the
             // ones after this mark (`metrics::read`).
@@ -198,6 +212,7 @@ impl Trainer {
         cfg: TrainConfig,
         run_dir: &Path,
         lock: Option<RunLock>,
+        env: OpenEnv,
         actor: Model,
         critic: Option<ValueModel>,
         state: TrainerState,
@@ -206,27 +221,7 @@ impl Trainer {
     ) -> Result<Self> {
         crate::data_parallel::same_config(&ranks, &cfg.to_toml())?;
         tch::manual_seed(cfg.schedule.seed as i64);
-        let runtime = Runtime::new(cfg.sandbox.clone())?;
-        let plugin = runtime
-            .load_named_in(&cfg.env.plugin, Path::new("the training config (env.plugin)"), cfg.allow_native)
-            .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
-        // Before any work: an env config the plugin refuses would otherwise surface as a
-        // failed first rollout (or, for the held-out one, only at the first evaluation).
-        // Without `train_config` the training config is `config` itself: offered once.
-        let train = (!cfg.env.train_config.is_empty()).then(|| ("env.train_config", cfg.train_env_config_json()));
-        for (field, json) in [Some(("env.config", cfg.env_config_json())), train].into_iter().flatten() {
-            if let Err(e) = plugin.create(&json) {
-                bail!("{field}: the plugin {} refuses it: {e}", cfg.env.plugin.display());
-            }
-        }
-        // SFT imitates the oracle: without one it would train on empty answers.
-        if cfg.sft.steps > 0 && !plugin.manifest().has_oracle {
-            bail!(
-                "sft.steps: SFT imitates the env's oracle, and the plugin {} ({}) has none; set sft.steps = 0",
-                cfg.env.plugin.display(),
-                plugin.manifest().name
-            );
-        }
+        let OpenEnv { runtime, plugin } = env;
         let (mut actor_opt, mut critic_opt) = optims.unwrap_or_else(|| {
             let actor_opt = new_optimizer(&cfg, actor.trainable(), &ranks);
             (actor_opt, critic.as_ref().map(|c| new_optimizer(&cfg, c.trainable(), &ranks)))
@@ -720,7 +715,7 @@ pub(crate) fn model_policy(cfg: &TrainConfig, model: Rc<Model>, options: Generat
 
 /// The episode loop over groups of `group_size` in `[env]`'s shape, with the run's
 /// failure policy (`env.max_failure_rate`), all groups at once.
-fn episodes<'a>(
+pub(crate) fn episodes<'a>(
     cfg: &TrainConfig,
     plugin: &'a dyn Plugin,
     env_config: &'a str,
@@ -732,15 +727,59 @@ fn episodes<'a>(
     Episodes { plugin, env_config, config, shape, failures, chunk_groups: 0 }
 }
 
-/// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`) on
-/// `model.device` in `model.dtype`, with the run's vision settings.
-pub fn load_model(cfg: &TrainConfig) -> Result<Model> {
+/// The run's sandbox and `env.plugin`, whose env configs it accepts.
+struct OpenEnv {
+    runtime: Runtime,
+    plugin: Arc<dyn Plugin>,
+}
+
+fn open_env(cfg: &TrainConfig) -> Result<OpenEnv> {
+    let runtime = Runtime::new(cfg.sandbox.clone())?;
+    let plugin = runtime
+        .load_named_in(&cfg.env.plugin, Path::new("the training config (env.plugin)"), cfg.allow_native)
+        .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
+    // Before any work: an env config the plugin refuses would otherwise surface as a
+    // failed first rollout (or, for the held-out one, only at the first evaluation).
+    // Without `train_config` the training config is `config` itself: offered once.
+    let train = (!cfg.env.train_config.is_empty()).then(|| ("env.train_config", cfg.train_env_config_json()));
+    for (field, json) in [Some(("env.config", cfg.env_config_json())), train].into_iter().flatten() {
+        if let Err(e) = plugin.create(&json) {
+            bail!("{field}: the plugin {} refuses it: {e}", cfg.env.plugin.display());
+        }
+    }
+    // SFT imitates the oracle: without one it would train on empty answers.
+    if cfg.sft.steps > 0 && !plugin.manifest().has_oracle {
+        bail!(
+            "sft.steps: SFT imitates the env's oracle, and the plugin {} ({}) has none; set sft.steps = 0",
+            cfg.env.plugin.display(),
+            plugin.manifest().name
+        );
+    }
+    Ok(OpenEnv { runtime, plugin })
+}
+
+/// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`, its
+/// tokenizer retrained on `plugin`'s texts) on `model.device` in `model.dtype`, with the
+/// run's vision settings.
+pub fn load_model(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Model> {
+    load_model_with(cfg, embedded_texts(cfg, plugin)?.as_ref())
+}
+
+/// The env's texts when `model.path` is the embedded model, which learns its words.
+fn embedded_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Option<crate::vocabulary::EnvTexts>> {
+    cfg.model.path.is_embedded().then(|| crate::vocabulary::env_texts(cfg, plugin)).transpose()
+}
+
+fn load_model_with(cfg: &TrainConfig, texts: Option<&crate::vocabulary::EnvTexts>) -> Result<Model> {
     let options = load_options(cfg)?;
     let mut model = cfg
         .model
         .path
         .load(cfg.schedule.seed, options)
         .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?;
+    if let Some(texts) = texts {
+        crate::vocabulary::retokenize(&mut model, texts)?;
+    }
     vision_settings(cfg, &mut model)?;
     Ok(model)
 }
@@ -777,14 +816,19 @@ pub(crate) fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
 
 /// A checkpoint's actor: the whole model, or with LoRA the base `model.path` names and the
 /// saved adapter, which must have the config's settings.
-fn load_actor(cfg: &TrainConfig, dir: &Path) -> Result<Model> {
+fn load_actor(cfg: &TrainConfig, plugin: &dyn Plugin, dir: &Path) -> Result<Model> {
     let options = load_options(cfg)?;
     let Some(lora) = &cfg.model.lora else {
         return Ok(Model::load(dir, options)?);
     };
-    let model = cfg.model.path.load_with_adapter(dir, cfg.schedule.seed, options).with_context(|| {
+    let mut model = cfg.model.path.load_with_adapter(dir, cfg.schedule.seed, options).with_context(|| {
         format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display())
     })?;
+    if let Some(texts) = embedded_texts(cfg, plugin)? {
+        // The base the adapter was trained on had the env's tokenizer (the same texts give
+        // the same one).
+        crate::vocabulary::retokenize(&mut model, &texts)?;
+    }
     if model.lora() != Some(lora) {
         bail!(
             "its adapter was trained with other settings than [model.lora] ({:?}, not {lora:?}): a LoRA run resumes with the settings it began with",
@@ -852,11 +896,12 @@ fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
 #[allow(clippy::type_complexity)]
 fn load_checkpoint(
     cfg: &TrainConfig,
+    plugin: &dyn Plugin,
     ckpt: &Path,
 ) -> Result<(Model, Option<ValueModel>, TrainerState, (AdamW, Option<AdamW>))> {
     let options = load_options(cfg)?;
     let state = checkpoint::read_state(ckpt)?;
-    let mut actor = load_actor(cfg, &ckpt.join("actor"))?;
+    let mut actor = load_actor(cfg, plugin, &ckpt.join("actor"))?;
     vision_settings(cfg, &mut actor)?;
     let mut actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
     actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;

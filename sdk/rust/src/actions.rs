@@ -13,7 +13,13 @@ pub struct ActionSpec {
     pub ignore_case: bool,
     /// VAGEN stops at the first unknown action; RAGEN skips unknowns and goes on.
     pub stop_at_invalid: bool,
+    /// Answers longer than this (in bytes) are refused before they are split: a model that
+    /// rambles, or a fuzzer's megabyte, costs one length check, not a split of every piece.
+    pub max_answer_len: usize,
 }
+
+/// [`ActionSpec::max_answer_len`]'s default: far above any list of action names.
+pub const MAX_ANSWER_LEN: usize = 1024;
 
 impl ActionSpec {
     pub fn new(names: &[&str], separator: &str, max_per_turn: usize) -> Self {
@@ -23,13 +29,19 @@ impl ActionSpec {
             max_per_turn,
             ignore_case: true,
             stop_at_invalid: true,
+            max_answer_len: MAX_ANSWER_LEN,
         }
     }
 
     /// Splits on the separator, trims, drops empty pieces, keeps at most
-    /// `max_per_turn` pieces, then maps each piece to its index in `names`.
+    /// `max_per_turn` pieces, then maps each piece to its index in `names`. An answer over
+    /// `max_answer_len` is one invalid piece that says so (see [`too_long`]).
     pub fn parse(&self, answer: &str) -> ParsedActions {
         let mut out = ParsedActions::default();
+        if answer.len() > self.max_answer_len {
+            out.invalid.push(too_long(answer.len(), self.max_answer_len));
+            return out;
+        }
         let pieces: Vec<&str> = if self.separator.is_empty() {
             vec![answer.trim()]
         } else {
@@ -62,6 +74,11 @@ impl ActionSpec {
     }
 }
 
+/// What stands for an over-long answer among the invalid pieces (the feedback echoes it).
+pub fn too_long(len: usize, max: usize) -> String {
+    format!("(an answer of {len} bytes; at most {max} are read)")
+}
+
 /// The result of [`ActionSpec::parse`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ParsedActions {
@@ -83,6 +100,16 @@ impl ParsedActions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_over_long_answer_is_refused_before_it_is_split() {
+        let mut s = spec();
+        s.max_answer_len = 10;
+        let p = s.parse("Left, Left, Left");
+        assert_eq!(p.actions, Vec::<usize>::new());
+        assert_eq!(p.invalid, vec![too_long(16, 10)]);
+        assert_eq!(s.parse("Left, Left").actions.len(), 2, "at the cap it is read");
+    }
 
     fn spec() -> ActionSpec {
         ActionSpec::new(&["Left", "Down", "Right", "Up"], ",", 3)

@@ -19,7 +19,7 @@ mod rng;
 mod session;
 mod words;
 
-pub use actions::{ActionSpec, ParsedActions};
+pub use actions::{ActionSpec, MAX_ANSWER_LEN, ParsedActions, too_long};
 pub use config::NoConfig;
 pub use render::{Canvas, ObservationMode, grid_observation, grid_text};
 pub use rng::Rng;

@@ -322,7 +322,8 @@ fn watch_memory(
         Some((base, since)) if now > base + opts.leak_bytes => {
             let n = episodes - since;
             let msg = format!("memory grew from {} to {} MiB over {n} episodes", base >> 20, now >> 20);
-            let r = Reproducer::new(plugin, &opts.config, FindingKind::Leak, script, n as u32 + 8);
+            let mut r = Reproducer::new(plugin, &opts.config, FindingKind::Leak, script, n as u32 + 8);
+            r.leak_bytes = Some(opts.leak_bytes);
             note(found, FindingKind::Leak, msg, r);
             *baseline = Some((now, episodes));
         }

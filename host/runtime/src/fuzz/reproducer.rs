@@ -32,6 +32,10 @@ pub struct Reproducer {
     /// For a slow-call finding: the budget the call exceeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget_ms: Option<u64>,
+    /// For a leak finding: the growth (bytes) the fuzzer counts as a leak; a replay says
+    /// "reproduced" only past it (32 MiB, the fuzzer's default, when not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leak_bytes: Option<u64>,
 }
 
 impl Reproducer {
@@ -205,14 +209,16 @@ fn judge_kind(
             for _ in 1..r.repeat.max(1) {
                 play(env, script, None);
             }
+            let threshold = r.leak_bytes.unwrap_or(super::FuzzOptions::default().leak_bytes);
+            let over = format!("the fuzzer's threshold of {} MiB", threshold >> 20);
             match (start_mem, env.memory_bytes()) {
-                (Some(a), Some(b)) if b > a => verdict(
-                    Some(format!("memory grew from {} to {} MiB over {} rounds", a >> 20, b >> 20, r.repeat)),
+                (Some(a), Some(b)) if b > a + threshold => verdict(
+                    Some(format!("memory grew from {} to {} MiB over {} rounds, past {over}", a >> 20, b >> 20, r.repeat)),
                     String::new(),
                 ),
                 (Some(a), Some(b)) => verdict(
                     None,
-                    format!("memory stayed at {} MiB (from {} MiB) over {} rounds", b >> 20, a >> 20, r.repeat),
+                    format!("memory went from {} to {} MiB over {} rounds, within {over}", a >> 20, b >> 20, r.repeat),
                 ),
                 _ => verdict(None, "this plugin's memory cannot be measured (a native plugin)".into()),
             }
