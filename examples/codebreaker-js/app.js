@@ -2,7 +2,7 @@
 // each peg's feedback given in place (right colour here, or not). Written from the JS
 // template (sdk/js/template/app.js) as a new author would: unlike the reference envs, its
 // words (colour names) are ones the embedded model's shipped tokenizer never saw.
-import { ActionSpec, BadConfig, Env, Observation, Rng, exportEnv, makeStep } from "vagen";
+import { ActionSpec, BadConfig, Env, Observation, Rng, echo, exportEnv, makeStep } from "vagen";
 
 const COLOURS = ["red", "blue", "green", "yellow"];
 
@@ -49,7 +49,7 @@ class Codebreaker extends Env {
     this.guesses++;
     step.done = this.guesses >= this.config.max_guesses;
     if (parsed.invalid.length || parsed.actions.length !== this.config.pegs) {
-      const why = parsed.invalid.length ? `\`${parsed.invalid[0]}\` is not a colour` : `it names ${parsed.actions.length} colours`;
+      const why = parsed.invalid.length ? `\`${echo(parsed.invalid[0])}\` is not a colour` : `it names ${parsed.actions.length} colours`;
       step.observation = new Observation(`Not a guess: ${why}; name ${this.config.pegs} of ${COLOURS.join(", ")}.\n${this.knowledge()}`);
       return step;
     }

@@ -246,13 +246,15 @@ uint64_t vagen_rng_below(vagen_rng *r, uint64_t n) {
 
 double vagen_rng_unit(vagen_rng *r) { return (double)(vagen_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
 
+size_t vagen_max_answer_len = 1024;
+
 size_t vagen_parse_actions(const char *answer, size_t len, const char *const *names, const char *separator,
                            size_t max, int *out, char *invalid, size_t invalid_len) {
     size_t n = 0, taken = 0, sep = strlen(separator);
     if (invalid_len) invalid[0] = 0;
-    if (len > VAGEN_MAX_ANSWER_LEN) {
+    if (len > vagen_max_answer_len) {
         if (invalid_len) {
-            snprintf(invalid, invalid_len, "(an answer of %zu bytes; at most %d are read)", len, VAGEN_MAX_ANSWER_LEN);
+            snprintf(invalid, invalid_len, "(an answer of %zu bytes; at most %zu are read)", len, vagen_max_answer_len);
         }
         return 0;
     }

@@ -98,15 +98,13 @@ uint64_t vagen_rng_below(vagen_rng *r, uint64_t n); /* uniform in 0..n, n > 0 */
 double vagen_rng_unit(vagen_rng *r);               /* uniform in [0, 1) */
 
 /* Answers longer than this many bytes are refused by vagen_parse_actions before it reads
- * them (define it before including this header, in every file, to change it). */
-#ifndef VAGEN_MAX_ANSWER_LEN
-#define VAGEN_MAX_ANSWER_LEN 1024
-#endif
+ * them; 1024 unless the env sets it (in vagen_create, say). */
+extern size_t vagen_max_answer_len;
 
 /* Splits an answer on `separator`, trims, skips empty pieces, matches names ignoring ASCII
  * case; reads at most `max` pieces and stops at the first unknown one, copying it (cut to
  * fit) into `invalid`. Returns how many actions it wrote to `out`. An answer over
- * VAGEN_MAX_ANSWER_LEN bytes gives no action and "(an answer of N bytes; at most M are
+ * vagen_max_answer_len bytes gives no action and "(an answer of N bytes; at most M are
  * read)" as the invalid piece. */
 size_t vagen_parse_actions(const char *answer, size_t len, const char *const *names, const char *separator,
                            size_t max, int *out, char *invalid, size_t invalid_len);

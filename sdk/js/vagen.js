@@ -235,8 +235,13 @@ export class Canvas {
 
 /** A piece of the agent's answer, safe to show back (64 characters, "<image>" defused). */
 export function echo(answer) {
-  const chars = [...answer];
-  const out = chars.slice(0, 64).join("") + (chars.length > 64 ? "…" : "");
+  // The first 64 code points only: a megabyte answer is not copied into an array.
+  let out = "";
+  let n = 0;
+  for (const ch of answer) {
+    if (n++ === 64) return `${out.replaceAll("<image>", "[image]")}…`;
+    out += ch;
+  }
   return out.replaceAll("<image>", "[image]");
 }
 

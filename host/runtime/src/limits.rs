@@ -28,6 +28,11 @@ pub struct Limits {
     pub output_bytes: usize,
     /// Largest observation text, in bytes.
     pub max_text_bytes: usize,
+    /// Longest answer `step` receives, in bytes: a longer one reaches the plugin cut to
+    /// this (at a character boundary), which every SDK's action parser then refuses as
+    /// over its own cap. A model's answer is a few KiB; a megabyte would only test the
+    /// guest's allocator (a JavaScript guest's heap grows to 128 MiB on them).
+    pub max_answer_bytes: usize,
     /// Most images in one observation.
     pub max_images: usize,
     /// Largest image, in pixels (width × height).
@@ -63,6 +68,7 @@ impl Default for Limits {
             fuel_millions_per_call: None,
             output_bytes: 64 * 1024,
             max_text_bytes: 1 << 20,
+            max_answer_bytes: 64 * 1024,
             max_images: 16,
             max_image_pixels: 4096 * 4096,
             max_metrics: 256,
@@ -148,6 +154,15 @@ impl Limits {
         Ok(())
     }
 
+    /// `answer` as `step` receives it: cut to `max_answer_bytes` at a character boundary.
+    pub fn cut_answer<'a>(&self, answer: &'a str) -> &'a str {
+        if answer.len() <= self.max_answer_bytes {
+            return answer;
+        }
+        let end = (0..=self.max_answer_bytes).rev().find(|&i| answer.is_char_boundary(i)).unwrap_or(0);
+        &answer[..end]
+    }
+
     pub fn call_timeout(&self) -> Duration {
         Duration::from_millis(self.call_timeout_ms)
     }
@@ -201,5 +216,13 @@ mod tests {
         }
         // The other caps may be 0.
         assert_eq!(Limits::with_values([("max_images", json!(0))]).unwrap().max_images, 0);
+    }
+
+    #[test]
+    fn an_answer_over_the_cap_is_cut_at_a_character_boundary() {
+        let l = Limits { max_answer_bytes: 4, ..Limits::default() };
+        assert_eq!(l.cut_answer("Left"), "Left");
+        assert_eq!(l.cut_answer("Left, Up"), "Left");
+        assert_eq!(l.cut_answer("abcé"), "abc", "é is two bytes: cut before it, not inside");
     }
 }

@@ -254,6 +254,7 @@ impl Environment for NativeEnv {
         if self.handle.is_none() {
             return Err(Error::InvalidState("the instance was re-created after a fault; call reset".into()));
         }
+        let answer = self.shared.limits.cut_answer(answer);
         let s: abi::Step = self.call(Op::Step, answer.as_bytes(), "step")?;
         let s = StepResult {
             observation: s.observation,

@@ -415,6 +415,7 @@ impl Environment for WasmEnv {
         if self.live.is_none() {
             return Err(Error::InvalidState("the instance was re-created after a fault; call reset".into()));
         }
+        let answer = self.shared.runtime.inner.limits.cut_answer(answer);
         let r = self.call("step", |s, b, h| {
             Ok(with_env!(b, |v, env| env
                 .call_step(s, h, answer)?

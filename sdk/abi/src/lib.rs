@@ -18,6 +18,8 @@
 //! A call returns a [`status`]: `OK` with the op's result in `out`, `ENV_ERROR` with an
 //! encoded [`EnvError`], or `PANIC` with the panic message as UTF-8.
 
+#![deny(missing_docs)]
+
 mod types;
 
 pub use types::{ActionSpace, EnvError, IMAGE_MARKER, Image, Manifest, Message, Modality, Observation, Step};
@@ -34,17 +36,27 @@ pub const OLDEST_NATIVE_ABI_VERSION: u32 = 1;
 
 /// Symbol names, NUL-terminated for dynamic loaders.
 pub mod symbols {
+    /// `vagen_native_abi_version`.
     pub const ABI_VERSION: &[u8] = b"vagen_native_abi_version\0";
+    /// `vagen_native_manifest`.
     pub const MANIFEST: &[u8] = b"vagen_native_manifest\0";
+    /// `vagen_native_create`.
     pub const CREATE: &[u8] = b"vagen_native_create\0";
+    /// `vagen_native_call`.
     pub const CALL: &[u8] = b"vagen_native_call\0";
+    /// `vagen_native_destroy`.
     pub const DESTROY: &[u8] = b"vagen_native_destroy\0";
+    /// `vagen_native_free`.
     pub const FREE: &[u8] = b"vagen_native_free\0";
 }
 
+/// What a native call returns.
 pub mod status {
+    /// The call succeeded; `out` holds its result.
     pub const OK: i32 = 0;
+    /// The env refused: `out` holds an encoded `EnvError`.
     pub const ENV_ERROR: i32 = 1;
+    /// The plugin panicked: `out` holds the message as UTF-8.
     pub const PANIC: i32 = 2;
 }
 
@@ -61,15 +73,22 @@ pub mod status {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// The env's rules.
     SystemPrompt = 1,
+    /// Starts an episode.
     Reset = 2,
+    /// Applies an answer.
     Step = 3,
+    /// The state in words.
     DescribeState = 4,
+    /// An expert answer.
     Oracle = 5,
+    /// How this instance reads actions.
     ActionSpace = 6,
 }
 
 impl Op {
+    /// The op numbered `op`, if any.
     pub fn from_u32(op: u32) -> Option<Op> {
         [Op::SystemPrompt, Op::Reset, Op::Step, Op::DescribeState, Op::Oracle, Op::ActionSpace]
             .into_iter()
@@ -82,16 +101,21 @@ impl Op {
 #[repr(C)]
 #[derive(Debug)]
 pub struct Buffer {
+    /// The first byte.
     pub ptr: *mut u8,
+    /// Bytes in use.
     pub len: usize,
+    /// Bytes allocated.
     pub cap: usize,
 }
 
 impl Buffer {
+    /// No bytes.
     pub fn empty() -> Self {
         Self { ptr: std::ptr::null_mut(), len: 0, cap: 0 }
     }
 
+    /// Hands `v`'s bytes over without copying them.
     pub fn from_vec(v: Vec<u8>) -> Self {
         let mut v = std::mem::ManuallyDrop::new(v);
         Self { ptr: v.as_mut_ptr(), len: v.len(), cap: v.capacity() }
@@ -122,20 +146,28 @@ impl Buffer {
     }
 }
 
+/// `vagen_native_abi_version`.
 pub type AbiVersionFn = unsafe extern "C" fn() -> u32;
+/// `vagen_native_manifest`.
 pub type ManifestFn = unsafe extern "C" fn(out: *mut Buffer) -> i32;
+/// `vagen_native_create`.
 pub type CreateFn =
     unsafe extern "C" fn(config: *const u8, len: usize, env: *mut *mut std::ffi::c_void, out: *mut Buffer) -> i32;
+/// `vagen_native_call`.
 pub type CallFn =
     unsafe extern "C" fn(env: *mut std::ffi::c_void, op: u32, arg: *const u8, len: usize, out: *mut Buffer) -> i32;
+/// `vagen_native_destroy`.
 pub type DestroyFn = unsafe extern "C" fn(env: *mut std::ffi::c_void);
+/// `vagen_native_free`.
 pub type FreeFn = unsafe extern "C" fn(buf: Buffer);
 
+/// `value` as native plugins send it (postcard).
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     // Our types hold only strings, numbers, vectors and enums: encoding cannot fail.
     postcard::to_stdvec(value).expect("postcard encodes plain data")
 }
 
+/// A value sent by [`encode`].
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     postcard::from_bytes(bytes).map_err(|e| e.to_string())
 }

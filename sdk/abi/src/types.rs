@@ -11,20 +11,26 @@ pub const IMAGE_MARKER: &str = "<image>";
 /// is asked and a chat template renders.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
+    /// `system`, `user` or `assistant`.
     pub role: String,
+    /// The text, with an `<image>` marker where each image stands.
     pub content: String,
 }
 
 impl Message {
+    /// A message of any role.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         Message { role: role.into(), content: content.into() }
     }
+    /// A system message.
     pub fn system(content: impl Into<String>) -> Self {
         Self::new("system", content)
     }
+    /// A user message.
     pub fn user(content: impl Into<String>) -> Self {
         Self::new("user", content)
     }
+    /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Self {
         Self::new("assistant", content)
     }
@@ -33,15 +39,20 @@ impl Message {
 /// An RGB8 image, row-major, `rgb.len() == width * height * 3`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Image {
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
+    /// RGB8 bytes, row-major.
     pub rgb: Vec<u8>,
 }
 
 /// What the agent sees. `text` holds one `<image>` marker per image, in order.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Observation {
+    /// The text the agent reads.
     pub text: String,
+    /// The images, in the order of their markers.
     pub images: Vec<Image>,
 }
 
@@ -61,12 +72,19 @@ impl Observation {
 /// The outcome of one step.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Step {
+    /// What the agent sees next.
     pub observation: Observation,
+    /// The step's reward.
     pub reward: f64,
+    /// Whether the episode ended.
     pub done: bool,
+    /// Whether it ended in success.
     pub success: bool,
+    /// Actions of the answer that parsed.
     pub valid_actions: u32,
+    /// Actions that changed the state.
     pub effective_actions: u32,
+    /// Named figures reported with the step.
     pub metrics: Vec<(String, f64)>,
 }
 
@@ -74,22 +92,34 @@ pub struct Step {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Modality {
+    /// Text.
     Text,
+    /// Images.
     Image,
 }
 
 /// Static facts about an environment (see `wit/v0.2.0/env.wit`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
+    /// The env's name (its package name when left empty).
     pub name: String,
+    /// Its version.
     pub version: String,
+    /// One line on what it is.
     pub description: String,
+    /// What observations contain.
     pub modalities: Vec<Modality>,
+    /// The action vocabulary; empty for free-form answers.
     pub action_names: Vec<String>,
+    /// What separates several actions in one answer.
     pub action_separator: String,
+    /// Actions one answer may carry.
     pub max_actions_per_turn: u32,
+    /// Turns of an episode unless the run says otherwise.
     pub default_max_turns: u32,
+    /// The default config, as JSON.
     pub default_config: String,
+    /// Whether `oracle` gives expert answers.
     pub has_oracle: bool,
 }
 
@@ -143,8 +173,11 @@ impl Default for ActionSpace {
 /// Why a call failed. Return these; never panic.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum EnvError {
+    /// The config is unusable: say which field and why.
     BadConfig(String),
+    /// A call at the wrong time (a step before reset or after done).
     InvalidState(String),
+    /// Anything else that went wrong.
     Failed(String),
 }
 

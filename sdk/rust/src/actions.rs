@@ -22,6 +22,7 @@ pub struct ActionSpec {
 pub const MAX_ANSWER_LEN: usize = 1024;
 
 impl ActionSpec {
+    /// Names matched ignoring case, stopping at the first invalid one, answers capped at [`MAX_ANSWER_LEN`] bytes.
     pub fn new(names: &[&str], separator: &str, max_per_turn: usize) -> Self {
         Self {
             names: names.iter().map(|s| s.to_string()).collect(),

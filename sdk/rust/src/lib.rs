@@ -3,6 +3,10 @@
 //! Implement [`Env`] (only `Config`, `new`, `reset` and `step` are required) and call
 //! [`export_env!`] once. Built for `wasm32-wasip2`, the crate becomes one `.wasm` file that
 //! `vagen-host --plugin` loads. See this crate's README for a complete minimal env.
+//! This documentation (`cargo doc -p vagen-sdk`) is the API reference: every public item
+//! has a line (`missing_docs` is denied).
+
+#![deny(missing_docs)]
 
 mod actions;
 mod config;

@@ -23,19 +23,23 @@ pub struct Canvas {
 }
 
 impl Canvas {
+    /// A canvas filled with `background`.
     pub fn new(width: u32, height: u32, background: [u8; 3]) -> Self {
         let rgb = background.repeat(width as usize * height as usize);
         Self { width, height, rgb }
     }
 
+    /// Width in pixels.
     pub fn width(&self) -> u32 {
         self.width
     }
 
+    /// Height in pixels.
     pub fn height(&self) -> u32 {
         self.height
     }
 
+    /// Paints one pixel; outside the canvas, nothing.
     pub fn set(&mut self, x: i64, y: i64, color: [u8; 3]) {
         if x >= 0 && y >= 0 && (x as u32) < self.width && (y as u32) < self.height {
             let i = (y as usize * self.width as usize + x as usize) * 3;
@@ -43,6 +47,7 @@ impl Canvas {
         }
     }
 
+    /// Fills a `w` × `h` rectangle from (`x`, `y`), clipped to the canvas.
     pub fn fill_rect(&mut self, x: i64, y: i64, w: i64, h: i64, color: [u8; 3]) {
         let (x0, y0) = (x.max(0), y.max(0));
         let (x1, y1) = ((x + w).min(self.width as i64), (y + h).min(self.height as i64));
@@ -82,6 +87,7 @@ impl Canvas {
         self.fill_rect(x + w - t, y, t, h, color);
     }
 
+    /// The pixels as an observation image (RGB8, row-major).
     pub fn into_image(self) -> Image {
         Image { width: self.width, height: self.height, rgb: self.rgb }
     }
@@ -108,8 +114,11 @@ mod tests {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ObservationMode {
+    /// The grid as text.
     Text,
+    /// The grid as a picture (an `<image>` marker in the text).
     Image,
+    /// Both.
     TextAndImage,
 }
 

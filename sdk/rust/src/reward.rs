@@ -13,35 +13,50 @@ pub struct Turn {
     pub env_name: String,
     /// The reasoning format the answer was asked in, e.g. `grounding-world-modeling`.
     pub format: String,
+    /// The model's whole response.
     pub response: String,
+    /// The response's reasoning part, where the format has one and it was found.
     pub think: Option<String>,
+    /// Its grounding part (the state as the model saw it), where found.
     pub observation: Option<String>,
+    /// Its world-modelling part (the state it predicted), where found.
     pub prediction: Option<String>,
+    /// Its answer part (what was sent to `step`), where found.
     pub answer: Option<String>,
     /// Whether the response followed the format.
     pub format_ok: bool,
+    /// The environment's reward for the step.
     pub env_reward: f64,
+    /// Whether the step ended the episode.
     pub done: bool,
+    /// Whether the episode ended in success.
     pub success: bool,
     /// The environment's `describe_state` before and after the step.
     pub state_before: String,
+    /// The `describe_state` after the step.
     pub state_after: String,
+    /// The observation's images before the step.
     pub images_before: Vec<Image>,
+    /// The observation's images after the step.
     pub images_after: Vec<Image>,
 }
 
 /// A turn's reward and named figures (logged as `reward/<name>/<metric>`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct TurnScore {
+    /// The turn's reward (before the run's weight).
     pub reward: f64,
+    /// Named figures, logged as `reward/<name>/<metric>`.
     pub metrics: Vec<(String, f64)>,
 }
 
 impl TurnScore {
+    /// A score with no figures.
     pub fn new(reward: f64) -> Self {
         TurnScore { reward, metrics: vec![] }
     }
 
+    /// Adds a named figure.
     pub fn with(mut self, name: &str, value: f64) -> Self {
         self.metrics.push((name.to_string(), value));
         self
@@ -51,30 +66,39 @@ impl TurnScore {
 /// A piece of a judge's chat message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Part {
+    /// Text.
     Text(String),
+    /// An image (RGB8).
     Image(Image),
 }
 
 #[derive(Debug, Clone, PartialEq)]
+/// A judge chat message.
 pub struct Message {
     /// `system`, `user` or `assistant`.
     pub role: String,
+    /// Text and images, in order.
     pub content: Vec<Part>,
 }
 
 impl Message {
+    /// A user message of text.
     pub fn user(text: impl Into<String>) -> Self {
         Message { role: "user".into(), content: vec![Part::Text(text.into())] }
     }
 
+    /// A system message of text.
     pub fn system(text: impl Into<String>) -> Self {
         Message { role: "system".into(), content: vec![Part::Text(text.into())] }
     }
 }
 
 #[derive(Debug, Clone, PartialEq)]
+/// One request to the host's judge.
 pub struct JudgeRequest {
+    /// The chat, in order.
     pub messages: Vec<Message>,
+    /// Tokens the judge may answer with, at most.
     pub max_tokens: u32,
     /// 0 is greedy.
     pub temperature: f64,
@@ -83,6 +107,7 @@ pub struct JudgeRequest {
 /// The host's language model. Ask once per `score` call with every turn's requests: the
 /// host batches them.
 pub trait Judge {
+    /// Per request, the judge's text or why it gave none.
     fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>>;
 }
 

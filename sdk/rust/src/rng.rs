@@ -9,10 +9,12 @@ use rand_core::{Rng as _, SeedableRng};
 pub struct Rng(ChaCha8Rng);
 
 impl Rng {
+    /// The stream of `seed`.
     pub fn new(seed: u64) -> Self {
         Self(ChaCha8Rng::seed_from_u64(seed))
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0.next_u64()
     }

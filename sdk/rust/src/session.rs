@@ -5,8 +5,11 @@ use crate::{ActionSpace, Env, EnvError, Manifest, Observation, Step, config};
 
 /// Package facts `export_env!` takes from the plugin's Cargo.toml.
 pub trait Package {
+    /// The package name (the manifest's `name` when the env leaves it empty).
     const NAME: &'static str;
+    /// The package version.
     const VERSION: &'static str;
+    /// The package description.
     const DESCRIPTION: &'static str;
 }
 
