@@ -46,7 +46,9 @@ fn a_new_javascript_env_passes_check_and_fuzz_and_the_embedded_model_learns_it_a
     assert!(checked.contains("all 7 checks passed"), "{checked}");
     // Fuzzing beside the training run: two processes, two cores.
     let fuzzing = host(&cache)
-        .args(["fuzz", "--seconds", "30", "--plugin", w, "--out"])
+        // 128 MiB: a JavaScript engine's heap grows to about 100 MiB before its collector
+        // holds it (host/env-tool/tests/languages.rs, `leak_mib`).
+        .args(["fuzz", "--seconds", "30", "--leak-mib", "128", "--plugin", w, "--out"])
         .arg(dir.path().join("findings"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
