@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 env_dir=$(cd "$1" && pwd)
 out=$(realpath -m "$2")
-tools=${VAGEN_SDK_TOOLS:-$root/target/sdk-tools}
+tools=${VAGEN_SDK_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vagen/sdk-tools}
 mkdir -p "$tools" "$(dirname "$out")"
 
 # python_tool PACKAGE==VERSION MODULE: makes sure the PyPI package is in the tools venv

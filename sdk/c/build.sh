@@ -4,8 +4,8 @@
 # Compiles every .c file in ENV_DIR with the SDK (vagen.c) and the contract's bindings
 # (written by `vagen-env c-bindings`), for wasm32-wasi as a reactor, then wraps the module
 # with `vagen-env componentize`. The compiler is zig's clang from the PyPI `ziglang`
-# package, installed on first use into target/sdk-tools/python (override with
-# VAGEN_SDK_TOOLS); set CC to use another WASI-capable clang instead. The env tool is
+# package, installed on first use into $XDG_CACHE_HOME/vagen/sdk-tools/python (~/.cache
+# when unset; override with VAGEN_SDK_TOOLS); set CC to use another WASI-capable clang instead. The env tool is
 # VAGEN_ENV, else `vagen-env` on the PATH, else target/release/vagen-env.
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"

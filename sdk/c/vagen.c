@@ -248,6 +248,18 @@ double vagen_rng_unit(vagen_rng *r) { return (double)(vagen_rng_next(r) >> 11) *
 
 size_t vagen_max_answer_len = 1024;
 
+/* A piece of an answer, safe to show back: cut to fit `cap` at a UTF-8 character boundary
+ * (a cut inside one would make the observation invalid text), `<image>` markers defused. */
+static void copy_shown(char *dst, size_t cap, const char *src, size_t n) {
+    size_t k = n < cap - 1 ? n : cap - 1;
+    if (k < n) {
+        while (k > 0 && ((unsigned char)src[k] & 0xC0) == 0x80) k--;
+    }
+    memcpy(dst, src, k);
+    dst[k] = 0;
+    for (char *m = strstr(dst, "<image>"); m; m = strstr(m, "<image>")) memcpy(m, "[image]", 7);
+}
+
 size_t vagen_parse_actions(const char *answer, size_t len, const char *const *names, const char *separator,
                            size_t max, int *out, char *invalid, size_t invalid_len) {
     size_t n = 0, taken = 0, sep = strlen(separator);
@@ -272,11 +284,7 @@ size_t vagen_parse_actions(const char *answer, size_t len, const char *const *na
                 if (strlen(names[i]) == (size_t)(b - a) && strncasecmp(names[i], a, (size_t)(b - a)) == 0) found = i;
             }
             if (found < 0) {
-                if (invalid_len) {
-                    size_t k = (size_t)(b - a) < invalid_len - 1 ? (size_t)(b - a) : invalid_len - 1;
-                    memcpy(invalid, a, k);
-                    invalid[k] = 0;
-                }
+                if (invalid_len) copy_shown(invalid, invalid_len, a, (size_t)(b - a));
                 return n;
             }
             out[n++] = found;

@@ -102,8 +102,8 @@ double vagen_rng_unit(vagen_rng *r);               /* uniform in [0, 1) */
 extern size_t vagen_max_answer_len;
 
 /* Splits an answer on `separator`, trims, skips empty pieces, matches names ignoring ASCII
- * case; reads at most `max` pieces and stops at the first unknown one, copying it (cut to
- * fit) into `invalid`. Returns how many actions it wrote to `out`. An answer over
+ * case; reads at most `max` pieces and stops at the first unknown one, copying it into
+ * `invalid` (cut to fit at a character boundary, `<image>` markers defused: safe to show). Returns how many actions it wrote to `out`. An answer over
  * vagen_max_answer_len bytes gives no action and "(an answer of N bytes; at most M are
  * read)" as the invalid piece. */
 size_t vagen_parse_actions(const char *answer, size_t len, const char *const *names, const char *separator,

@@ -5,8 +5,8 @@
 # the modules it imports (relative imports stay inside ENV_DIR; packages come from its
 # node_modules). It is bundled with the SDK by esbuild, then componentised by
 # componentize-js (StarlingMonkey), both from npm at the versions in package-lock.json,
-# installed on first use into target/sdk-tools/node (override with VAGEN_SDK_TOOLS). Needs
-# node and npm. The same sources give the same bytes, wherever and whenever they are built
+# installed on first use into $XDG_CACHE_HOME/vagen/sdk-tools/node (~/.cache when unset;
+# override with VAGEN_SDK_TOOLS). Needs node and npm. The same sources give the same bytes, wherever and whenever they are built
 # (componentize.mjs says how).
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"

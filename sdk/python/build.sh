@@ -5,7 +5,7 @@
 # imports; each `-p DIR` adds a folder of pure-Python modules and packages (a vendored
 # library, a venv's site-packages) to the import path. Nothing else is importable: not the
 # build machine's own site-packages. The first run installs componentize-py from PyPI into
-# target/sdk-tools/python (override with VAGEN_SDK_TOOLS).
+# $XDG_CACHE_HOME/vagen/sdk-tools/python (~/.cache when unset; override with VAGEN_SDK_TOOLS).
 #
 # Builds are as reproducible as componentize-py allows: fixed random bytes and clocks while
 # it runs the env's top level (see deterministic_preload in ../build-args.sh), sources

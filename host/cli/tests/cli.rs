@@ -343,8 +343,10 @@ fn fuzz_reports_no_finding_on_a_reference_plugin_and_saves_a_reproducer_for_a_br
     assert!(o.status.success(), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
     assert!(stdout(&o).contains("no findings"));
 
-    let hostile = plugin("test-plugins", "hostile");
+    // Without --out, beside the plugin (in its own folder here), never the working folder.
     let dir = tempfile::tempdir().unwrap();
+    let hostile = dir.path().join("hostile.wasm");
+    std::fs::copy(plugin("test-plugins", "hostile"), &hostile).unwrap();
     let o = host(&[
         "fuzz",
         "--plugin",
@@ -354,11 +356,10 @@ fn fuzz_reports_no_finding_on_a_reference_plugin_and_saves_a_reproducer_for_a_br
         "--seconds",
         "60",
         "--stop-on-finding",
-        "--out",
-        dir.path().to_str().unwrap(),
     ]);
     assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
-    let file = dir.path().join("hostile-fault.json");
+    let file = dir.path().join("hostile-findings/hostile-fault.json");
+    assert!(!std::env::current_dir().unwrap().join("fuzz-findings").exists());
     assert!(file.is_file(), "{}", stdout(&o));
     let o = host(&["run", "--replay", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(1));
@@ -598,4 +599,22 @@ fn check_and_fuzz_take_reward_functions() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(!o.status.success() && out.contains("FINDING malformed"), "{out}");
     assert!(dir.path().join("reward-malformed.txt").is_file());
+}
+
+#[test]
+fn inspect_takes_a_reward_function_and_a_reward_given_as_an_env_says_what_it_is() {
+    let reward = plugin("rewards", "state-match");
+    let r = reward.to_str().unwrap();
+    let o = host(&["inspect", "--reward", "--plugin", r]);
+    let out = stdout(&o);
+    assert!(o.status.success() && out.contains("reward function (vagen:env/reward@0.3.0)"), "{out}");
+    assert!(out.contains("name          state-match"), "{out}");
+    let json = last_json(&host(&["inspect", "--reward", "--json", "--plugin", r]));
+    assert_eq!(json["manifest"]["name"], "state-match");
+    assert_eq!(json["plugin"]["sha256"].as_str().unwrap().len(), 64);
+    // Without --reward: named for what it is, with the flag that takes it.
+    let o = host(&["inspect", "--plugin", r]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("it is a reward function (vagen:env/reward@0.3.0)"), "{err}");
+    assert!(err.contains("--reward") && !err.contains("it exports"), "{err}");
 }

@@ -33,9 +33,10 @@ pub struct FuzzArgs {
     /// End at the first finding.
     #[arg(long)]
     stop_on_finding: bool,
-    /// Where reproducers go (one JSON file per finding kind).
-    #[arg(long, default_value = "fuzz-findings")]
-    out: PathBuf,
+    /// Where reproducers go (one JSON file per finding kind); by default beside the plugin,
+    /// in `NAME-findings/` for `NAME.wasm`.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Sandbox limit override, e.g. `--limit call_timeout_ms=500` (repeatable).
     #[arg(long = "limit", value_name = "KEY=VALUE")]
     limits: Vec<String>,
@@ -46,10 +47,11 @@ pub struct FuzzArgs {
 }
 
 pub fn fuzz(a: FuzzArgs) -> Result<()> {
+    let out = a.out.clone().unwrap_or_else(|| findings_beside(&a.plugin));
     if a.reward {
         let batches = a.iterations.unwrap_or(200) as usize;
         let limits = limits_from(&a.limits)?;
-        return crate::reward_tools::fuzz(&a.plugin, &a.env_config, limits, a.seed, batches, &a.out);
+        return crate::reward_tools::fuzz(&a.plugin, &a.env_config, limits, a.seed, batches, &out);
     }
     let plugin = load(&a.plugin, limits_from(&a.limits)?)?;
     let duration = match (a.seconds, a.iterations) {
@@ -86,12 +88,12 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
         println!("no findings");
         return Ok(());
     }
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     println!("{:<16} {:>6}  {:<40}  reproducer", "finding", "count", "first seen");
     for f in &report.findings {
         let kind = serde_json::to_value(f.kind)?.as_str().unwrap_or("finding").to_string();
         // The name is the plugin's to choose: never a path.
-        let file = a.out.join(format!("{}-{kind}.json", vagen_runtime::file_stem(&name)));
+        let file = out.join(format!("{}-{kind}.json", vagen_runtime::file_stem(&name)));
         std::fs::write(&file, serde_json::to_string_pretty(&f.reproducer)?)
             .with_context(|| format!("writing {}", file.display()))?;
         println!("{kind:<16} {:>6}  {:<40}  {}", f.count, f.message, file.display());
@@ -101,4 +103,11 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
         report.findings.len(),
         crate::program()
     )
+}
+
+/// Where a plugin's findings go unless the user says: `NAME-findings/` beside `NAME.wasm`
+/// (or `.so`), never the working folder.
+pub fn findings_beside(plugin: &std::path::Path) -> PathBuf {
+    let stem = plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into());
+    plugin.with_file_name(format!("{stem}-findings"))
 }

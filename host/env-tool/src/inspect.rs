@@ -12,9 +12,15 @@ pub struct InspectArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// The plugin is a reward function (`vagen:env/reward`).
+    #[arg(long)]
+    reward: bool,
 }
 
 pub fn inspect(a: InspectArgs) -> Result<()> {
+    if a.reward {
+        return inspect_reward(&a);
+    }
     let plugin = load(&a.plugin, limits_from(&[])?)?;
     let (m, info) = (plugin.manifest(), plugin.info());
     if a.json {
@@ -45,6 +51,28 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     }
     println!("max turns     {}", m.default_max_turns);
     println!("oracle        {}", if m.has_oracle { "yes" } else { "no" });
+    println!("config        {}", m.default_config);
+    Ok(())
+}
+
+fn inspect_reward(a: &InspectArgs) -> Result<()> {
+    let plugin = vagen_runtime::Runtime::new(limits_from(&[])?)?.load_reward(&a.plugin)?;
+    let m = plugin.manifest();
+    let config: serde_json::Value = serde_json::from_str(&m.default_config).unwrap_or(serde_json::Value::Null);
+    if a.json {
+        let manifest = serde_json::json!({"name": m.name, "version": m.version, "description": m.description,
+            "default_config": config});
+        let info = serde_json::json!({"path": plugin.path(), "kind": "reward", "wit_version": "0.3.0",
+            "size_bytes": plugin.size_bytes(), "sha256": plugin.sha256()});
+        println!("{}", serde_json::json!({ "manifest": manifest, "plugin": info }));
+        return Ok(());
+    }
+    println!("plugin        {}", plugin.path().display());
+    println!("kind          reward function ({})", vagen_runtime::reward::REWARD_EXPORT);
+    println!("size          {} bytes", plugin.size_bytes());
+    println!("sha256        {}", plugin.sha256());
+    println!("name          {} {}", m.name, m.version);
+    println!("description   {}", m.description);
     println!("config        {}", m.default_config);
     Ok(())
 }

@@ -209,9 +209,19 @@ fn slim(t: &mut vagen_rollout::Trajectory) {
 }
 
 /// The error a run ends with when too many episodes failed: the counts, the first error in
-/// full, and where its reproducer went (beside `--out`, or in the working folder).
+/// full, and where its reproducer went (beside `--out`, or beside the plugin in
+/// `NAME-findings/`: never the working folder).
 fn failed_run(plugin: &dyn Plugin, a: &RunArgs, path: &Path, e: &TooManyFailures) -> anyhow::Error {
-    let dir = a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = match a.out.as_deref().and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()) {
+        Some(beside_out) => beside_out.to_path_buf(),
+        None => {
+            let dir = crate::fuzz::findings_beside(path);
+            if let Err(e) = std::fs::create_dir_all(&dir) {
+                return anyhow::anyhow!("creating {} for the failed run's reproducer: {e}", dir.display());
+            }
+            dir
+        }
+    };
     // The name is the plugin's to choose: never a path.
     let file = dir.join(format!("{}-failure-seed{}.json", vagen_runtime::file_stem(&plugin.manifest().name), e.seed));
     let written = serde_json::to_string_pretty(&e.reproducer(plugin, &a.env_config))

@@ -1,6 +1,6 @@
 //! Environments written in Python, JavaScript and C: each SDK's build command turns its
 //! example from source into a component (installing its toolchain on first use, into
-//! target/sdk-tools), and `vagen-env` (no libtorch) checks it and plays it deterministically.
+//! the user's cache folder), and `vagen-env` (no libtorch) checks it and plays it deterministically.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

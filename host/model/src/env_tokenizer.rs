@@ -21,7 +21,8 @@ const BPE_IDS: usize = 818;
 /// the base corpus. The same texts give the same tokenizer on every machine (the trainer
 /// breaks ties by pair, never by hash order); no texts give the shipped one back.
 pub fn tokenizer_for(texts: &[String], with_vision: bool) -> Result<Tokenizer> {
-    let mut tokenizer = if with_vision { crate::default_model::vl_tokenizer()? } else { crate::default_model::text_tokenizer()? };
+    let mut tokenizer =
+        if with_vision { crate::default_model::vl_tokenizer()? } else { crate::default_model::text_tokenizer()? };
     let base: Vec<String> = serde_json::from_str(BASE_CORPUS).expect("the base corpus is a JSON list of strings");
     let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
         .vocab_size(BPE_IDS)
@@ -65,7 +66,9 @@ mod tests {
     #[test]
     fn an_envs_words_become_single_tokens_and_special_ids_stay() {
         let texts: Vec<String> = (0..60)
-            .map(|i| format!("Guess {i}: crimson, turquoise, magenta. Feedback: turquoise is placed, magenta is absent."))
+            .map(|i| {
+                format!("Guess {i}: crimson, turquoise, magenta. Feedback: turquoise is placed, magenta is absent.")
+            })
             .collect();
         let shipped = crate::default_model::vl_tokenizer().unwrap();
         let env = tokenizer_for(&texts, true).unwrap();

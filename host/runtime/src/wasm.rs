@@ -183,6 +183,15 @@ pub(crate) fn check_header(path: &Path, bytes: &[u8]) -> Result<(), Error> {
 fn check_exports(path: &Path, component: &Component, engine: &wasmtime::Engine) -> Result<String, Error> {
     let exports: Vec<String> = component.component_type().exports(engine).map(|(n, _)| n.to_string()).collect();
     let Some(found) = exports.iter().find_map(|n| n.strip_prefix(EXPORT_PREFIX)) else {
+        if let Some(reward) = exports.iter().find(|n| n.starts_with("vagen:env/reward@")) {
+            return Err(Error::NotAPlugin {
+                path: path.into(),
+                reason: format!(
+                    "it is a reward function ({reward}), not an environment: give it to `inspect`, \
+                     `check` or `fuzz` with --reward, or to training as a [[reward]]"
+                ),
+            });
+        }
         let listed = if exports.is_empty() { "nothing".to_string() } else { exports.join(", ") };
         return Err(Error::NotAPlugin {
             path: path.into(),

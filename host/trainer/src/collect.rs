@@ -34,6 +34,34 @@ pub struct Collected {
     pub versions: TokenVersions,
     /// Batches dropped before this one for staleness.
     pub dropped: Dropped,
+    /// Sampled answers (every rank's), and those that stopped at `rollout.max_new_tokens`
+    /// before ending.
+    pub answers: Answers,
+}
+
+/// Sampled answers and how many were cut at the token cap.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Answers {
+    pub sampled: usize,
+    pub capped: usize,
+}
+
+impl Answers {
+    /// Over `trajs`' sampled turns: an answer as long as the cap whose last id ends no turn.
+    pub fn of(trajs: &[Trajectory], max_new_tokens: usize, eos: &[u32]) -> Self {
+        let mut a = Answers::default();
+        for ids in trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Model) {
+            a.sampled += 1;
+            let ids = ids.token_ids.as_deref().unwrap_or(&[]);
+            a.capped += usize::from(ids.len() >= max_new_tokens && ids.last().is_some_and(|l| !eos.contains(l)));
+        }
+        a
+    }
+
+    /// The share cut at the cap (0 with no sampled answer).
+    pub fn capped_share(&self) -> f64 {
+        if self.sampled == 0 { 0.0 } else { self.capped as f64 / self.sampled as f64 }
+    }
 }
 
 /// Batches dropped for staleness, and their sampled tokens.
@@ -160,8 +188,10 @@ impl Trainer {
         self.check_failures(played.outcome.verdict, &format!("step {n}"), &format!("step{n}"), &env_config)?;
         let mut trajs = played.outcome.trajectories;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
-        let mut explored = [explored_turns as f64];
+        let answers = Answers::of(&trajs, cfg.rollout.sampling.max_new_tokens, &self.actor.eos_token_ids);
+        let mut explored = [explored_turns as f64, answers.sampled as f64, answers.capped as f64];
         self.ranks().sum(&mut explored)?;
+        let answers = Answers { sampled: explored[1] as usize, capped: explored[2] as usize };
         let engine = crate::data_parallel::engine_stats(self.ranks(), played.engine)?;
         let scored =
             self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.episodes.format, cfg.env.max_failure_rate)?;
@@ -181,7 +211,18 @@ impl Trainer {
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
         let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
         let pace = played.pace;
-        Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics, pace, versions, dropped })
+        Ok(Collected {
+            batch,
+            rollout,
+            laid_out,
+            explored_turns,
+            engine,
+            reward_metrics,
+            pace,
+            versions,
+            dropped,
+            answers,
+        })
     }
 
     /// The next played batch whose oldest token (over every rank's) is at most

@@ -34,6 +34,7 @@ mod train;
 mod update;
 mod value_loss;
 mod vocabulary;
+mod warnings;
 
 pub use aggregate::{LossAgg, aggregate};
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};

@@ -6,6 +6,20 @@ use crate::step_batch::StepBatch;
 use crate::update::Updated;
 use crate::{StepMetrics, explained_variance};
 
+/// The share of the advantage-masked tokens whose advantage is zero (1 when every group's
+/// episodes scored alike; 0 before credit is assigned or with no such token).
+fn zero_advantage_share(batch: &StepBatch) -> f64 {
+    let Some(credit) = &batch.credit else { return 0.0 };
+    let (mut zero, mut all) = (0usize, 0usize);
+    for (a, &m) in credit.advantages.iter().zip(&batch.tokens.adv_mask) {
+        if m {
+            all += 1;
+            zero += usize::from(*a == 0.0);
+        }
+    }
+    if all == 0 { 0.0 } else { zero as f64 / all as f64 }
+}
+
 /// Seconds per phase.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Timings {
@@ -50,6 +64,8 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
         ("rollout/kept_trajectories", credit.map_or(0, |c| c.keep.iter().filter(|&&k| k).count()) as f64),
         ("rollout/zero_advantage_dropped", credit.map_or(0, |c| c.zero_dropped) as f64),
         ("rollout/explored_turns", collected.explored_turns as f64),
+        ("rollout/capped_responses", collected.answers.capped_share()),
+        ("rollout/zero_advantage_share", zero_advantage_share(batch)),
         ("actor/lr", updated.lr),
         ("timing_s/rollout", t.rollout),
         ("timing_s/old_log_prob", t.score),
@@ -134,7 +150,7 @@ mod tests {
             returns,
             value_mask,
             keep: vec![true, true],
-            advantages: vec![0.0; 8],
+            advantages: vec![0.0, 0.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0],
             ..Default::default()
         });
         let engine = vagen_model::EngineStats {
@@ -154,6 +170,7 @@ mod tests {
             explored_turns: 1,
             engine: Some(engine),
             reward_metrics,
+            answers: crate::collect::Answers { sampled: 4, capped: 1 },
         };
         let t = Timings { rollout: 1.0, score: 0.5, update: 2.0, step: 4.0, vision: 0.0 };
         let m = log(7, &collected, &Updated::default(), t, true).values;
@@ -165,6 +182,10 @@ mod tests {
         assert_eq!(m["throughput/response_tokens"], 4.0);
         assert_eq!(m["rollout/kept_trajectories"], 2.0);
         assert_eq!(m["rollout/explored_turns"], 1.0);
+        assert_eq!(m["rollout/capped_responses"], 0.25);
+        // The answer tokens (the advantage mask): the model's two have an advantage, the
+        // forced one's two none.
+        assert_eq!(m["rollout/zero_advantage_share"], 0.5);
         assert_eq!(m["rollout/prefill_tokens"], 30.0);
         assert_eq!(m["rollout/prefill_tokens_saved"], 70.0);
         assert_eq!(m["reward/state-match/grounding"], 0.5);

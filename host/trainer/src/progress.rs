@@ -63,6 +63,15 @@ impl Progress {
         }
     }
 
+    /// A line above the bar (or among the progress lines), e.g. a warning.
+    pub fn println(&self, line: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.bar.println(line);
+        }
+    }
+
     pub fn finish(self) {
         self.bar.finish_and_clear();
     }

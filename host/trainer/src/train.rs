@@ -55,6 +55,8 @@ pub struct Trainer {
     /// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
     /// non-finite gradient norm.
     skipped_in_a_row: usize,
+    /// What the run has warned of (once each).
+    warnings: crate::warnings::Warnings,
     /// The run folder is this trainer's alone while it lives (rank 0 holds it for all).
     _lock: Option<RunLock>,
 }
@@ -257,6 +259,7 @@ impl Trainer {
             _runtime: runtime,
             rewards: RefCell::new(rewards),
             skipped_in_a_row: 0,
+            warnings: Default::default(),
             _lock: lock,
         })
     }
@@ -295,6 +298,11 @@ impl Trainer {
             }
             m.step = s;
             self.write_metrics(&m)?;
+            if self.ranks.is_main() {
+                for line in self.warnings.after_step(&m, self.cfg.rollout.sampling.max_new_tokens) {
+                    bar.println(&line);
+                }
+            }
             bar.set_message(format!(
                 "success {:.2} val {}",
                 m.values.get("train/success").copied().unwrap_or(0.0),

@@ -213,7 +213,12 @@ fn judge_kind(
             let over = format!("the fuzzer's threshold of {} MiB", threshold >> 20);
             match (start_mem, env.memory_bytes()) {
                 (Some(a), Some(b)) if b > a + threshold => verdict(
-                    Some(format!("memory grew from {} to {} MiB over {} rounds, past {over}", a >> 20, b >> 20, r.repeat)),
+                    Some(format!(
+                        "memory grew from {} to {} MiB over {} rounds, past {over}",
+                        a >> 20,
+                        b >> 20,
+                        r.repeat
+                    )),
                     String::new(),
                 ),
                 (Some(a), Some(b)) => verdict(

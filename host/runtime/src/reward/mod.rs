@@ -101,6 +101,8 @@ struct Shared {
     pre: RewardPre<Sandbox>,
     manifest: RewardManifest,
     path: PathBuf,
+    sha256: String,
+    size_bytes: u64,
 }
 
 impl Runtime {
@@ -115,7 +117,8 @@ impl RewardPlugin {
         let bytes = crate::runtime::read_plugin_file(path)?;
         check_header(path, &bytes)?;
         let inner = &runtime.inner;
-        let (component, _) = compile(&runtime, path, &bytes, &sha256_hex(&bytes))?;
+        let sha256 = sha256_hex(&bytes);
+        let (component, _) = compile(&runtime, path, &bytes, &sha256)?;
         let exports: Vec<String> =
             component.component_type().exports(&inner.engine).map(|(n, _)| n.to_string()).collect();
         if !exports.iter().any(|e| e == REWARD_EXPORT) {
@@ -134,7 +137,9 @@ impl RewardPlugin {
             reason: format!("its exports do not match {REWARD_EXPORT}: {e:#}"),
         })?;
         let manifest = read_manifest(&runtime, &pre)?;
-        Ok(RewardPlugin { shared: Arc::new(Shared { runtime, pre, manifest, path: path.into() }) })
+        let size_bytes = bytes.len() as u64;
+        let shared = Shared { runtime, pre, manifest, path: path.into(), sha256, size_bytes };
+        Ok(RewardPlugin { shared: Arc::new(shared) })
     }
 
     pub fn manifest(&self) -> &RewardManifest {
@@ -143,6 +148,16 @@ impl RewardPlugin {
 
     pub fn path(&self) -> &Path {
         &self.shared.path
+    }
+
+    /// The file's SHA-256, hex.
+    pub fn sha256(&self) -> &str {
+        &self.shared.sha256
+    }
+
+    /// The file's size.
+    pub fn size_bytes(&self) -> u64 {
+        self.shared.size_bytes
     }
 
     /// A scorer of `config` (JSON; `""` for the defaults) that asks `judge`, if any.
