@@ -100,10 +100,9 @@ pub fn eval(a: EvalArgs) -> Result<()> {
 }
 
 fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
     overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
-    let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), &overrides)?;
+    let mut cfg = TrainConfig::from_file(path, &overrides)?;
     // Typed, not written back as TOML: any path, quoted or not, stays the path given.
     (cfg.model.path, cfg.model.device, cfg.model.dtype) = (a.model.clone(), a.device, a.dtype);
     let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;

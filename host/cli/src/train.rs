@@ -1,7 +1,7 @@
 //! `vagen-host train | sft | eval`: the training loop, the warm start alone, and a standalone
 //! evaluation of a checkpoint.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use vagen_trainer::{JudgeAccess, Rendezvous, TrainConfig, Trainer};
@@ -48,8 +48,7 @@ impl TrainArgs {
             return Trainer::resume_ranked(dir, &self.overrides, self.allow_native, access, rdzv.as_ref());
         }
         let path = self.config.as_ref().expect("clap requires --config without --resume");
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let mut cfg = TrainConfig::parse(&text, &path.display().to_string(), &self.overrides)?;
+        let mut cfg = TrainConfig::from_file(path, &self.overrides)?;
         cfg.allow_native = self.allow_native;
         cfg.judge_access = access;
         let run_dir = self.run_dir.clone().unwrap_or_else(|| {

@@ -78,7 +78,8 @@ pub struct TrainConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RewardSection {
-    /// The component (`.wasm` exporting `vagen:env/reward`), relative to the working folder.
+    /// The component (`.wasm` exporting `vagen:env/reward`); relative to the config file's
+    /// folder.
     pub plugin: PathBuf,
     /// Its config, as a TOML table (sent to the component as JSON).
     #[serde(default)]
@@ -160,7 +161,8 @@ fn embedded_model() -> ModelSource {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EnvSection {
-    /// The plugin file (`.wasm` or `.so`), relative to the working folder.
+    /// The plugin file (`.wasm` or `.so`); relative to the config file's folder (a `--set`
+    /// one to the working folder).
     pub plugin: PathBuf,
     /// The env's config, as a TOML table (sent to the plugin as JSON).
     #[serde(default)]
@@ -217,8 +219,9 @@ fn default_group_size() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ModelSection {
-    /// A Hugging Face folder (Qwen2 or Qwen2.5-VL), `default` (the embedded small model,
-    /// built from `schedule.seed`, or `default@SEED`) or `default-vl` (its VL sibling).
+    /// A Hugging Face folder (Qwen2 or Qwen2.5-VL; relative to the config file's folder),
+    /// `default` (the embedded small model, built from `schedule.seed`, or `default@SEED`)
+    /// or `default-vl` (its VL sibling).
     pub path: ModelSource,
     /// f32, bf16 or f16 parameters.
     pub dtype: DType,
@@ -443,8 +446,34 @@ impl TrainConfig {
     /// Reads `text` (from `path`, for messages) with `overrides` (`a.b=c`, the value in TOML
     /// syntax, or a bare string) applied first.
     pub fn parse(text: &str, path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
+        Self::parse_in(text, path, None, overrides)
+    }
+
+    /// The config file at `path` with `--set` overrides: relative paths in the file
+    /// (`env.plugin`, a folder `model.path`, `[[reward]] plugin`, a local judge's folder
+    /// `model`) are resolved against the file's folder, those given by a `--set` against
+    /// the working folder, like any path on a command line.
+    pub fn from_file(path: &std::path::Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
+        let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        // Absolute, so the run folder's copy of the config names the same files from anywhere.
+        let folder = std::path::absolute(folder)
+            .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
+        Self::parse_in(&text, &path.display().to_string(), Some(&folder), overrides)
+    }
+
+    fn parse_in(
+        text: &str,
+        path: &str,
+        folder: Option<&std::path::Path>,
+        overrides: &[String],
+    ) -> Result<Self, ConfigError> {
         let err = |message: String| ConfigError::Parse { path: path.into(), message };
         let mut doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
+        if let Some(folder) = folder {
+            resolve_paths(&mut doc, folder);
+        }
         let before = doc.clone();
         for o in overrides {
             let (key, value) = o.split_once('=').ok_or_else(|| ConfigError::BadOverride(o.clone()))?;
@@ -712,6 +741,32 @@ fn set(doc: &mut toml::Table, key: &str, value: toml::Value) -> Result<(), ()> {
     Err(())
 }
 
+/// The file's relative paths joined to its folder (see [`TrainConfig::from_file`]); a
+/// model spec that is not a folder (`default`, `default-vl@3`) is left as it is.
+fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
+    fn join(value: Option<&mut toml::Value>, folder: &std::path::Path, is_path: fn(&str) -> bool) {
+        if let Some(toml::Value::String(s)) = value
+            && is_path(s)
+            && std::path::Path::new(s.as_str()).is_relative()
+        {
+            *s = folder.join(&*s).display().to_string();
+        }
+    }
+    let any = |_: &str| true;
+    let folder_model = |s: &str| matches!(s.parse::<ModelSource>(), Ok(ModelSource::Folder(_)));
+    fn field<'a>(doc: &'a mut toml::Table, table: &str, key: &str) -> Option<&'a mut toml::Value> {
+        doc.get_mut(table).and_then(toml::Value::as_table_mut).and_then(|t| t.get_mut(key))
+    }
+    join(field(doc, "env", "plugin"), folder, any);
+    join(field(doc, "model", "path"), folder, folder_model);
+    join(field(doc, "judge", "model"), folder, folder_model);
+    if let Some(toml::Value::Array(rewards)) = doc.get_mut("reward") {
+        for r in rewards.iter_mut().filter_map(toml::Value::as_table_mut) {
+            join(r.get_mut("plugin"), folder, any);
+        }
+    }
+}
+
 /// `base` with each key of `over` replacing (or adding) its own.
 fn overridden(base: &toml::Table, over: &toml::Table) -> toml::Table {
     let mut table = base.clone();
@@ -725,7 +780,30 @@ fn table_json(table: &toml::Table) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{LrSchedule, OptimSection, overridden, table_json};
+    use super::{LrSchedule, OptimSection, TrainConfig, overridden, table_json};
+
+    #[test]
+    fn relative_paths_in_a_config_file_are_its_folders_and_a_set_ones_the_working_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("configs/run.toml");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let text = "[env]\nplugin = \"../plugins/env.wasm\"\n[model]\npath = \"models/qwen\"\n\
+                    [[reward]]\nplugin = \"r.wasm\"\n[[reward]]\nplugin = \"/abs/r.wasm\"\n";
+        std::fs::write(&file, text).unwrap();
+        let cfg = TrainConfig::from_file(&file, &[]).unwrap();
+        let folder = std::path::absolute(dir.path().join("configs")).unwrap();
+        assert_eq!(cfg.env.plugin, folder.join("../plugins/env.wasm"));
+        assert_eq!(cfg.model.path.to_string(), folder.join("models/qwen").display().to_string());
+        assert_eq!(cfg.rewards[0].plugin, folder.join("r.wasm"));
+        assert_eq!(cfg.rewards[1].plugin, std::path::Path::new("/abs/r.wasm"));
+        // A --set is a command-line path: the working folder's. An embedded model is no path.
+        let sets = ["env.plugin=\"mine.wasm\"".to_string(), "model.path=\"default@3\"".to_string()];
+        let cfg = TrainConfig::from_file(&file, &sets).unwrap();
+        assert_eq!(cfg.env.plugin, std::path::Path::new("mine.wasm"));
+        assert_eq!(cfg.model.path.to_string(), "default@3");
+        // The run folder's copy names the same files from anywhere.
+        assert!(cfg.to_toml().contains(&folder.join("r.wasm").display().to_string()));
+    }
 
     fn scales(warmup_steps: usize, lr_schedule: LrSchedule, steps: usize) -> Vec<f64> {
         let o = OptimSection { warmup_steps, lr_schedule, ..OptimSection::default() };

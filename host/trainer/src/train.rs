@@ -449,7 +449,7 @@ impl Trainer {
     /// The held-out episodes' figures; their sample transcripts go to the run folder. A
     /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
-        let outcome = held_out_share(&self.cfg, self.plugin.as_ref(), self.generator(), &self.ranks)?;
+        let outcome = held_out_share(&self.cfg, self.plugin.as_ref(), self.generator(), &self.ranks, false)?;
         if let Some(metrics) = &self.metrics {
             crate::report::save_samples(&self.run_dir, self.state.step, &outcome.trajectories)?;
             // The first held-out episode's opening picture, when the env shows one.
@@ -668,9 +668,10 @@ fn insert_val(m: &mut StepMetrics, v: &vagen_rollout::RolloutMetrics) {
 
 /// One episode per held-out seed (`env.val_episodes` from `env.val_seed_start`) at
 /// `rollout.val_temperature`, with the rollout settings training uses: what
-/// `Trainer::evaluate` and `vagen-host eval --config` measure.
+/// `Trainer::evaluate` and `vagen-host eval --config` measure. Shows its progress, a turn
+/// at a time (`progress.rs`).
 pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
-    held_out_share(cfg, plugin, model, &Ranks::single())
+    held_out_share(cfg, plugin, model, &Ranks::single(), true)
 }
 
 /// Groups of `group_size` episodes from rank `rank` of `world`'s block of `seeds`, on the
@@ -703,13 +704,26 @@ fn run_share(
 }
 
 /// [`held_out_rollouts`] over this rank's block of the held-out seeds.
-fn held_out_share(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>, ranks: &Ranks) -> Result<Outcome> {
+/// (`progress`: shown, as `eval` does; a training run's own bar covers its evaluations.)
+fn held_out_share(
+    cfg: &TrainConfig,
+    plugin: &dyn Plugin,
+    model: Rc<Model>,
+    ranks: &Ranks,
+    progress: bool,
+) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
     let stop = cfg.rollout.episodes.format.stop_strings();
     let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
     let mut policy = model_policy(cfg, model, options);
+    let turns = plugin.max_turns((cfg.env.max_turns > 0).then_some(cfg.env.max_turns)) as u64;
+    let bar = Progress::new(turns, "evaluation turns", progress && ranks.is_main(), 0);
+    let mut watched = crate::progress::Watched { inner: &mut policy, bar };
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
-    run_share(episodes(cfg, plugin, &env_config, &config, 1), &seeds, &mut policy, (ranks.rank(), ranks.world()))
+    let outcome =
+        run_share(episodes(cfg, plugin, &env_config, &config, 1), &seeds, &mut watched, (ranks.rank(), ranks.world()));
+    watched.bar.finish();
+    outcome
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.
