@@ -281,6 +281,9 @@ fn eval_with_a_run_config_reproduces_the_runs_own_evaluation() {
     let o = host(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let m = last_json(&o);
+    // Not a terminal: its progress as a line a turn.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("evaluation turns 1/3 (") && err.contains("6 episodes playing"), "{err}");
     assert_eq!(m["episodes"], 6);
     assert_eq!(m["success"], logged["val/success"], "{m}");
     assert_eq!(m["mean_turns"], logged["val/turns"], "{m}");
@@ -403,4 +406,31 @@ fn an_adapter_generates_over_its_base_and_merge_lora_writes_the_same_model_whole
     assert_eq!(generate(merged.to_str().unwrap(), &[]), adapted, "merged, the same greedy answer");
     let o = host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", dir]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("its own input"));
+}
+
+/// A run that cannot learn says why, once: here every answer is cut at a 2-token cap, so
+/// none parses and every episode of a group earns the same reward.
+#[test]
+fn a_run_whose_answers_are_cut_at_the_cap_warns_once_naming_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("cut.toml");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    assert!(plugin.is_file(), "{} is not built: run `cargo xtask test`", plugin.display());
+    std::fs::write(
+        &config,
+        format!(
+            "[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\nmax_turns = 2\nval_episodes = 2\n\
+             [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 2\nper_turn = true\n\
+             [schedule]\nsteps = 4\neval_every = 0\nsave_every = 0\n[sft]\nsteps = 0\n",
+            plugin.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let o = host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.matches("answers were cut at rollout.max_new_tokens = 2 tokens").count(), 1, "{err}");
+    assert_eq!(err.matches("had zero advantage everywhere").count(), 1, "{err}");
+    assert!(err.contains("answers cut at rollout.max_new_tokens = 2 all score alike"), "{err}");
 }

@@ -786,20 +786,28 @@ mod tests {
     fn relative_paths_in_a_config_file_are_its_folders_and_a_set_ones_the_working_folders() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("configs/run.toml");
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        let text = "[env]\nplugin = \"../plugins/env.wasm\"\n[model]\npath = \"models/qwen\"\n\
-                    [[reward]]\nplugin = \"r.wasm\"\n[[reward]]\nplugin = \"/abs/r.wasm\"\n";
+        let elsewhere = dir.path().join("elsewhere.wasm");
+        for f in ["configs/models/qwen/config.json", "plugins/env.wasm", "configs/r.wasm", "elsewhere.wasm"] {
+            std::fs::create_dir_all(dir.path().join(f).parent().unwrap()).unwrap();
+            std::fs::write(dir.path().join(f), "").unwrap();
+        }
+        let text = format!(
+            "[env]\nplugin = \"../plugins/env.wasm\"\n[model]\npath = \"models/qwen\"\n\
+             [[reward]]\nplugin = \"r.wasm\"\n[[reward]]\nplugin = {:?}\n",
+            elsewhere.display().to_string()
+        );
         std::fs::write(&file, text).unwrap();
         let cfg = TrainConfig::from_file(&file, &[]).unwrap();
         let folder = std::path::absolute(dir.path().join("configs")).unwrap();
         assert_eq!(cfg.env.plugin, folder.join("../plugins/env.wasm"));
         assert_eq!(cfg.model.path.to_string(), folder.join("models/qwen").display().to_string());
         assert_eq!(cfg.rewards[0].plugin, folder.join("r.wasm"));
-        assert_eq!(cfg.rewards[1].plugin, std::path::Path::new("/abs/r.wasm"));
-        // A --set is a command-line path: the working folder's. An embedded model is no path.
-        let sets = ["env.plugin=\"mine.wasm\"".to_string(), "model.path=\"default@3\"".to_string()];
+        assert_eq!(cfg.rewards[1].plugin, elsewhere);
+        // A --set is a command-line path: the working folder's (the crate's, for tests). An
+        // embedded model is no path.
+        let sets = ["env.plugin=\"src/lib.rs\"".to_string(), "model.path=\"default@3\"".to_string()];
         let cfg = TrainConfig::from_file(&file, &sets).unwrap();
-        assert_eq!(cfg.env.plugin, std::path::Path::new("mine.wasm"));
+        assert_eq!(cfg.env.plugin, std::path::Path::new("src/lib.rs"));
         assert_eq!(cfg.model.path.to_string(), "default@3");
         // The run folder's copy names the same files from anywhere.
         assert!(cfg.to_toml().contains(&folder.join("r.wasm").display().to_string()));
