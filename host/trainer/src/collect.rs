@@ -50,9 +50,9 @@ impl Answers {
     /// Over `trajs`' sampled turns: an answer as long as the cap whose last id ends no turn.
     pub fn of(trajs: &[Trajectory], max_new_tokens: usize, eos: &[u32]) -> Self {
         let mut a = Answers::default();
-        for ids in trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Model) {
+        for turn in trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Model) {
             a.sampled += 1;
-            let ids = ids.token_ids.as_deref().unwrap_or(&[]);
+            let ids = turn.token_ids.as_deref().unwrap_or(&[]);
             a.capped += usize::from(ids.len() >= max_new_tokens && ids.last().is_some_and(|l| !eos.contains(l)));
         }
         a
@@ -189,9 +189,10 @@ impl Trainer {
         let mut trajs = played.outcome.trajectories;
         let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
         let answers = Answers::of(&trajs, cfg.rollout.sampling.max_new_tokens, &self.actor.eos_token_ids);
-        let mut explored = [explored_turns as f64, answers.sampled as f64, answers.capped as f64];
-        self.ranks().sum(&mut explored)?;
-        let answers = Answers { sampled: explored[1] as usize, capped: explored[2] as usize };
+        // Every rank's counts, in one collective.
+        let mut sums = [explored_turns as f64, answers.sampled as f64, answers.capped as f64];
+        self.ranks().sum(&mut sums)?;
+        let answers = Answers { sampled: sums[1] as usize, capped: sums[2] as usize };
         let engine = crate::data_parallel::engine_stats(self.ranks(), played.engine)?;
         let scored =
             self.rewards.borrow_mut().score(&mut trajs, cfg.rollout.episodes.format, cfg.env.max_failure_rate)?;
@@ -209,7 +210,7 @@ impl Trainer {
             .map(|(_, t)| t)
             .collect();
         let batch = lay_out(cfg, &ChatModel(self.actor.as_ref()), &kept)?;
-        let (laid_out, explored_turns) = (kept.len(), explored[0] as usize);
+        let (laid_out, explored_turns) = (kept.len(), sums[0] as usize);
         let pace = played.pace;
         Ok(Collected {
             batch,
