@@ -107,7 +107,7 @@ fn eval_as_trained(a: &EvalArgs, path: &std::path::Path) -> Result<()> {
     (cfg.model.path, cfg.model.device, cfg.model.dtype) = (a.model.clone(), a.device, a.dtype);
     let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
     let plugin = runtime
-        .load_named_in(&cfg.env.plugin, path, a.allow_native)
+        .load_named_in_with(&cfg.env.plugin, path, a.allow_native, cfg.env.openenv.clone().unwrap_or_default())
         .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
     let mut model = vagen_trainer::load_model(&cfg, plugin.as_ref())?;
     if let Some(dir) = &a.adapter {

@@ -16,6 +16,7 @@ mod model_args;
 mod model_policy;
 mod parity_dump;
 mod serve;
+mod serve_env;
 mod train;
 
 use anyhow::Result;
@@ -66,6 +67,9 @@ enum Command {
     /// Serve a model (ours or a checkpoint) over an OpenAI-compatible HTTP API
     /// (`/v1/chat/completions`, streaming included), batching concurrent requests.
     Serve(serve::ServeArgs),
+    /// Serve an env plugin as an OpenEnv environment server (openenv-core's WebSocket
+    /// sessions and HTTP routes), a sandboxed instance per client.
+    ServeEnv(serve_env::ServeEnvArgs),
     /// Train a model on an env plugin: SFT warm start, then PPO/GRPO (the main job).
     Train(train::TrainArgs),
     /// Only the supervised warm start of a training config, then a held-out evaluation.
@@ -90,6 +94,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
         (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
         (Some(Command::Serve(a)), _) => serve::serve(a),
+        (Some(Command::ServeEnv(a)), _) => serve_env::serve_env(a),
         (Some(Command::ParityDump(a)), _) => parity_dump::parity_dump(a),
         (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
         (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),

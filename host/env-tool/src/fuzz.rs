@@ -106,8 +106,13 @@ pub fn fuzz(a: FuzzArgs) -> Result<()> {
 }
 
 /// Where a plugin's findings go unless the user says: `NAME-findings/` beside `NAME.wasm`
-/// (or `.so`), never the working folder.
+/// (or `.so`), never the working folder (except for an OpenEnv server, which has none).
 pub fn findings_beside(plugin: &std::path::Path) -> PathBuf {
+    // A server has no folder: the working folder, named for its address.
+    if vagen_runtime::is_openenv_url(plugin) {
+        let name = vagen_runtime::file_stem(&plugin.to_string_lossy());
+        return PathBuf::from(format!("{name}-findings"));
+    }
     let stem = plugin.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plugin".into());
     plugin.with_file_name(format!("{stem}-findings"))
 }

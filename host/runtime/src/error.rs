@@ -40,6 +40,11 @@ pub enum Error {
     #[error("environment failed in {call}: {message}")]
     Failed { call: &'static str, message: String },
 
+    /// An OpenEnv server failed the call: unreachable, timed out, closed, a server error
+    /// or a malformed reply. A fault of the episode, like a trap.
+    #[error("{call} failed at the OpenEnv server: {message}")]
+    Remote { call: &'static str, message: String },
+
     #[error("{call} timed out after {limit:?}")]
     Timeout { call: &'static str, limit: Duration },
 
@@ -103,6 +108,7 @@ impl Error {
                 | Error::OutOfFuel { .. }
                 | Error::Trap { .. }
                 | Error::Malformed { .. }
+                | Error::Remote { .. }
         )
     }
 
@@ -119,6 +125,7 @@ impl Error {
             Error::BadConfig(_) => "bad-config",
             Error::InvalidState(_) => "invalid-state",
             Error::Failed { .. } => "failed",
+            Error::Remote { .. } => "remote",
             Error::Timeout { .. } => "timeout",
             Error::OutOfMemory { .. } => "out-of-memory",
             Error::OutOfTotalMemory { .. } => "out-of-total-memory",

@@ -3,7 +3,8 @@
 //! The rest of the host sees one [`Environment`] trait. A [`Runtime`] owns the shared
 //! wasmtime engine, the compiled-code cache and the sandbox [`Limits`];
 //! [`Runtime::load`] turns a `.wasm` component ([`WasmPlugin`]) or a native `.so`
-//! ([`NativePlugin`]) into a [`Plugin`], which creates any number of instances.
+//! ([`NativePlugin`]) into a [`Plugin`], which creates any number of instances; an
+//! `openenv+http://HOST:PORT` path names an OpenEnv server instead ([`OpenEnvPlugin`]).
 //! [`EnvPool`] steps many instances in parallel.
 //!
 //! # Embedding
@@ -52,6 +53,7 @@ pub mod fuzz;
 mod guest_text;
 mod limits;
 mod native;
+pub mod openenv;
 mod pool;
 mod random_answer;
 pub mod reward;
@@ -66,6 +68,7 @@ pub use error::Error;
 pub use guest_text::{MAX_GUEST_TEXT, file_stem, guest_text};
 pub use limits::{LimitError, Limits};
 pub use native::{NativeEnv, NativePlugin};
+pub use openenv::{OpenEnvEnv, OpenEnvOptions, OpenEnvPlugin, is_openenv_url};
 pub use pool::EnvPool;
 pub use random_answer::random_answer;
 pub use runtime::{MAX_PLUGIN_BYTES, Runtime, is_native_name};

@@ -57,14 +57,24 @@ impl Runtime {
         &self.inner.limits
     }
 
-    /// Loads a plugin by its name: a path ending in the platform's native extension
+    /// Loads a plugin by its name: `openenv+http://HOST:PORT` as an [`OpenEnvPlugin`](crate::OpenEnvPlugin)
+    /// (a server, see [`crate::openenv`]), a path ending in the platform's native extension
     /// (`.so`) as a [`NativePlugin`] (trusted code, run unsandboxed), anything else as a
     /// sandboxed `.wasm` component. The bytes never decide: native code behind another
     /// name is refused, not run. For a path the user gave; a path read from a file that
     /// may come from someone else goes through [`Runtime::load_named_in`].
     pub fn load(&self, path: impl AsRef<Path>) -> Result<Arc<dyn Plugin>, Error> {
+        self.load_with(path, crate::OpenEnvOptions::default())
+    }
+
+    /// [`Runtime::load`], where an `openenv+http://…` server takes `openenv` as its options
+    /// (a config's `[env.openenv]` table; the URL's query overrides them).
+    pub fn load_with(&self, path: impl AsRef<Path>, openenv: crate::OpenEnvOptions) -> Result<Arc<dyn Plugin>, Error> {
         let path = path.as_ref();
-        if is_native_name(path) {
+        if crate::openenv::is_openenv_url(path) {
+            let spec = path.to_str().expect("an openenv URL is UTF-8");
+            Ok(Arc::new(crate::OpenEnvPlugin::connect(spec, openenv, self.inner.limits.clone())?))
+        } else if is_native_name(path) {
             Ok(Arc::new(NativePlugin::load(path, self.inner.limits.clone())?))
         } else {
             Ok(Arc::new(self.load_wasm(path)?))
@@ -81,11 +91,22 @@ impl Runtime {
         file: &Path,
         allow_native: bool,
     ) -> Result<Arc<dyn Plugin>, Error> {
+        self.load_named_in_with(path, file, allow_native, crate::OpenEnvOptions::default())
+    }
+
+    /// [`Runtime::load_named_in`] with options for an OpenEnv server (see [`Runtime::load_with`]).
+    pub fn load_named_in_with(
+        &self,
+        path: impl AsRef<Path>,
+        file: &Path,
+        allow_native: bool,
+        openenv: crate::OpenEnvOptions,
+    ) -> Result<Arc<dyn Plugin>, Error> {
         let path = path.as_ref();
         if is_native_name(path) && !allow_native {
             return Err(Error::NativeNotAllowed { path: path.into(), named_in: file.into() });
         }
-        self.load(path)
+        self.load_with(path, openenv)
     }
 
     /// Loads a `.wasm` component that implements the `vagen:env` environment world.

@@ -162,11 +162,16 @@ fn embedded_model() -> ModelSource {
 #[serde(deny_unknown_fields)]
 pub struct EnvSection {
     /// The plugin file (`.wasm` or `.so`); relative to the config file's folder (a `--set`
-    /// one to the working folder).
+    /// one to the working folder). Or an OpenEnv server, `openenv+http://HOST:PORT`.
     pub plugin: PathBuf,
-    /// The env's config, as a TOML table (sent to the plugin as JSON).
+    /// The env's config, as a TOML table (sent to the plugin as JSON; to an OpenEnv
+    /// server, as extra arguments of every reset).
     #[serde(default)]
     pub config: toml::Table,
+    /// For an `openenv+http://` plugin: how answers and observations map onto the
+    /// server's schema, timeouts and retries (`vagen_runtime::OpenEnvOptions`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub openenv: Option<vagen_runtime::OpenEnvOptions>,
     /// Keys of `config` replaced for training episodes (SFT and RL) only; evaluation runs
     /// `config` as written. RAGEN's separate train / val env configs: e.g. train on maps
     /// with more holes than the held-out ones, so the turns that need care are common.
@@ -596,8 +601,12 @@ impl TrainConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let bad = |field, message: String| Err(ConfigError::Invalid { field, message });
-        if !self.env.plugin.is_file() {
+        let remote = vagen_runtime::is_openenv_url(&self.env.plugin);
+        if !remote && !self.env.plugin.is_file() {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
+        }
+        if !remote && self.env.openenv.is_some() {
+            return bad("env.openenv", "it applies to an OpenEnv server (plugin = \"openenv+http://HOST:PORT\") only".into());
         }
         if self.asynchronous.max_staleness > 0 && self.engine.merge_lora {
             return bad(
@@ -757,7 +766,7 @@ fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
     fn field<'a>(doc: &'a mut toml::Table, table: &str, key: &str) -> Option<&'a mut toml::Value> {
         doc.get_mut(table).and_then(toml::Value::as_table_mut).and_then(|t| t.get_mut(key))
     }
-    join(field(doc, "env", "plugin"), folder, any);
+    join(field(doc, "env", "plugin"), folder, |s| !s.starts_with(vagen_runtime::openenv::PREFIX));
     join(field(doc, "model", "path"), folder, folder_model);
     join(field(doc, "judge", "model"), folder, folder_model);
     if let Some(toml::Value::Array(rewards)) = doc.get_mut("reward") {

@@ -758,7 +758,12 @@ struct OpenEnv {
 fn open_env(cfg: &TrainConfig) -> Result<OpenEnv> {
     let runtime = Runtime::new(cfg.sandbox.clone())?;
     let plugin = runtime
-        .load_named_in(&cfg.env.plugin, Path::new("the training config (env.plugin)"), cfg.allow_native)
+        .load_named_in_with(
+            &cfg.env.plugin,
+            Path::new("the training config (env.plugin)"),
+            cfg.allow_native,
+            cfg.env.openenv.clone().unwrap_or_default(),
+        )
         .with_context(|| format!("loading {}", cfg.env.plugin.display()))?;
     // Before any work: an env config the plugin refuses would otherwise surface as a
     // failed first rollout (or, for the held-out one, only at the first evaluation).

@@ -160,6 +160,19 @@ const OPENAI: &str = "openai==3.57.0";
 /// LoRA adapters are tested against PEFT itself (which needs accelerate).
 const PEFT: &str = "peft==0.21.2";
 const ACCELERATE: &str = "accelerate==1.15.0";
+/// OpenEnv's client and server framework that `serve-env` and `openenv+http://` plugins are
+/// tested against. Its wheel asks for gradio, openai and huggingface_hub too, which neither
+/// path imports: it goes in without dependencies, after what its imports need (fastmcp:
+/// `openenv.core` imports its MCP module unconditionally).
+const OPENENV: &str = "openenv-core==0.3.0";
+const OPENENV_NEEDS: [&str; 6] = [
+    "fastapi==0.165.0",
+    "uvicorn==0.54.0",
+    "websockets==17.4",
+    "requests==2.34.2",
+    "fastmcp==4.2.3",
+    "pydantic==2.14.4",
+];
 /// CUDA's headers that `ProcessGroupNCCL.hpp` pulls in beyond the runtime's (which the torch
 /// wheel's dependencies carry): vagen-dist's NCCL process group compiles against them.
 const CUDA_CRT: &str = "nvidia-cuda-crt==13.0.88";
@@ -192,8 +205,9 @@ fn setup_torch(needs: Needs) -> Result<()> {
              PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__, \
              m.version('maturin'), gymnasium.__version__, tensorboard.__version__, pytest.__version__, \
              openai.__version__, peft.__version__, accelerate.__version__, m.version('nvidia-cuda-crt'), \
-             m.version('nvidia-cuda-cccl'))",
-            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0 13.0.88 13.0.85",
+             m.version('nvidia-cuda-cccl'), m.version('openenv-core'), m.version('fastmcp'))",
+            "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0 13.0.88 13.0.85 \
+             0.3.0 4.2.3",
         ),
     };
     if venv_prints(probe, want) {
@@ -228,8 +242,15 @@ fn setup_torch(needs: Needs) -> Result<()> {
             PEFT,
             ACCELERATE,
         ]);
+        pip.args(OPENENV_NEEDS);
     }
-    run(pip)
+    run(pip)?;
+    if needs == Needs::Tests {
+        let mut openenv = Command::new(venv_python());
+        openenv.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", "--no-deps", OPENENV]);
+        run(openenv)?;
+    }
+    Ok(())
 }
 
 /// Whether the venv's Python runs `probe` and prints `want`.

@@ -202,7 +202,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
 /// is closed at once), each given `header_timeout` to send a request's headers (hyper's
 /// timer; axum's own `serve` sets none, so a client trickling header lines held its
 /// connection forever).
-async fn accept(
+pub(crate) async fn accept(
     listener: tokio::net::TcpListener,
     app: Router,
     max_connections: usize,
@@ -396,7 +396,7 @@ fn now() -> u64 {
 }
 
 /// Fresh draws for an unseeded request: std's randomly keyed hasher (a new key per call).
-fn fresh_seed() -> u64 {
+pub(crate) fn fresh_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
@@ -588,7 +588,7 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Jo
 /// The body, at most `limit` bytes. A larger one is read on and dropped up to four times
 /// the limit, so its client, still sending, reads the 413 instead of a reset connection;
 /// past that the connection is given up.
-async fn read_body(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, ()> {
+pub(crate) async fn read_body(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, ()> {
     use futures_util::StreamExt;
     let mut stream = body.into_data_stream();
     let (mut bytes, mut seen) = (vec![], 0usize);

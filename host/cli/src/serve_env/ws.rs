@@ -1,0 +1,127 @@
+//! `/ws`: openenv-core's session protocol. One instance per connection, made when it opens;
+//! one reply frame per request frame (`close` gets none: the session ends). Errors are
+//! `{"type": "error", "data": {"message", "code"}}` frames and leave the session open,
+//! which openenv-core's client raises as `RuntimeError("Server error: … (code: …)")`.
+
+use super::play::{Refusal, Slot};
+use super::{Shared, on_slot};
+use axum::extract::State;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+
+/// Frames larger than this end the connection (tungstenite's check); an answer over
+/// `--max-action-kib` but under it gets an `ACTION_TOO_LARGE` frame and the session goes on.
+const MAX_FRAME_BYTES: usize = 64 << 20;
+
+pub async fn upgrade(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES).max_frame_size(MAX_FRAME_BYTES).on_upgrade(move |socket| session(s, socket))
+}
+
+async fn session(s: Arc<Shared>, mut socket: WebSocket) {
+    let place = match s.admit() {
+        Ok(p) => p,
+        Err(r) => return refuse_and_close(socket, r).await,
+    };
+    let id = format!("ws-{:016x}", crate::serve::fresh_seed());
+    let shared = s.clone();
+    let slot = match tokio::task::spawn_blocking(move || Slot::new(&shared.served, id)).await.expect("no panic") {
+        Ok(slot) => Arc::new(Mutex::new(slot)),
+        Err(r) => return refuse_and_close(socket, r).await,
+    };
+    loop {
+        let frame = match tokio::time::timeout(s.idle, socket.recv()).await {
+            Err(_) => {
+                let message = format!("the session was idle for {} s (--idle-timeout-s)", s.idle.as_secs());
+                refuse_and_close(socket, Refusal::new(axum::http::StatusCode::REQUEST_TIMEOUT, "SESSION_TIMEOUT", message)).await;
+                break;
+            }
+            Ok(None) | Ok(Some(Err(_))) => break,
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let text = match frame {
+            Message::Text(t) => t,
+            Message::Close(_) => break,
+            Message::Ping(_) | Message::Pong(_) => continue,
+            Message::Binary(_) => {
+                let r = Refusal::invalid("binary frames are not part of the protocol: send JSON text frames");
+                if send(&mut socket, error_frame(r)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let reply = match serde_json::from_str::<Value>(text.as_str()) {
+            Err(e) => error_frame(Refusal::new(axum::http::StatusCode::BAD_REQUEST, "INVALID_JSON", format!("Invalid JSON: {e}"))),
+            Ok(request) => match request.get("type").and_then(Value::as_str) {
+                Some("close") => break,
+                _ => match answer(&s, &slot, request).await {
+                    Ok(v) => v,
+                    Err(r) => error_frame(r),
+                },
+            },
+        };
+        if send(&mut socket, reply).await.is_err() {
+            break;
+        }
+    }
+    drop(place);
+    // The instance is freed off the async threads.
+    tokio::task::spawn_blocking(move || drop(slot));
+}
+
+/// The reply frame to one request frame.
+async fn answer(s: &Arc<Shared>, slot: &Arc<Mutex<Slot>>, request: Value) -> Result<Value, Refusal> {
+    let Value::Object(mut request) = request else {
+        return Err(Refusal::invalid("a message is a JSON object {\"type\": …, \"data\": …}"));
+    };
+    let kind = request.remove("type").and_then(|t| t.as_str().map(String::from)).unwrap_or_default();
+    let data = request.remove("data");
+    if let Some(key) = request.keys().next() {
+        return Err(Refusal::invalid(format!("a {kind} message has no field {key:?}")));
+    }
+    let shared = s.clone();
+    match kind.as_str() {
+        "reset" => {
+            let args = match data {
+                None | Some(Value::Null) => serde_json::Map::new(),
+                Some(Value::Object(o)) => o,
+                Some(other) => return Err(Refusal::invalid(format!("reset's data must be an object, not {other}"))),
+            };
+            let v = on_slot(slot.clone(), move |slot| slot.reset(&shared.served, &args)).await?;
+            Ok(json!({"type": "observation", "data": v}))
+        }
+        "step" => {
+            let action = data.ok_or_else(|| Refusal::invalid("a step message needs data: the action {\"answer\": TEXT}"))?;
+            let v = on_slot(slot.clone(), move |slot| slot.step(&shared.served, &action)).await?;
+            Ok(json!({"type": "observation", "data": v}))
+        }
+        "state" => {
+            if data.is_some() {
+                return Err(Refusal::invalid("a state message has no data"));
+            }
+            let v = on_slot(slot.clone(), Slot::state).await?;
+            Ok(json!({"type": "state", "data": v}))
+        }
+        other => Err(Refusal::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "UNKNOWN_TYPE",
+            format!("Unknown message type: {other} (reset, step, state and close are)"),
+        )),
+    }
+}
+
+fn error_frame(r: Refusal) -> Value {
+    json!({"type": "error", "data": {"message": r.message, "code": r.code}})
+}
+
+async fn send(socket: &mut WebSocket, v: Value) -> Result<(), axum::Error> {
+    socket.send(Message::text(v.to_string())).await
+}
+
+/// openenv-core's way to turn a session away: one error frame, then a normal close.
+async fn refuse_and_close(mut socket: WebSocket, r: Refusal) {
+    let _ = send(&mut socket, error_frame(r)).await;
+    let _ = socket.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+}

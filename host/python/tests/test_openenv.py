@@ -1,0 +1,293 @@
+"""OpenEnv both ways, against openenv-core 0.3.0 itself (pinned by `cargo xtask`):
+`vagen-host serve-env` played by openenv-core's own client (WebSocket) and over its HTTP
+routes, turn for turn equal to `vagen-host run`; and `vagen-host run` / `train` on a server
+written with openenv-core's framework (`examples/openenv/corridor_server.py`), equal to that
+env driven by its own client. VAGEN_HOST names the vagen-host binary."""
+
+import base64
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+from openenv.core import GenericEnvClient
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[3]
+HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-host"))
+PLUGINS = ROOT / "target" / "plugins"
+HOSTILE = ROOT / "target" / "test-plugins" / "hostile.wasm"
+CORRIDOR = ROOT / "examples" / "openenv" / "corridor_server.py"
+PICTURED = json.dumps({"observation": "text-and-image"})
+
+
+@contextmanager
+def serve_env(plugin, *extra):
+    server = subprocess.Popen(
+        [str(HOST), "serve-env", "--plugin", str(plugin), "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("listening on "), (line, server.stderr.read() if server.poll() is not None else "")
+        yield line.split()[-1]
+        assert server.poll() is None, "the server died"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def corridor():
+    port = free_port()
+    server = subprocess.Popen([sys.executable, str(CORRIDOR), "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                if requests.get(f"{base}/health", timeout=1).ok:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert server.poll() is None and time.time() < deadline, "the corridor server did not start"
+            time.sleep(0.2)
+        yield base, server
+    finally:
+        server.kill()
+        server.wait()
+
+
+def transcript(tmp_path, plugin, seed, episodes, config="", name="t"):
+    """`vagen-host run`'s rows for random answers, by episode: turn 0 is the reset."""
+    out = tmp_path / f"{name}.jsonl"
+    cmd = [str(HOST), "run", "--plugin", str(plugin), "--policy", "random", "--seed", str(seed)]
+    cmd += ["--episodes", str(episodes), "--out", str(out), "--env-config", config]
+    subprocess.run(cmd, check=True, capture_output=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    by_episode = {}
+    for row in rows:
+        by_episode.setdefault(row["episode"], []).append(row)
+    return [by_episode[e] for e in sorted(by_episode)], out.parent
+
+
+def pixels_of_url(url):
+    assert url.startswith("data:image/png;base64,")
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1]))).convert("RGB"))
+
+
+def assert_turn_equal(row, observation, reward, done, folder):
+    assert observation["text"] == row["observation"], row
+    assert len(observation["images"]) == len(row["images"])
+    for url, path in zip(observation["images"], row["images"]):
+        expected = np.asarray(Image.open(folder / path).convert("RGB"))
+        assert np.array_equal(pixels_of_url(url), expected), path
+    if row["turn"] > 0:
+        assert (reward, done) == (row["reward"], row["done"]), row
+        assert observation["success"] == row["success"]
+        assert (observation["valid_actions"], observation["effective_actions"]) == (
+            row["valid_actions"],
+            row["effective_actions"],
+        )
+
+
+def replay_ws(base, rows, folder, client=None):
+    with GenericEnvClient(base_url=base).sync() as env:
+        for episode in rows:
+            result = env.reset(seed=episode[0]["seed"])
+            assert_turn_equal(episode[0], result.observation, None, False, folder)
+            for row in episode[1:]:
+                result = env.step({"answer": row["answer"]})
+                assert_turn_equal(row, result.observation, result.reward, result.done, folder)
+
+
+def replay_http(base, rows, folder):
+    for episode in rows:
+        r = requests.post(f"{base}/reset", json={"seed": episode[0]["seed"]}, timeout=30)
+        assert r.status_code == 200, r.text
+        body = r.json()
+        episode_id = body["observation"]["episode_id"]
+        assert_turn_equal(episode[0], body["observation"], None, False, folder)
+        for row in episode[1:]:
+            r = requests.post(f"{base}/step", json={"action": {"answer": row["answer"]}, "episode_id": episode_id}, timeout=30)
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert_turn_equal(row, body["observation"], body["reward"], body["done"], folder)
+        state = requests.get(f"{base}/state", params={"episode_id": episode_id}, timeout=30).json()
+        assert (state["episode_id"], state["step_count"], state["seed"]) == (episode_id, len(episode) - 1, episode[0]["seed"])
+
+
+@pytest.mark.parametrize("plugin", ["frozenlake", "sokoban"])
+def test_openenvs_client_plays_as_run_does_over_websocket_and_http(tmp_path, plugin):
+    path = PLUGINS / f"{plugin}.wasm"
+    rows, folder = transcript(tmp_path, path, seed=40, episodes=6, config=PICTURED)
+    assert any(len(r["images"]) > 0 for e in rows for r in e), "the transcript has pictures to compare"
+    with serve_env(path, "--config", PICTURED) as base:
+        replay_ws(base, rows, folder)
+        replay_http(base, rows, folder)
+        schema = requests.get(f"{base}/schema", timeout=10).json()
+        assert schema["action"]["required"] == ["answer"]
+        assert schema["action"]["x-vagen"]["action_names"], "the schema lists the action names"
+        meta = requests.get(f"{base}/metadata", timeout=10).json()
+        assert meta["name"] == plugin
+
+
+def test_64_concurrent_clients_each_play_their_seeded_transcript(tmp_path):
+    path = PLUGINS / "frozenlake.wasm"
+    rows, folder = transcript(tmp_path, path, seed=100, episodes=64)
+    with serve_env(path) as base:
+        errors, health = [], []
+        stop = threading.Event()
+
+        def poll_health():
+            while not stop.is_set():
+                try:
+                    health.append(requests.get(f"{base}/health", timeout=5).status_code)
+                except requests.RequestException as e:
+                    health.append(repr(e))
+                time.sleep(0.02)
+
+        def client(i):
+            try:
+                replay_ws(base, [rows[i]], folder)
+            except Exception as e:  # noqa: BLE001 - gathered and asserted below
+                errors.append((i, repr(e)))
+
+        poller = threading.Thread(target=poll_health)
+        poller.start()
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        poller.join()
+    assert errors == []
+    assert len(health) > 0 and all(h == 200 for h in health), health
+
+
+@pytest.mark.parametrize("mode,kind", [("panic", "trap"), ("loop", "timeout"), ("alloc", "out-of-memory")])
+def test_a_plugin_fault_ends_only_its_clients_episode(mode, kind):
+    with serve_env(HOSTILE, "--limit", "call_timeout_ms=300", "--limit", "memory_mib=32") as base:
+        healthy = [GenericEnvClient(base_url=base).sync() for _ in range(3)]
+        for c in healthy:
+            c.connect()
+            assert c.reset(seed=1).observation["text"] == "seed 1"
+        with GenericEnvClient(base_url=base).sync() as hostile:
+            hostile.reset(seed=2, config={"mode": mode})
+            with pytest.raises(RuntimeError) as e:
+                hostile.step({"answer": "go"})
+            message = str(e.value)
+            assert "EXECUTION_ERROR" in message and f"({kind})" in message, message
+            # The others play on; the faulted client's episode is over until it resets.
+            for c in healthy:
+                assert c.step({"answer": "go"}).observation["text"] == "step 1"
+            with pytest.raises(RuntimeError, match="INVALID_STATE"):
+                hostile.step({"answer": "go"})
+            assert hostile.reset(seed=3, config={"mode": "healthy"}).observation["text"] == "seed 3"
+            assert hostile.step({"answer": "go"}).observation["turn"] == 1
+        for c in healthy:
+            c.close()
+        assert requests.get(f"{base}/health", timeout=5).json() == {"status": "healthy"}
+
+
+def test_bad_input_gets_a_4xx_naming_it_and_the_server_goes_on():
+    with serve_env(PLUGINS / "frozenlake.wasm") as base:
+        cases = [
+            ("invalid JSON", "post", "/reset", {"data": b"{not json", "headers": {"content-type": "application/json"}}, 400, "not JSON"),
+            ("unknown episode", "post", "/step", {"json": {"action": {"answer": "Up"}, "episode_id": "nope"}}, 404, "no episode \"nope\""),
+            ("step with no episode", "post", "/step", {"json": {"action": {"answer": "Up"}}}, 400, "send its episode_id"),
+            ("negative seed", "post", "/reset", {"json": {"seed": -1}}, 422, "seed must be an integer from 0"),
+            ("10 MB action", "post", "/step", {"json": {"action": {"answer": "x" * 10_000_000}, "episode_id": "e"}}, 413, "KiB"),
+            ("unknown reset argument", "post", "/reset", {"json": {"sede": 1}}, 422, "no argument \"sede\""),
+            ("a config the env refuses", "post", "/reset", {"json": {"config": {"size": "huge"}}}, 422, "refused the config"),
+            ("an unknown route", "get", "/stepp", {}, 404, "no such route"),
+        ]
+        for name, method, route, kwargs, status, needle in cases:
+            r = getattr(requests, method)(f"{base}{route}", timeout=30, **kwargs)
+            assert r.status_code == status, (name, r.status_code, r.text)
+            assert needle in r.json()["detail"], (name, r.text)
+        started = requests.post(f"{base}/reset", json={"seed": 3, "episode_id": "mine"}, timeout=30).json()
+        assert started["observation"]["episode_id"] == "mine"
+        for action, needle in [({"move": "Up"}, "no field \"move\""), ("Up", "must be a JSON object"), ({"answer": 3}, "must be a string")]:
+            r = requests.post(f"{base}/step", json={"action": action, "episode_id": "mine"}, timeout=30)
+            assert r.status_code == 422 and needle in r.json()["detail"], r.text
+        # A step before reset, on a WebSocket session; a malformed action there.
+        with GenericEnvClient(base_url=base).sync() as env:
+            with pytest.raises(RuntimeError, match="INVALID_STATE.*|step before reset"):
+                env.step({"answer": "Up"})
+            env.reset(seed=0)
+            with pytest.raises(RuntimeError, match="VALIDATION_ERROR"):
+                env.step({"move": "Up"})
+            with pytest.raises(RuntimeError, match="ACTION_TOO_LARGE"):
+                env.step({"answer": "x" * 1_000_000})
+            assert env.step({"answer": "Up"}).observation["turn"] == 1
+        assert requests.get(f"{base}/health", timeout=5).status_code == 200
+
+
+def test_the_example_client_plays_frozenlake_against_serve_env():
+    with serve_env(PLUGINS / "frozenlake.wasm") as base:
+        script = ROOT / "examples" / "openenv" / "play_frozenlake.py"
+        out = subprocess.run([sys.executable, str(script), "--url", base, "--episodes", "3"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "/3 episodes reached the goal" in out.stdout
+
+
+def test_run_on_an_openenv_server_equals_its_own_client(tmp_path):
+    with corridor() as (base, _):
+        rows, _ = transcript(tmp_path, f"openenv+{base}", seed=5, episodes=8)
+        with GenericEnvClient(base_url=base).sync() as env:
+            for episode in rows:
+                result = env.reset(seed=episode[0]["seed"])
+                assert result.observation["board"] == episode[0]["observation"]
+                for row in episode[1:]:
+                    result = env.step({"move": row["answer"]})
+                    assert result.observation["board"] == row["observation"]
+                    assert (result.reward, result.done) == (row["reward"], row["done"])
+                    assert row["success"] == (result.done and result.reward > 0)
+        assert all(len(e) > 1 for e in rows)
+
+
+def test_a_server_killed_mid_run_fails_the_episodes_in_flight_and_the_run_says_so(tmp_path):
+    out = tmp_path / "t.jsonl"
+    with corridor() as (base, server):
+        cmd = [str(HOST), "run", "--plugin", f"openenv+{base}?retries=0&timeout_s=5", "--policy", "random"]
+        cmd += ["--episodes", "20000", "--parallel", "4", "--out", str(out)]
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        deadline = time.time() + 60
+        while not (out.exists() and out.stat().st_size > 0):
+            assert run.poll() is None and time.time() < deadline, "the run did not start playing"
+            time.sleep(0.05)
+        server.kill()
+        stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 1, (stdout, stderr)
+    said = stdout + stderr
+    assert "remote" in said and "OpenEnv server" in said, said
+
+
+def test_train_runs_rl_steps_on_an_openenv_server(tmp_path):
+    with corridor() as (base, _):
+        config = ROOT / "examples" / "openenv" / "corridor-cpu.toml"
+        cmd = [str(HOST), "train", "--config", str(config), "--run-dir", str(tmp_path / "run")]
+        cmd += ["--set", f'env.plugin="openenv+{base}"', "--set", "schedule.steps=2", "--set", "env.val_episodes=8"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert any(m.get("step") == 2 for m in metrics), metrics[-1]
