@@ -33,7 +33,7 @@ fn py_err(py: Python<'_>, e: Error) -> PyErr {
     let err = match &e {
         Error::BadConfig(_) => BadConfig::new_err(message),
         Error::InvalidState(_) => InvalidState::new_err(message),
-        Error::Failed { .. } => EnvFailed::new_err(message),
+        Error::Failed { .. } | Error::Remote { .. } => EnvFailed::new_err(message),
         Error::Timeout { .. } => PluginTimeout::new_err(message),
         Error::OutOfMemory { .. } | Error::OutOfTotalMemory { .. } => PluginOutOfMemory::new_err(message),
         Error::OutOfFuel { .. } => PluginOutOfFuel::new_err(message),

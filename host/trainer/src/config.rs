@@ -822,6 +822,28 @@ mod tests {
         assert!(cfg.to_toml().contains(&folder.join("r.wasm").display().to_string()));
     }
 
+    #[test]
+    fn an_openenv_server_is_no_path_and_its_table_needs_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("run.toml");
+        let text = "[env]\nplugin = \"openenv+http://127.0.0.1:8765\"\n[env.openenv]\naction_field = \"move\"\ntimeout_s = 5\n";
+        std::fs::write(&file, text).unwrap();
+        let cfg = TrainConfig::from_file(&file, &[]).unwrap();
+        assert_eq!(cfg.env.plugin, std::path::Path::new("openenv+http://127.0.0.1:8765"));
+        let openenv = cfg.env.openenv.clone().unwrap();
+        assert_eq!((openenv.action_field.as_deref(), openenv.timeout_s), (Some("move"), Some(5.0)));
+        // The run folder's copy keeps the table.
+        assert!(cfg.to_toml().contains("action_field = \"move\""));
+        let typo = text.replace("action_field", "action_feild");
+        std::fs::write(&file, typo).unwrap();
+        assert!(TrainConfig::from_file(&file, &[]).unwrap_err().to_string().contains("action_feild"));
+        std::fs::write(dir.path().join("env.wasm"), "").unwrap();
+        let local = text.replace("openenv+http://127.0.0.1:8765", "env.wasm");
+        std::fs::write(&file, local).unwrap();
+        let err = TrainConfig::from_file(&file, &[]).unwrap_err().to_string();
+        assert!(err.contains("env.openenv") && err.contains("OpenEnv server"), "{err}");
+    }
+
     fn scales(warmup_steps: usize, lr_schedule: LrSchedule, steps: usize) -> Vec<f64> {
         let o = OptimSection { warmup_steps, lr_schedule, ..OptimSection::default() };
         (0..steps).map(|s| o.lr_scale(s, steps)).collect()

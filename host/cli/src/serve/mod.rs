@@ -227,7 +227,8 @@ pub(crate) async fn accept(
         tokio::spawn(async move {
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
-            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+            // With upgrades: serve-env's WebSocket sessions start as an HTTP upgrade.
+            let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await;
             drop(permit);
         });
     }
@@ -585,10 +586,10 @@ fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Jo
     Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, top_logprobs, adapter, reply, gone })
 }
 
-/// The body, at most `limit` bytes. A larger one is read on and dropped up to four times
-/// the limit, so its client, still sending, reads the 413 instead of a reset connection;
-/// past that the connection is given up.
-pub(crate) async fn read_body(body: axum::body::Body, limit: usize) -> Result<Vec<u8>, ()> {
+/// The body, at most `limit` bytes. A larger one is read on and dropped up to `drain`
+/// bytes, so its client, still sending, reads the 413 instead of a reset connection; past
+/// that the connection is given up.
+pub(crate) async fn read_body(body: axum::body::Body, limit: usize, drain: usize) -> Result<Vec<u8>, ()> {
     use futures_util::StreamExt;
     let mut stream = body.into_data_stream();
     let (mut bytes, mut seen) = (vec![], 0usize);
@@ -597,7 +598,7 @@ pub(crate) async fn read_body(body: axum::body::Body, limit: usize) -> Result<Ve
         seen += chunk.len();
         if seen <= limit {
             bytes.extend_from_slice(&chunk);
-        } else if seen > limit.saturating_mul(4) {
+        } else if seen > drain {
             return Err(());
         }
     }
@@ -605,7 +606,7 @@ pub(crate) async fn read_body(body: axum::body::Body, limit: usize) -> Result<Ve
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
-    let read = tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body)).await;
+    let read = tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, s.max_body.saturating_mul(4))).await;
     let bytes = match read {
         Ok(Ok(b)) => b,
         Err(_) => {

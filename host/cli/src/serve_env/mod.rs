@@ -67,6 +67,10 @@ pub struct ServeEnvArgs {
     limits: Vec<String>,
 }
 
+/// What an over-long body is read on and dropped up to, so its client reads the 413 (a text
+/// answer of megabytes is a client bug worth naming, not a reset connection).
+const DRAIN_BYTES: usize = 64 << 20;
+
 pub struct Shared {
     served: Served,
     schema: Value,
@@ -212,7 +216,7 @@ pub async fn on_slot<T: Send + 'static>(
 
 /// The body as a JSON object (empty: `{}`), or the 4xx that says why not.
 async fn object_body(s: &Shared, request: axum::extract::Request) -> Result<Map<String, Value>, Refusal> {
-    let bytes = match tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body)).await {
+    let bytes = match tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, DRAIN_BYTES)).await {
         Ok(Ok(b)) => b,
         Err(_) => {
             let message = format!("the body did not arrive within {} s", s.read_timeout.as_secs());

@@ -266,8 +266,9 @@ impl Environment for OpenEnvEnv {
         data.insert("seed".into(), json!(seed));
         let message = json!({"type": "reset", "data": data});
         // A session the server dropped since the last episode: one more try on a new one.
+        let had_session = self.session.is_some();
         let reply = match self.call("reset", &message) {
-            Err(Error::Remote { .. }) if self.session.is_none() => self.call("reset", &message)?,
+            Err(Error::Remote { .. }) if had_session && self.session.is_none() => self.call("reset", &message)?,
             other => other?,
         };
         let reply = reply.map_err(|(code, message)| self.server_failure("reset", code, message))?;
@@ -387,5 +388,34 @@ fn invalid(text: String) -> StepResult {
         valid_actions: 0,
         effective_actions: 0,
         metrics: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_become_the_fields_type_or_an_invalid_action() {
+        assert_eq!(parse_value(FieldKind::Text, " left "), Ok(json!(" left ")));
+        assert_eq!(parse_value(FieldKind::Integer, " 42\n"), Ok(json!(42)));
+        assert_eq!(parse_value(FieldKind::Number, "0.5"), Ok(json!(0.5)));
+        assert_eq!(parse_value(FieldKind::Boolean, "True"), Ok(json!(true)));
+        assert!(parse_value(FieldKind::Integer, "forty").unwrap_err().contains("\"forty\" is not an integer"));
+        assert!(parse_value(FieldKind::Number, "NaN").is_err());
+        assert!(parse_value(FieldKind::Boolean, "yes").is_err());
+    }
+
+    #[test]
+    fn a_bad_url_or_an_unreachable_server_is_named() {
+        let limits = Limits::default();
+        let connect = |spec: &str| OpenEnvPlugin::connect(spec, OpenEnvOptions::default(), limits.clone()).err().unwrap();
+        assert!(connect("openenv+https://example.org").to_string().contains("https is not spoken"));
+        assert!(connect("openenv+ftp://x").to_string().contains("the scheme is ftp"));
+        assert!(connect("openenv+http://127.0.0.1:9?timeout_s=soon").to_string().contains("not a number"));
+        // A port nothing listens on (9, discard, is closed on test machines).
+        let err = connect("openenv+http://127.0.0.1:9?timeout_s=2");
+        assert!(matches!(err, Error::Remote { call: "load", .. }) && err.to_string().contains("/schema"), "{err}");
+        assert!(err.is_fault() && err.kind() == "remote");
     }
 }
