@@ -28,8 +28,13 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         return Ok(());
     }
     println!("plugin        {}", info.path.display());
-    println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
-    println!("size          {} bytes", info.size_bytes);
+    if info.kind == "openenv" {
+        // A server: its protocol, and the digest of what its /schema says.
+        println!("kind          openenv server ({})", info.wit_version);
+    } else {
+        println!("kind          {} (vagen:env@{})", info.kind, info.wit_version);
+        println!("size          {} bytes", info.size_bytes);
+    }
     println!("sha256        {}", info.sha256);
     if let Some(inputs) = &info.build_inputs {
         println!("build inputs  {inputs}");

@@ -55,9 +55,11 @@ def free_port():
 
 
 @contextmanager
-def corridor():
+def corridor(tmp_path):
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(CORRIDOR), "--port", str(port)], stderr=subprocess.PIPE, text=True)
+    # Its log goes to a file: a pipe nobody reads would fill and stall the server.
+    log = open(tmp_path / "corridor.log", "w")
+    server = subprocess.Popen([sys.executable, str(CORRIDOR), "--port", str(port)], stderr=log, stdout=log)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.time() + 60
@@ -73,6 +75,7 @@ def corridor():
     finally:
         server.kill()
         server.wait()
+        log.close()
 
 
 def transcript(tmp_path, plugin, seed, episodes, config="", name="t"):
@@ -251,7 +254,7 @@ def test_the_example_client_plays_frozenlake_against_serve_env():
 
 
 def test_run_on_an_openenv_server_equals_its_own_client(tmp_path):
-    with corridor() as (base, _):
+    with corridor(tmp_path) as (base, _):
         rows, _ = transcript(tmp_path, f"openenv+{base}", seed=5, episodes=8)
         with GenericEnvClient(base_url=base).sync() as env:
             for episode in rows:
@@ -267,7 +270,7 @@ def test_run_on_an_openenv_server_equals_its_own_client(tmp_path):
 
 def test_a_server_killed_mid_run_fails_the_episodes_in_flight_and_the_run_says_so(tmp_path):
     out = tmp_path / "t.jsonl"
-    with corridor() as (base, server):
+    with corridor(tmp_path) as (base, server):
         cmd = [str(HOST), "run", "--plugin", f"openenv+{base}?retries=0&timeout_s=5", "--policy", "random"]
         cmd += ["--episodes", "20000", "--parallel", "4", "--out", str(out)]
         run = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
@@ -283,7 +286,7 @@ def test_a_server_killed_mid_run_fails_the_episodes_in_flight_and_the_run_says_s
 
 
 def test_train_runs_rl_steps_on_an_openenv_server(tmp_path):
-    with corridor() as (base, _):
+    with corridor(tmp_path) as (base, _):
         config = ROOT / "examples" / "openenv" / "corridor-cpu.toml"
         cmd = [str(HOST), "train", "--config", str(config), "--run-dir", str(tmp_path / "run")]
         cmd += ["--set", f'env.plugin="openenv+{base}"', "--set", "schedule.steps=2", "--set", "env.val_episodes=8"]

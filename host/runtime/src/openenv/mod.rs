@@ -102,7 +102,7 @@ impl OpenEnvPlugin {
             build_inputs: None,
             size_bytes: 0,
             kind: "openenv",
-            wit_version: "openenv-core-0.3".into(),
+            wit_version: "openenv-core 0.3 protocol".into(),
             imports: Vec::new(),
             load_ms: started.elapsed().as_secs_f64() * 1e3,
             from_cache: false,

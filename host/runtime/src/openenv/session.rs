@@ -97,9 +97,21 @@ impl Session {
         }
     }
 
-    /// Ends the session the protocol's way (`close`, no reply), best effort.
+    /// Ends the session the protocol's way, best effort: `close` (no reply), then the server
+    /// closes the socket; its close frame is awaited briefly, so neither side sees the
+    /// connection dropped (openenv-core logs a traceback per session otherwise).
     pub(crate) fn close(mut self) {
-        let _ = self.socket.send(Message::text(r#"{"type":"close"}"#));
+        if self.socket.send(Message::text(r#"{"type":"close"}"#)).is_err() {
+            return;
+        }
+        let _ = self.socket.get_mut().set_read_timeout(Some(Duration::from_secs(1)));
+        let until = std::time::Instant::now() + Duration::from_secs(1);
+        while std::time::Instant::now() < until {
+            match self.socket.read() {
+                Ok(Message::Close(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
         let _ = self.socket.close(None);
         let _ = self.socket.flush();
     }
