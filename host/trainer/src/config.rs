@@ -606,7 +606,10 @@ impl TrainConfig {
             return bad("env.plugin", format!("{} does not exist", self.env.plugin.display()));
         }
         if !remote && self.env.openenv.is_some() {
-            return bad("env.openenv", "it applies to an OpenEnv server (plugin = \"openenv+http://HOST:PORT\") only".into());
+            return bad(
+                "env.openenv",
+                "it applies to an OpenEnv server (plugin = \"openenv+http://HOST:PORT\") only".into(),
+            );
         }
         if self.asynchronous.max_staleness > 0 && self.engine.merge_lora {
             return bad(

@@ -247,7 +247,16 @@ fn setup_torch(needs: Needs) -> Result<()> {
     run(pip)?;
     if needs == Needs::Tests {
         let mut openenv = Command::new(venv_python());
-        openenv.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", "--no-deps", OPENENV]);
+        openenv.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-cache-dir",
+            "--no-deps",
+            OPENENV,
+        ]);
         run(openenv)?;
     }
     Ok(())

@@ -606,7 +606,9 @@ pub(crate) async fn read_body(body: axum::body::Body, limit: usize, drain: usize
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
-    let read = tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, s.max_body.saturating_mul(4))).await;
+    let read =
+        tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, s.max_body.saturating_mul(4)))
+            .await;
     let bytes = match read {
         Ok(Ok(b)) => b,
         Err(_) => {

@@ -93,7 +93,8 @@ struct Episode {
 impl Shared {
     /// Takes a place for one more instance, if there is one.
     fn admit(&self) -> Result<Place<'_>, Refusal> {
-        let taken = self.live.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_envs).then_some(n + 1));
+        let taken =
+            self.live.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_envs).then_some(n + 1));
         match taken {
             Ok(_) => Ok(Place(&self.live)),
             Err(n) => Err(Refusal::new(
@@ -155,7 +156,12 @@ pub fn serve_env(a: ServeEnvArgs) -> Result<()> {
         .route("/step", post(step))
         .route("/state", get(state))
         .route("/ws", get(ws::upgrade))
-        .fallback(|| async { detail(StatusCode::NOT_FOUND, "no such route: the routes are /reset, /step, /state, /schema, /metadata, /health and /ws") })
+        .fallback(|| async {
+            detail(
+                StatusCode::NOT_FOUND,
+                "no such route: the routes are /reset, /step, /state, /schema, /metadata, /health and /ws",
+            )
+        })
         .with_state(shared.clone());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
@@ -205,10 +211,7 @@ impl IntoResponse for Refusal {
 
 /// Runs `f` on the slot off the async threads (env calls block: a wasm call for up to its
 /// deadline).
-pub async fn on_slot<T: Send + 'static>(
-    slot: Arc<Mutex<Slot>>,
-    f: impl FnOnce(&mut Slot) -> T + Send + 'static,
-) -> T {
+pub async fn on_slot<T: Send + 'static>(slot: Arc<Mutex<Slot>>, f: impl FnOnce(&mut Slot) -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(move || f(&mut slot.lock().unwrap_or_else(|p| p.into_inner())))
         .await
         .expect("an env call does not panic the server: the runtime turns guest failures into errors")
@@ -216,7 +219,9 @@ pub async fn on_slot<T: Send + 'static>(
 
 /// The body as a JSON object (empty: `{}`), or the 4xx that says why not.
 async fn object_body(s: &Shared, request: axum::extract::Request) -> Result<Map<String, Value>, Refusal> {
-    let bytes = match tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, DRAIN_BYTES)).await {
+    let bytes = match tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, DRAIN_BYTES))
+        .await
+    {
         Ok(Ok(b)) => b,
         Err(_) => {
             let message = format!("the body did not arrive within {} s", s.read_timeout.as_secs());
@@ -232,7 +237,9 @@ async fn object_body(s: &Shared, request: axum::extract::Request) -> Result<Map<
     }
     match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_ERROR", "the body must be a JSON object")),
+        Ok(_) => {
+            Err(Refusal::new(StatusCode::UNPROCESSABLE_ENTITY, "VALIDATION_ERROR", "the body must be a JSON object"))
+        }
         Err(e) => Err(Refusal::new(StatusCode::BAD_REQUEST, "INVALID_JSON", format!("the body is not JSON: {e}"))),
     }
 }
@@ -244,7 +251,9 @@ fn episode_of(s: &Shared, id: Option<&Value>, route: &str) -> Result<(Arc<Mutex<
             return Err(Refusal::new(
                 StatusCode::BAD_REQUEST,
                 "NO_EPISODE",
-                format!("{route} over HTTP continues the episode /reset started: send its episode_id (in the reset's observation), or play over the /ws WebSocket"),
+                format!(
+                    "{route} over HTTP continues the episode /reset started: send its episode_id (in the reset's observation), or play over the /ws WebSocket"
+                ),
             ));
         }
         Some(other) => return Err(Refusal::invalid(format!("episode_id must be a string, not {other}"))),
@@ -254,7 +263,10 @@ fn episode_of(s: &Shared, id: Option<&Value>, route: &str) -> Result<(Arc<Mutex<
         Refusal::new(
             StatusCode::NOT_FOUND,
             "UNKNOWN_EPISODE",
-            format!("no episode {id:?} here: never reset, or dropped after {} s idle (--idle-timeout-s)", s.idle.as_secs()),
+            format!(
+                "no episode {id:?} here: never reset, or dropped after {} s idle (--idle-timeout-s)",
+                s.idle.as_secs()
+            ),
         )
     })?;
     *e.last.lock().expect("not poisoned") = Instant::now();
@@ -321,11 +333,16 @@ async fn step(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         Ok(b) => b,
         Err(r) => return r.into_response(),
     };
-    if let Some(key) = body.keys().find(|k| !["action", "episode_id", "timeout_s", "request_id"].contains(&k.as_str())) {
-        return Refusal::invalid(format!("/step has no field {key:?}: it takes action, episode_id, timeout_s and request_id")).into_response();
+    if let Some(key) = body.keys().find(|k| !["action", "episode_id", "timeout_s", "request_id"].contains(&k.as_str()))
+    {
+        return Refusal::invalid(format!(
+            "/step has no field {key:?}: it takes action, episode_id, timeout_s and request_id"
+        ))
+        .into_response();
     }
     let Some(action) = body.get("action").cloned() else {
-        return Refusal::invalid("/step needs an action: {\"action\": {\"answer\": TEXT}, \"episode_id\": ID}").into_response();
+        return Refusal::invalid("/step needs an action: {\"action\": {\"answer\": TEXT}, \"episode_id\": ID}")
+            .into_response();
     };
     let (slot, last) = match episode_of(&s, body.get("episode_id"), "/step") {
         Ok(e) => e,

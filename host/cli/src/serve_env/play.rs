@@ -63,9 +63,9 @@ impl Slot {
         }
         let seed = match args.get("seed") {
             None | Some(Value::Null) => crate::serve::fresh_seed(),
-            Some(v) => v.as_u64().ok_or_else(|| {
-                Refusal::invalid(format!("seed must be an integer from 0 to 2^64-1, not {v}"))
-            })?,
+            Some(v) => v
+                .as_u64()
+                .ok_or_else(|| Refusal::invalid(format!("seed must be an integer from 0 to 2^64-1, not {v}")))?,
         };
         if let Some(id) = args.get("episode_id").filter(|v| !v.is_null()) {
             match id.as_str() {
@@ -144,7 +144,10 @@ fn failed(call: &str, e: Error) -> Refusal {
         e if e.is_fault() => Refusal::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "EXECUTION_ERROR",
-            format!("the environment failed in {call} ({}): {e}; this episode is over, reset to play another", e.kind()),
+            format!(
+                "the environment failed in {call} ({}): {e}; this episode is over, reset to play another",
+                e.kind()
+            ),
         ),
         e => Refusal::new(StatusCode::INTERNAL_SERVER_ERROR, "EXECUTION_ERROR", format!("{call}: {e}")),
     }
@@ -152,14 +155,19 @@ fn failed(call: &str, e: Error) -> Refusal {
 
 fn answer_of(action: &Value, max_bytes: usize) -> Result<&str, Refusal> {
     let Some(object) = action.as_object() else {
-        return Err(Refusal::invalid(format!("the action must be a JSON object {{\"answer\": TEXT}}, not {}", kind(action))));
+        return Err(Refusal::invalid(format!(
+            "the action must be a JSON object {{\"answer\": TEXT}}, not {}",
+            kind(action)
+        )));
     };
     if let Some(key) = object.keys().find(|k| !["answer", "metadata"].contains(&k.as_str())) {
         return Err(Refusal::invalid(format!("the action has no field {key:?}: it is {{\"answer\": TEXT}}")));
     }
     let answer = match object.get("answer") {
         Some(Value::String(s)) => s.as_str(),
-        Some(other) => return Err(Refusal::invalid(format!("the action's answer must be a string, not {}", kind(other)))),
+        Some(other) => {
+            return Err(Refusal::invalid(format!("the action's answer must be a string, not {}", kind(other))));
+        }
         None => return Err(Refusal::invalid("the action has no answer: it is {\"answer\": TEXT}")),
     };
     if answer.len() > max_bytes {

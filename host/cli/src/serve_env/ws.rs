@@ -34,7 +34,11 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         let frame = match tokio::time::timeout(s.idle, socket.recv()).await {
             Err(_) => {
                 let message = format!("the session was idle for {} s (--idle-timeout-s)", s.idle.as_secs());
-                refuse_and_close(socket, Refusal::new(axum::http::StatusCode::REQUEST_TIMEOUT, "SESSION_TIMEOUT", message)).await;
+                refuse_and_close(
+                    socket,
+                    Refusal::new(axum::http::StatusCode::REQUEST_TIMEOUT, "SESSION_TIMEOUT", message),
+                )
+                .await;
                 break;
             }
             Ok(None) | Ok(Some(Err(_))) => break,
@@ -53,7 +57,11 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
             }
         };
         let reply = match serde_json::from_str::<Value>(text.as_str()) {
-            Err(e) => error_frame(Refusal::new(axum::http::StatusCode::BAD_REQUEST, "INVALID_JSON", format!("Invalid JSON: {e}"))),
+            Err(e) => error_frame(Refusal::new(
+                axum::http::StatusCode::BAD_REQUEST,
+                "INVALID_JSON",
+                format!("Invalid JSON: {e}"),
+            )),
             Ok(request) => match request.get("type").and_then(Value::as_str) {
                 Some("close") => break,
                 _ => match answer(&s, &slot, request).await {
@@ -93,7 +101,8 @@ async fn answer(s: &Arc<Shared>, slot: &Arc<Mutex<Slot>>, request: Value) -> Res
             Ok(json!({"type": "observation", "data": v}))
         }
         "step" => {
-            let action = data.ok_or_else(|| Refusal::invalid("a step message needs data: the action {\"answer\": TEXT}"))?;
+            let action =
+                data.ok_or_else(|| Refusal::invalid("a step message needs data: the action {\"answer\": TEXT}"))?;
             let v = on_slot(slot.clone(), move |slot| slot.step(&shared.served, &action)).await?;
             Ok(json!({"type": "observation", "data": v}))
         }

@@ -67,7 +67,8 @@ impl OpenEnvPlugin {
             }
             other => return Err(bad(format!("the scheme is {other}; expected {PREFIX}http://HOST:PORT"))),
         }
-        let options = table.merged(OpenEnvOptions::from_query(url.query_pairs().into_owned()).map_err(|e| bad(e.to_string()))?);
+        let options =
+            table.merged(OpenEnvOptions::from_query(url.query_pairs().into_owned()).map_err(|e| bad(e.to_string()))?);
         url.set_query(None);
         url.set_fragment(None);
         let host = match url.host() {
@@ -80,7 +81,8 @@ impl OpenEnvPlugin {
         let timeout = options.timeout()?;
         let agent: ureq::Agent = ureq::Agent::config_builder().timeout_global(Some(timeout)).build().into();
         let get = |route: &str| -> Result<(Value, Vec<u8>), Error> {
-            let remote = |message: String| Error::Remote { call: "load", message: format!("GET {base}{route}: {message}") };
+            let remote =
+                |message: String| Error::Remote { call: "load", message: format!("GET {base}{route}: {message}") };
             let mut response = agent.get(format!("{base}{route}")).call().map_err(|e| remote(e.to_string()))?;
             let bytes =
                 response.body_mut().with_config().limit(16 << 20).read_to_vec().map_err(|e| remote(e.to_string()))?;
@@ -137,7 +139,9 @@ impl Plugin for OpenEnvPlugin {
             "" => Map::new(),
             text => match serde_json::from_str(text) {
                 Ok(Value::Object(o)) => o,
-                Ok(_) => return Err(Error::BadConfig("an OpenEnv env's config is a JSON object of reset arguments".into())),
+                Ok(_) => {
+                    return Err(Error::BadConfig("an OpenEnv env's config is a JSON object of reset arguments".into()));
+                }
                 Err(e) => return Err(Error::BadConfig(format!("the config is not JSON: {e}"))),
             },
         };
@@ -306,7 +310,10 @@ impl Environment for OpenEnvEnv {
         let success = match d.success_field.as_deref().map(|f| fields.get(f)) {
             Some(Some(Value::Bool(b))) => *b,
             Some(Some(other)) => {
-                return Err(Error::Remote { call: "step", message: format!("a malformed reply: success is {}", short(other)) });
+                return Err(Error::Remote {
+                    call: "step",
+                    message: format!("a malformed reply: success is {}", short(other)),
+                });
             }
             Some(None) => false,
             None => done && reward > 0.0,
@@ -409,7 +416,8 @@ mod tests {
     #[test]
     fn a_bad_url_or_an_unreachable_server_is_named() {
         let limits = Limits::default();
-        let connect = |spec: &str| OpenEnvPlugin::connect(spec, OpenEnvOptions::default(), limits.clone()).err().unwrap();
+        let connect =
+            |spec: &str| OpenEnvPlugin::connect(spec, OpenEnvOptions::default(), limits.clone()).err().unwrap();
         assert!(connect("openenv+https://example.org").to_string().contains("https is not spoken"));
         assert!(connect("openenv+ftp://x").to_string().contains("the scheme is ftp"));
         assert!(connect("openenv+http://127.0.0.1:9?timeout_s=soon").to_string().contains("not a number"));

@@ -67,7 +67,9 @@ pub(crate) fn describe(schema: &Value, metadata: &Value, options: &OpenEnvOption
         Some("boolean") => FieldKind::Boolean,
         Some("string") | None => FieldKind::Text,
         Some(other) => {
-            return Err(format!("action field {action_field:?} is of type {other}: a text answer can only fill a string, number or boolean field"));
+            return Err(format!(
+                "action field {action_field:?} is of type {other}: a text answer can only fill a string, number or boolean field"
+            ));
         }
     };
     let strings = |v: Option<&Value>| -> Vec<String> {
@@ -106,7 +108,8 @@ pub(crate) fn describe(schema: &Value, metadata: &Value, options: &OpenEnvOption
         n => n,
     };
     let description = text(metadata, "description");
-    let number = |key: &str| vagen.and_then(|x| x.get(key)).and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
+    let number =
+        |key: &str| vagen.and_then(|x| x.get(key)).and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
     let mut modalities = vec![Modality::Text];
     if vagen.is_some() && observation_props.contains_key("images") {
         modalities.push(Modality::Image);
@@ -123,11 +126,12 @@ pub(crate) fn describe(schema: &Value, metadata: &Value, options: &OpenEnvOption
         default_config: "{}".into(),
         has_oracle: false,
     };
-    let system_prompt = match (&options.system_prompt, vagen.and_then(|x| x.get("system_prompt")).and_then(Value::as_str)) {
-        (Some(p), _) => p.clone(),
-        (None, Some(p)) => p.to_string(),
-        (None, None) => made_prompt(&manifest, &action_field, &field),
-    };
+    let system_prompt =
+        match (&options.system_prompt, vagen.and_then(|x| x.get("system_prompt")).and_then(Value::as_str)) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) => p.to_string(),
+            (None, None) => made_prompt(&manifest, &action_field, &field),
+        };
     Ok(Described {
         manifest,
         action_field,
@@ -147,7 +151,8 @@ impl Described {
 
 /// "<description>\nEach turn, answer with <the field's description>, one of: a, b."
 fn made_prompt(m: &Manifest, field: &str, schema: &Value) -> String {
-    let mut prompt = if m.description.is_empty() { format!("You are playing {}.", m.name) } else { m.description.clone() };
+    let mut prompt =
+        if m.description.is_empty() { format!("You are playing {}.", m.name) } else { m.description.clone() };
     let about = schema.get("description").and_then(Value::as_str).unwrap_or_default();
     prompt.push_str(&format!("\nEach turn, answer with the action's {field}"));
     if !about.is_empty() {
@@ -179,9 +184,11 @@ fn resolve(root: &Value, property: &Value) -> Value {
         }
     }
     if p.get("type").is_none() {
-        if let Some(first) = p.get("anyOf").and_then(Value::as_array).and_then(|b| {
-            b.iter().find(|x| x.get("type").and_then(Value::as_str).is_some_and(|t| t != "null"))
-        }) {
+        if let Some(first) = p
+            .get("anyOf")
+            .and_then(Value::as_array)
+            .and_then(|b| b.iter().find(|x| x.get("type").and_then(Value::as_str).is_some_and(|t| t != "null")))
+        {
             let description = p.get("description").cloned();
             p = first.clone();
             if let (Some(d), Some(o)) = (description, p.as_object_mut()) {
@@ -227,7 +234,10 @@ mod tests {
         assert_eq!(d.observation_field.as_deref(), Some("board"));
         assert_eq!(d.success_field, None);
         assert!(!d.vagen);
-        assert_eq!(d.system_prompt, "Walk to the goal.\nEach turn, answer with the action's move (where to step), one of: left, right.");
+        assert_eq!(
+            d.system_prompt,
+            "Walk to the goal.\nEach turn, answer with the action's move (where to step), one of: left, right."
+        );
         assert_eq!((d.manifest.name.as_str(), d.manifest.default_max_turns), ("corridor", 10));
     }
 
