@@ -21,6 +21,7 @@ import pytest
 import requests
 from openenv.core import GenericEnvClient
 from PIL import Image
+from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[3]
 HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-host"))
@@ -243,6 +244,33 @@ def test_bad_input_gets_a_4xx_naming_it_and_the_server_goes_on():
                 env.step({"answer": "x" * 1_000_000})
             assert env.step({"answer": "Up"}).observation["turn"] == 1
         assert requests.get(f"{base}/health", timeout=5).status_code == 200
+
+
+def test_sessions_past_max_envs_are_turned_away_and_their_place_comes_back():
+    with serve_env(PLUGINS / "frozenlake.wasm", "--max-envs", "2") as base:
+        first = GenericEnvClient(base_url=base).sync()
+        first.connect()
+        first.reset(seed=0)
+        r = requests.post(f"{base}/reset", json={"seed": 1}, timeout=30)
+        assert r.status_code == 200, r.text
+        # Two instances live: a third session, WebSocket or HTTP, is refused by name.
+        with connect(base.replace("http://", "ws://") + "/ws") as third:
+            frame = json.loads(third.recv(timeout=10))
+            assert frame["type"] == "error" and frame["data"]["code"] == "CAPACITY_REACHED", frame
+            assert "--max-envs" in frame["data"]["message"]
+        r = requests.post(f"{base}/reset", json={"seed": 2}, timeout=30)
+        assert r.status_code == 503 and "--max-envs" in r.json()["detail"], r.text
+        first.close()
+        # The closed session's place is free again.
+        deadline = time.time() + 10
+        while True:
+            try:
+                with GenericEnvClient(base_url=base).sync() as again:
+                    assert again.reset(seed=3).observation["seed"] == 3
+                break
+            except (RuntimeError, ConnectionError):
+                assert time.time() < deadline, "the place never came back"
+                time.sleep(0.1)
 
 
 def test_the_example_client_plays_frozenlake_against_serve_env():
