@@ -24,7 +24,7 @@ from PIL import Image
 from websockets.sync.client import connect
 
 ROOT = Path(__file__).resolve().parents[3]
-HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-host"))
+HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-host")).resolve()
 PLUGINS = ROOT / "target" / "plugins"
 HOSTILE = ROOT / "target" / "test-plugins" / "hostile.wasm"
 CORRIDOR = ROOT / "examples" / "openenv" / "corridor_server.py"
