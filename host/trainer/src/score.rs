@@ -122,7 +122,10 @@ mod tests {
         // The same forward either way, to the last digits a batch of another size can move
         // (libtorch's CPU kernels block a batch of one and of two differently on some CPUs).
         let again = &all[fresh.tokens_of(1)];
-        assert!(again.iter().zip(forced).all(|(a, b)| (a - b).abs() <= 1e-5), "the same forward: {again:?} vs {forced:?}");
+        assert!(
+            again.iter().zip(forced).all(|(a, b)| (a - b).abs() <= 1e-5),
+            "the same forward: {again:?} vs {forced:?}"
+        );
         assert!(all[fresh.tokens_of(0)][3..].iter().all(|&x| x < 0.0 && x != -0.5));
         assert!(all[fresh.tokens_of(0)][..3].iter().all(|&x| x == 0.0), "prompt tokens are not scored");
     }

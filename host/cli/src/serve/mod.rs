@@ -188,21 +188,32 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .with_state(shared);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
-            .await
-            .with_context(|| format!("listening on {}:{}", a.host, a.port))?;
-        println!("listening on http://{}", listener.local_addr()?);
-        use std::io::Write;
-        std::io::stdout().flush()?;
-        accept(listener, app, a.max_connections.get(), Duration::from_secs(a.read_timeout_s)).await
+        listen(&a.host, a.port, app, a.max_connections.get(), Duration::from_secs(a.read_timeout_s)).await
     })
+}
+
+/// Listens on `host:port` (0: a free port), prints the address on stdout's first line (tests
+/// and scripts read it), then serves with [`accept`].
+pub(crate) async fn listen(
+    host: &str,
+    port: u16,
+    app: Router,
+    max_connections: usize,
+    header_timeout: Duration,
+) -> Result<()> {
+    let listener =
+        tokio::net::TcpListener::bind((host, port)).await.with_context(|| format!("listening on {host}:{port}"))?;
+    println!("listening on http://{}", listener.local_addr()?);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    accept(listener, app, max_connections, header_timeout).await
 }
 
 /// Serves each connection on its own task, at most `max_connections` at once (one past it
 /// is closed at once), each given `header_timeout` to send a request's headers (hyper's
 /// timer; axum's own `serve` sets none, so a client trickling header lines held its
 /// connection forever).
-pub(crate) async fn accept(
+async fn accept(
     listener: tokio::net::TcpListener,
     app: Router,
     max_connections: usize,

@@ -15,7 +15,7 @@ mod play;
 mod schema;
 mod ws;
 
-use crate::serve::{accept, read_body};
+use crate::serve::{listen, read_body};
 use anyhow::{Context, Result};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -166,13 +166,7 @@ pub fn serve_env(a: ServeEnvArgs) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
         tokio::spawn(drop_idle(shared));
-        let listener = tokio::net::TcpListener::bind((a.host.as_str(), a.port))
-            .await
-            .with_context(|| format!("listening on {}:{}", a.host, a.port))?;
-        println!("listening on http://{}", listener.local_addr()?);
-        use std::io::Write;
-        std::io::stdout().flush()?;
-        accept(listener, app, a.max_connections.get(), Duration::from_secs(a.read_timeout_s)).await
+        listen(&a.host, a.port, app, a.max_connections.get(), Duration::from_secs(a.read_timeout_s)).await
     })
 }
 
