@@ -8,10 +8,14 @@
 //! - `cargo xtask setup`   install the toolchain pieces: the wasm32-wasip2 target, and
 //!   libtorch (PyPI `torch==2.11.0`, what tch 0.24 expects) with numpy and transformers (the
 //!   Python references) in the project-local `.venv`; set `LIBTORCH` to use another libtorch
+//! - `cargo xtask maniskill` the PrimitiveSkill plugin's worker venv (`.venv-maniskill`: ManiSkill
+//!   3 and SAPIEN) and a CPU Vulkan driver for its images (`maniskill.rs`)
 //! - `cargo xtask fixtures` regenerate the Python-reference fixtures (committed)
 //! - `cargo xtask env`     print the environment variables that build and run the tch crates
 //! - `cargo xtask gpu-bundle` write `target/gpu-bundle/`: a stripped `vagen-host`, a plugin,
 //!   the reference scripts and `run.sh`, the one command a GPU machine runs (docs/gpu.md)
+
+mod maniskill;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -27,7 +31,9 @@ fn main() -> ExitCode {
         Some("plugins") => setup(Needs::Tests).and_then(|_| plugins(None)),
         // The wheel holds no libtorch: Rust and maturin are all it needs.
         Some("wheel") => setup_maturin().and_then(|_| wheel()).map(|w| eprintln!("wheel: {}", w.display())),
+        Some("maniskill") => setup(Needs::Torch).and_then(|_| maniskill::setup()),
         Some("test") => setup(Needs::Tests)
+            .and_then(|_| maniskill::setup())
             .and_then(|_| plugins(None))
             .and_then(|_| wheel())
             .and_then(|w| install_wheel(&w))
@@ -46,7 +52,7 @@ fn main() -> ExitCode {
             .and_then(demo),
         _ => {
             eprintln!(
-                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | wheel | gpu-bundle | setup | env | fixtures>"
+                "usage: cargo xtask <demo [--vision] | test [cargo test args] | plugins | wheel | gpu-bundle | setup | maniskill | env | fixtures>"
             );
             return ExitCode::from(2);
         }
@@ -362,11 +368,21 @@ fn setup_guest_target() -> Result<()> {
     }
 }
 
-/// Guest crates under `dir` (one level down), by package name, each with whether it is a
-/// reward function (`[package.metadata.vagen] reward = true`). A crate marked
-/// `host-program = true` (`examples/embed-rust`) is left out: it runs plugins rather than
-/// being one.
-fn crates_in(dir: &Path) -> Result<Vec<(String, bool)>> {
+/// What a guest crate builds into.
+#[derive(Clone, Copy, PartialEq)]
+enum Guest {
+    /// `.wasm` and `.so`.
+    Env,
+    /// `.wasm` only (`[package.metadata.vagen] reward = true`).
+    Reward,
+    /// `.so` only (`native-only = true`: it starts processes, which a component cannot).
+    NativeEnv,
+}
+
+/// Guest crates under `dir` (one level down), by package name, each with what it builds
+/// into. A crate marked `host-program = true` (`examples/embed-rust`) is left out: it runs
+/// plugins rather than being one.
+fn crates_in(dir: &Path) -> Result<Vec<(String, Guest)>> {
     let mut names = Vec::new();
     let entries = std::fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
     for entry in entries.flatten() {
@@ -386,7 +402,14 @@ fn crates_in(dir: &Path) -> Result<Vec<(String, bool)>> {
                     .map(|r| r.trim_start_matches([' ', '=']).trim().trim_matches('"').to_string())
             })
             .ok_or_else(|| format!("{}: no package name", manifest.display()))?;
-        names.push((name, text.contains("reward = true")));
+        let kind = if text.contains("reward = true") {
+            Guest::Reward
+        } else if text.contains("native-only = true") {
+            Guest::NativeEnv
+        } else {
+            Guest::Env
+        };
+        names.push((name, kind));
     }
     names.sort();
     Ok(names)
@@ -416,40 +439,46 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
     }
     let mut all = Vec::new();
     for (src, dst) in &groups {
-        for (name, reward) in crates_in(src)? {
+        for (name, kind) in crates_in(src)? {
             if only.is_some_and(|only| !only.contains(&name.as_str())) {
                 continue;
             }
-            cmd.args(["-p", &name]);
-            let dst = if reward { root.join("target/rewards") } else { dst.clone() };
-            all.push((name, dst, reward));
+            if kind != Guest::NativeEnv {
+                cmd.args(["-p", &name]);
+            }
+            let dst = if kind == Guest::Reward { root.join("target/rewards") } else { dst.clone() };
+            all.push((name, dst, kind));
         }
     }
-    run(cmd)?;
+    if all.iter().any(|(.., kind)| *kind != Guest::NativeEnv) {
+        run(cmd)?;
+    }
     // The same crates as native shared libraries (`.so`): `--plugin x.so` loads them.
     if only.is_none() {
         let mut native = cargo();
         native.args(["build", "--release"]);
         // Reward functions are components only: the native ABI is an environment's.
-        for (name, ..) in all.iter().filter(|(.., reward)| !reward) {
+        for (name, ..) in all.iter().filter(|(.., kind)| *kind != Guest::Reward) {
             native.args(["-p", name]);
         }
         run(native)?;
     }
     let built = root.join("target").join(GUEST_TARGET).join("release");
     let native_dir = root.join("target").join("release");
-    for (name, dst, reward) in all {
+    for (name, dst, kind) in all {
         std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
-        // A cdylib is written with underscores, a binary with the package's own name.
-        let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
-            .into_iter()
-            .map(|f| built.join(f))
-            .find(|p| p.is_file())
-            .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
-        copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
+        if kind != Guest::NativeEnv {
+            // A cdylib is written with underscores, a binary with the package's own name.
+            let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
+                .into_iter()
+                .map(|f| built.join(f))
+                .find(|p| p.is_file())
+                .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
+            copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
+        }
         let so = native_dir.join(format!("lib{}.so", name.replace('-', "_")));
         // Not after a `.wasm`-only build: an `.so` there would be from an earlier one.
-        if only.is_none() && !reward && so.is_file() {
+        if only.is_none() && kind != Guest::Reward && so.is_file() {
             copy(&so, &dst.join(format!("{name}.so")), &root)?;
         }
     }
