@@ -411,7 +411,7 @@ fn crates_in(dir: &Path) -> Result<Vec<(String, Guest)>> {
         };
         names.push((name, kind));
     }
-    names.sort();
+    names.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(names)
 }
 

@@ -98,6 +98,15 @@ impl Worker {
         cmd.env("OMP_NUM_THREADS", "1").env("PYTHONNOUSERSITE", "1");
         if let Some(icd) = &launch.vulkan_icd {
             cmd.env("VK_ICD_FILENAMES", icd);
+            // A private driver keeps the libraries it needs (a newer libdrm) beside it.
+            if let Some(lib) = icd.parent().map(|d| d.join("lib")).filter(|d| d.is_dir()) {
+                let mut path = std::ffi::OsString::from(lib.as_os_str());
+                if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+                    path.push(":");
+                    path.push(old);
+                }
+                cmd.env("LD_LIBRARY_PATH", path);
+            }
         }
         let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", launch.python.display()))?;
         let stdin = child.stdin.take().expect("piped stdin");
