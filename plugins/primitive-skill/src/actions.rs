@@ -93,7 +93,8 @@ fn parse_one(piece: &str, ws: &Workspace) -> Option<Skill> {
         "push" => Primitive::Push,
         _ => return None,
     };
-    let coords: Vec<f64> = params.split(',').map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite())).collect::<Option<_>>()?;
+    let coords: Vec<f64> =
+        params.split(',').map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite())).collect::<Option<_>>()?;
     if coords.len() != primitive.arity() {
         return None;
     }
@@ -125,7 +126,9 @@ mod tests {
     fn stops_at_the_first_malformed_action_and_drops_extras() {
         let p = parse("pick(1,2,3)|jump(1)|place(1,2,3)", "|", 3, &ws());
         assert_eq!((p.skills.len(), p.invalid.as_deref()), (1, Some("jump(1)")));
-        for bad in ["pick(1,2)", "place(1,2,3,4)", "pick(a,b,c)", "pick(nan,1,1)", "pick(inf,1,1)", "pick 1,2,3", "pick(1,2,3"] {
+        for bad in
+            ["pick(1,2)", "place(1,2,3,4)", "pick(a,b,c)", "pick(nan,1,1)", "pick(inf,1,1)", "pick 1,2,3", "pick(1,2,3"]
+        {
             let p = parse(bad, "|", 2, &ws());
             assert!(p.skills.is_empty() && p.invalid.as_deref() == Some(bad), "{bad}: {p:?}");
         }

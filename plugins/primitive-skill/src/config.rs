@@ -99,7 +99,11 @@ impl Config {
         if self.separator.trim().is_empty() || self.separator.contains(['(', ')', ',']) {
             return bad(format!("separator must be visible and not `(`, `)` or `,`, got {:?}", self.separator));
         }
-        for (name, v) in [("skill_cost", self.skill_cost), ("stage_reward", self.stage_reward), ("success_reward", self.success_reward)] {
+        for (name, v) in [
+            ("skill_cost", self.skill_cost),
+            ("stage_reward", self.stage_reward),
+            ("success_reward", self.success_reward),
+        ] {
             if !v.is_finite() || v.abs() > 1000.0 {
                 return bad(format!("{name} must be finite and within ±1000, got {v}"));
             }

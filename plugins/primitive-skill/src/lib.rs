@@ -115,7 +115,8 @@ impl Env for PrimitiveSkill {
         let fresh = self.worker.is_none();
         let timeout = if fresh { self.launch.start_timeout } else { self.call_timeout() };
         let image_size = (self.launch.render).then_some(self.config.image_size);
-        let request = json!({"op": "reset", "task": self.config.task.name(), "seed": sim_seed(seed), "image_size": image_size});
+        let request =
+            json!({"op": "reset", "task": self.config.task.name(), "seed": sim_seed(seed), "image_size": image_size});
         let state = self.call(&request, timeout)?;
         self.skills_done = 0;
         self.absorb(&state);
@@ -147,9 +148,11 @@ impl Env for PrimitiveSkill {
         }
         if image.is_none() && self.launch.render {
             // Nothing ran: the picture has not changed, but every observation carries one.
-            image = Some(self.call(&json!({"op": "observe"}), self.call_timeout())?.image.ok_or_else(|| {
-                EnvError::Failed("the ManiSkill worker sent no image".into())
-            })?);
+            image = Some(
+                self.call(&json!({"op": "observe"}), self.call_timeout())?
+                    .image
+                    .ok_or_else(|| EnvError::Failed("the ManiSkill worker sent no image".into()))?,
+            );
         }
         step.success = self.success;
         step.done = self.success || self.skills_done >= self.config.max_actions_per_episode;
@@ -220,15 +223,26 @@ impl PrimitiveSkill {
         }
     }
 
+    /// One empty request and its reply: what the pipe and the worker's loop cost a call
+    /// (`examples/bench.rs`). Starts the worker first if there is none.
+    #[doc(hidden)]
+    pub fn ping(&mut self) -> Result<Duration, EnvError> {
+        if self.worker.is_none() {
+            self.worker = Some(Worker::spawn(&self.launch).map_err(EnvError::Failed)?);
+        }
+        let timeout = self.call_timeout();
+        let worker = self.worker.as_mut().expect("just started");
+        let started = std::time::Instant::now();
+        worker.call(&json!({"op": "ping"}), timeout).map_err(|e| EnvError::Failed(e.to_string()))?;
+        Ok(started.elapsed())
+    }
+
     fn absorb(&mut self, s: &State) {
         self.objects = s.objects.clone();
         self.held = s.held.clone();
         self.success = s.success;
-        self.value = if s.success {
-            self.config.success_reward
-        } else {
-            (s.stage + 1) as f64 * self.config.stage_reward
-        };
+        self.value =
+            if s.success { self.config.success_reward } else { (s.stage + 1) as f64 * self.config.stage_reward };
     }
 
     /// VAGEN's observation text (`prompt.py`'s templates); the image marker where VAGEN
@@ -289,7 +303,10 @@ fn read_state(reply: Reply) -> Result<State, EnvError> {
         let name = o[0].as_str().ok_or_else(|| bad("names an object without a string"))?;
         let mut mm = [0i64; 3];
         for (k, v) in mm.iter_mut().enumerate() {
-            let m = o[1][k].as_f64().filter(|v| v.is_finite() && v.abs() < 100.0).ok_or_else(|| bad("has a bad position"))?;
+            let m = o[1][k]
+                .as_f64()
+                .filter(|v| v.is_finite() && v.abs() < 100.0)
+                .ok_or_else(|| bad("has a bad position"))?;
             *v = (m * 1000.0).round() as i64;
         }
         objects.push((name.to_string(), mm));

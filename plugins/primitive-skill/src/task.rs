@@ -140,7 +140,12 @@ mod tests {
         // Holding a cube: place it first.
         let o = objs(&[("red", [0, 100, 20]), ("green", [120, 150, 20])]);
         assert_eq!(Task::AlignTwoCube.oracle(&o, &["green".into()], 2).unwrap(), ["place(0,150,30)"]);
-        let o = objs(&[("left_target", LEFT_TARGET), ("right_target", RIGHT_TARGET), ("red", [80, -95, 20]), ("green", [-50, 0, 20])]);
+        let o = objs(&[
+            ("left_target", LEFT_TARGET),
+            ("right_target", RIGHT_TARGET),
+            ("red", [80, -95, 20]),
+            ("green", [-50, 0, 20]),
+        ]);
         assert_eq!(Task::PlaceTwoCube.oracle(&o, &[], 2).unwrap(), ["pick(-50,0,20)", "place(80,100,30)"]);
     }
 }

@@ -205,7 +205,11 @@ impl Worker {
         let start = tail.len().saturating_sub(STDERR_TAIL);
         let start = (start..=tail.len()).find(|&i| tail.is_char_boundary(i)).unwrap_or(tail.len());
         let tail = &tail[start..];
-        if tail.is_empty() { WorkerError::Died(status) } else { WorkerError::Died(format!("{status}; stderr ends: {tail}")) }
+        if tail.is_empty() {
+            WorkerError::Died(status)
+        } else {
+            WorkerError::Died(format!("{status}; stderr ends: {tail}"))
+        }
     }
 }
 

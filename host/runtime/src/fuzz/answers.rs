@@ -8,7 +8,8 @@ pub(crate) struct AnswerGen {
     separator: String,
     max_per_turn: usize,
     /// The oracle's answers from a few seeds: for a free-form env (SVG, equations) the only
-    /// source of answers that get past its parser, so mutations of them reach its deep code.
+    /// source of answers that get past its parser, so mutations of them reach its deep code;
+    /// for actions with arguments (`pick(62,-55,20)`) the only source of ones that run.
     corpus: Vec<String>,
 }
 
@@ -29,6 +30,12 @@ impl AnswerGen {
         let pick = |rng: &mut ChaCha8Rng, n: usize| (rng.next_u64() % n as u64) as usize;
         let kind = pick(rng, 100);
         match kind {
+            // Actions from the oracle, whole or mutated: where names alone are not actions
+            // (they take arguments), these are the answers that reach the env's deep code.
+            0..=24 if !self.names.is_empty() && !self.corpus.is_empty() => {
+                let base = &self.corpus[pick(rng, self.corpus.len())];
+                mutate(base, rng)
+            }
             // Valid combinations, the common case, so episodes get deep.
             0..=49 if !self.names.is_empty() => {
                 let k = 1 + pick(rng, self.max_per_turn + 1);
@@ -151,5 +158,19 @@ mod tests {
         assert!(derived > 200, "only {derived} of 400 answers came from the oracle");
         let plain = AnswerGen::new(&[], ",", 1, Vec::new());
         assert!((0..100).all(|_| !plain.next(&mut rng).contains("<svg")));
+    }
+
+    #[test]
+    fn actions_with_arguments_come_from_the_oracle_too() {
+        let names = ["pick".to_string(), "place".to_string()];
+        let base = "pick(62,-55,20)|place(75,33,50)";
+        let answer_gen = AnswerGen::new(&names, "|", 2, vec![base.to_string()]);
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let answers: Vec<String> = (0..400).map(|_| answer_gen.next(&mut rng)).collect();
+        assert!(answers.iter().any(|a| a == base));
+        let derived = answers.iter().filter(|a| a.contains("(6") || a.contains("(7")).count();
+        assert!((60..=160).contains(&derived), "{derived} of 400 answers came from the oracle");
+        // Bare names still come: the other share of the answers.
+        assert!(answers.iter().any(|a| a == "pick" || a == "place"));
     }
 }
