@@ -1,7 +1,7 @@
 """The GPU bundle's checks, section by section, into gpu-report.json and gpu-report.md.
 
 usage (through run.sh, which sets the library path): gpu_report.py OUT_DIR [--cpu] [--quick]
-       [--sections machine,parity,generation,rollout,training,lora,data_parallel,asynchronous]
+       [--sections machine,parity,generation,rollout,training,lora,data_parallel,asynchronous,primitive_skill]
 
 Each section has its own time budget; a section that fails or runs out of time is recorded
 with its error and the next one runs. Both reports are rewritten after every section, so a
@@ -25,16 +25,17 @@ import time
 BUNDLE = pathlib.Path(__file__).resolve().parent
 HOST = BUNDLE / "bin" / "vagen-host"
 REFERENCE = BUNDLE / "reference"
-SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "data_parallel", "asynchronous"]
+SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "data_parallel", "asynchronous",
+            "primitive_skill"]
 # Seconds per section: full on a GPU (over 10 minutes in all: a device run takes two calls,
 # `--sections machine,parity,generation,rollout,training,lora` then the rest); quick, the CPU dry run that
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
     "full": {"machine": 10, "parity": 85, "generation": 140, "rollout": 90, "training": 100, "lora": 120,
-             "data_parallel": 40, "asynchronous": 150},
+             "data_parallel": 40, "asynchronous": 150, "primitive_skill": 120},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
-              "data_parallel": 60, "asynchronous": 150},
+              "data_parallel": 60, "asynchronous": 150, "primitive_skill": 180},
 }
 
 
@@ -469,6 +470,37 @@ def asynchronous(s, ctx):
     keys = list(rows[0].keys())
     s.tables.append(("RL steps, synchronous (k = 0) and one update ahead (k = 1)", keys,
                      [[r[k] for k in keys] for r in rows]))
+
+
+def primitive_skill(s, ctx):
+    """PrimitiveSkill's ManiSkill worker rendering on this machine's Vulkan driver (a GPU's;
+    in the CPU dry run, the CPU renderer `cargo xtask maniskill` installs): worker start,
+    reset and one primitive per step, text and image, and the pipe's round trip
+    (`bench-primitive-skill`), then oracle episodes with images through vagen-host. Needs a
+    Python with mani-skill 3.0.1 (VAGEN_MANISKILL_PYTHON): a device machine cannot download
+    one, so there the section fails naming what is missing."""
+    python = os.environ.get("VAGEN_MANISKILL_PYTHON")
+    if not python or not pathlib.Path(python).is_file():
+        raise SectionError("no ManiSkill worker Python: set VAGEN_MANISKILL_PYTHON to one with mani-skill 3.0.1 "
+                           "and sapien 3.0.3 (`cargo xtask maniskill` makes .venv-maniskill)")
+    episodes = 1 if ctx.quick else 5
+    out = s.run([BUNDLE / "bin" / "bench-primitive-skill", "StackThreeCube", episodes])
+    rows = [l.strip() for l in out.splitlines() if l.strip().startswith(("text:", "image:"))]
+    if len(rows) != 2:
+        raise SectionError(f"bench-primitive-skill printed no timings:\n{out[-800:]}")
+    s.figure("bench_text", rows[0])
+    s.figure("bench_image", rows[1])
+    run_dir = ctx.scratch / "primitive-skill-run"
+    config = json.dumps({"task": "StackThreeCube", "observation": "image"})
+    args = [HOST, "run", "--plugin", BUNDLE / "plugins" / "primitive-skill.so", "--policy", "oracle",
+            "--episodes", episodes, "--env-config", config, "--out", run_dir / "run.jsonl"]
+    summary = s.run(args)
+    rate = next((l.split()[-1] for l in summary.splitlines() if "success rate" in l), None)
+    frames = len(list((run_dir / "run.images").glob("*.png")))
+    s.figure("oracle_success_with_images", rate, shlex.join(map(str, args)))
+    s.figure("frames_written", frames)
+    if not frames:
+        raise SectionError("the oracle run wrote no frames")
 
 
 # ---------------------------------------------------------------- report

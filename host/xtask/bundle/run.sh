@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU bundle's one command (written by `cargo xtask gpu-bundle`):
-#   run.sh [--cpu] [--quick] [--sections machine,parity,generation,rollout,training,lora,data_parallel,asynchronous] OUT_DIR
+#   run.sh [--cpu] [--quick] [--sections machine,parity,generation,rollout,training,lora,data_parallel,asynchronous,primitive_skill] OUT_DIR
 # Needs a python3 with torch 2.11 (the libtorch vagen-host was built against) and
 # transformers >= 5.17; `VAGEN_PYTHON` picks another Python. Writes OUT_DIR/gpu-report.json
 # and OUT_DIR/gpu-report.md (see gpu_report.py).

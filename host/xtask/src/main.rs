@@ -572,9 +572,9 @@ fn demo(name: &str) -> Result<()> {
 /// The GPU bundle's size limit: what one device call may carry, with room to spare.
 const BUNDLE_MAX_BYTES: u64 = 60 << 20;
 
-/// `target/gpu-bundle/`: `vagen-host` (release, stripped), `frozenlake.wasm`, the reference
-/// scripts and the embedded tokenizer assets they read, the demo configs, `gpu_report.py` and
-/// `run.sh`. The binary links libtorch_cuda (checked), so the same build runs on a GPU.
+/// `target/gpu-bundle/`: `vagen-host` (release, stripped), `frozenlake.wasm`, the
+/// PrimitiveSkill plugin and its bench, the reference scripts and the embedded tokenizer
+/// assets they read, the demo configs, `gpu_report.py` and `run.sh`. The binary links libtorch_cuda (checked), so the same build runs on a GPU.
 /// `build`: build `vagen-host` first (else the one in target/release is taken).
 fn gpu_bundle(build: bool) -> Result<PathBuf> {
     let root = root();
@@ -583,14 +583,20 @@ fn gpu_bundle(build: bool) -> Result<PathBuf> {
         cmd.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
         run(cmd)?;
     }
+    // Small and libtorch-free: built here either way.
+    let mut ps = cargo();
+    ps.args(["build", "--release", "-p", "primitive-skill", "--lib", "--example", "bench-primitive-skill"]);
+    run(ps)?;
     let dir = root.join("target/gpu-bundle");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
     }
     let host = dir.join("bin/vagen-host");
-    let files: [(&str, &str); 11] = [
+    let files: [(&str, &str); 13] = [
         ("target/release/vagen-host", "bin/vagen-host"),
         ("target/plugins/frozenlake.wasm", "plugins/frozenlake.wasm"),
+        ("target/release/libprimitive_skill.so", "plugins/primitive-skill.so"),
+        ("target/release/examples/bench-primitive-skill", "bin/bench-primitive-skill"),
         ("host/model/reference/parity_sweep.py", "reference/parity_sweep.py"),
         ("host/model/reference/bench_transformers.py", "reference/bench_transformers.py"),
         ("host/model/reference/bench_rollout_transformers.py", "reference/bench_rollout_transformers.py"),
@@ -613,7 +619,7 @@ fn gpu_bundle(build: bool) -> Result<PathBuf> {
         copy(&root.join(from), &to, &root)?;
     }
     let mut strip = Command::new("strip");
-    strip.arg(&host);
+    strip.arg(&host).arg(dir.join("bin/bench-primitive-skill")).arg(dir.join("plugins/primitive-skill.so"));
     run(strip)?;
     check_links_cuda(&host)?;
     let size = folder_size(&dir)?;
@@ -653,7 +659,10 @@ fn gpu_dry_run(bundle: &Path) -> Result<()> {
     let out = root().join("target/gpu-bundle-dry-run");
     let mut cmd = Command::new(bundle.join("run.sh"));
     let python = std::env::var_os("VAGEN_PYTHON").map(PathBuf::from).unwrap_or_else(venv_python);
-    cmd.args(["--cpu", "--quick"]).arg(&out).env("VAGEN_PYTHON", python);
+    cmd.args(["--cpu", "--quick"])
+        .arg(&out)
+        .env("VAGEN_PYTHON", python)
+        .env("VAGEN_MANISKILL_PYTHON", maniskill::venv().join("bin/python"));
     run(cmd)?;
     for report in ["gpu-report.json", "gpu-report.md"] {
         if !out.join(report).is_file() {

@@ -196,6 +196,14 @@ impl Env for PrimitiveSkill {
     }
 }
 
+impl Drop for PrimitiveSkill {
+    fn drop(&mut self) {
+        if let Some(worker) = self.worker.take() {
+            worker.give_back(&self.launch);
+        }
+    }
+}
+
 /// ManiSkill seeds NumPy, which takes 32 bits: the two halves of a 64-bit seed folded, so
 /// every seed below 2³² is itself.
 fn sim_seed(seed: u64) -> u64 {
@@ -211,7 +219,7 @@ impl PrimitiveSkill {
     /// worker's own exception ends the process; the next reset starts another.
     fn call(&mut self, request: &Value, timeout: Duration) -> Result<State, EnvError> {
         if self.worker.is_none() {
-            self.worker = Some(Worker::spawn(&self.launch).map_err(EnvError::Failed)?);
+            self.worker = Some(Worker::take_or_spawn(&self.launch).map_err(EnvError::Failed)?);
         }
         let worker = self.worker.as_mut().expect("just started");
         match worker.call(request, timeout) {
@@ -224,11 +232,11 @@ impl PrimitiveSkill {
     }
 
     /// One empty request and its reply: what the pipe and the worker's loop cost a call
-    /// (`examples/bench.rs`). Starts the worker first if there is none.
+    /// (`examples/bench-primitive-skill.rs`). Starts the worker first if there is none.
     #[doc(hidden)]
     pub fn ping(&mut self) -> Result<Duration, EnvError> {
         if self.worker.is_none() {
-            self.worker = Some(Worker::spawn(&self.launch).map_err(EnvError::Failed)?);
+            self.worker = Some(Worker::take_or_spawn(&self.launch).map_err(EnvError::Failed)?);
         }
         let timeout = self.call_timeout();
         let worker = self.worker.as_mut().expect("just started");

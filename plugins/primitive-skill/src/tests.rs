@@ -75,3 +75,17 @@ fn put_apple_in_drawer_is_refused_naming_its_assets() {
     let Err(EnvError::BadConfig(m)) = PrimitiveSkill::new(config) else { panic!("accepted") };
     assert!(m.contains("partnet_mobility_cabinet") && m.contains("ycb:013_apple"), "{m}");
 }
+
+#[test]
+fn a_dropped_instance_leaves_its_worker_to_the_next_one() {
+    // Its own start timeout keeps this launch apart from the other tests' workers.
+    let config = r#"{"task": "AlignTwoCube", "start_timeout_s": 177}"#;
+    let mut a = env(config);
+    let first = a.try_reset(2).expect("reset");
+    let pid = a.worker.as_ref().unwrap().pid();
+    drop(a);
+    let mut b = env(config);
+    let again = b.try_reset(2).expect("reset");
+    assert_eq!(b.worker.as_ref().unwrap().pid(), pid, "the idle worker is reused");
+    assert_eq!(first, again, "and the seed replays on it");
+}

@@ -28,8 +28,16 @@ const MAX_FRAME: usize = 64 << 20;
 /// How much of the worker's stderr an error quotes.
 const STDERR_TAIL: usize = 4096;
 
+/// Idle workers kept for the next instance (each holds ~1 GB; more are ended).
+const MAX_IDLE: usize = 16;
+
+/// Workers whose instance was dropped, by how they were started: a trainer creates its
+/// instances afresh every step, and a worker takes seconds to start (importing torch and
+/// ManiSkill, and with images the renderer's first frame) against milliseconds to reset.
+static IDLE: Mutex<Vec<(Launch, Worker)>> = Mutex::new(Vec::new());
+
 /// How to start a worker.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Launch {
     pub python: PathBuf,
     /// A Vulkan driver manifest (the private lavapipe), or `None` for the machine's own.
@@ -88,6 +96,27 @@ pub struct Worker {
 }
 
 impl Worker {
+    /// An idle worker started like `launch` would, if one is alive; else a new one.
+    pub fn take_or_spawn(launch: &Launch) -> Result<Self, String> {
+        let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(i) = idle.iter().position(|(l, _)| l == launch) {
+            let (_, mut worker) = idle.swap_remove(i);
+            if worker.child.try_wait().is_ok_and(|status| status.is_none()) {
+                return Ok(worker);
+            }
+        }
+        drop(idle);
+        Self::spawn(launch)
+    }
+
+    /// Keeps a healthy worker for the next instance (see `IDLE`).
+    pub fn give_back(self, launch: &Launch) {
+        let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < MAX_IDLE {
+            idle.push((launch.clone(), self));
+        }
+    }
+
     /// Starts a worker and waits for its greeting; refuses one whose protocol or pinned
     /// versions differ from this plugin's.
     pub fn spawn(launch: &Launch) -> Result<Self, String> {

@@ -1,7 +1,7 @@
 //! What a PrimitiveSkill call costs: reset, one primitive per step (the oracle's next skill),
 //! in text and image mode, and an empty round trip through the worker's pipe.
 //!
-//!     cargo run --release -p primitive-skill --example bench -- [TASK] [EPISODES]
+//!     cargo run --release -p primitive-skill --example bench-primitive-skill -- [TASK] [EPISODES]
 //!
 //! Needs `cargo xtask maniskill` (image mode also its CPU renderer, or a GPU's Vulkan).
 
