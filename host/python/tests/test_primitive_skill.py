@@ -44,6 +44,7 @@ def test_check_passes_in_text_mode_with_the_oracle_winning_9_of_10(task):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all 7 checks passed" in r.stdout
     assert "replay identically" in r.stdout
+    assert "This machine: worker Python" in r.stdout, "check says what the machine can do"
 
 
 def test_two_runs_of_a_seed_give_identical_transcripts(tmp_path):

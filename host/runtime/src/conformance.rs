@@ -67,7 +67,16 @@ pub fn check(plugin: &dyn Plugin, opts: &CheckOptions) -> Report {
     let m = plugin.manifest();
     r.record(
         "manifest",
-        Ok(format!("{} {}, {} actions, {} max turns", m.name, m.version, m.action_names.len(), m.default_max_turns)),
+        // The description too: a plugin that depends on the machine (a simulator's Python,
+        // a renderer) says there what it found.
+        Ok(format!(
+            "{} {}, {} actions, {} max turns: {}",
+            m.name,
+            m.version,
+            m.action_names.len(),
+            m.default_max_turns,
+            m.description
+        )),
     );
     r.record("create", check_create(plugin, opts));
     r.record("step-before-reset", check_step_before_reset(plugin, opts));

@@ -28,8 +28,10 @@ const MAX_FRAME: usize = 64 << 20;
 /// How much of the worker's stderr an error quotes.
 const STDERR_TAIL: usize = 4096;
 
-/// Idle workers kept for the next instance (each holds ~1 GB; more are ended).
-const MAX_IDLE: usize = 16;
+/// Idle workers kept for the next instance; more are ended. Each holds about 1 GB (torch,
+/// SAPIEN, the scene): eight cover a small CPU run's group without holding a third of a
+/// 24 GB machine.
+const MAX_IDLE: usize = 8;
 
 /// Workers whose instance was dropped, by how they were started: a trainer creates its
 /// instances afresh every step, and a worker takes seconds to start (importing torch and
