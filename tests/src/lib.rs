@@ -28,8 +28,13 @@ pub fn reference_plugins() -> Vec<(String, PathBuf, PathBuf)> {
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("plugins/ exists")
         .flatten()
-        // Environments only: a reward function (`reward = true`) is another kind of component.
-        .filter(|e| std::fs::read_to_string(e.path().join("Cargo.toml")).is_ok_and(|t| !t.contains("reward = true")))
+        // Environments built both ways: a reward function (`reward = true`) is another kind of
+        // component, and a `native-only` env has no `.wasm` (plugins/primitive-skill has its
+        // own tests).
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("Cargo.toml"))
+                .is_ok_and(|t| !t.contains("reward = true") && !t.contains("native-only = true"))
+        })
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();

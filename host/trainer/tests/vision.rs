@@ -138,6 +138,23 @@ fn the_vagen_presets_run_a_step_on_a_tiny_vl_checkpoint() {
     }
 }
 
+/// `examples/vagen/primitive-skill.toml` parses as written, keeps VAGEN-Base's env settings,
+/// and names a native plugin, which a config file alone cannot load.
+#[test]
+fn the_primitive_skill_preset_parses_and_needs_allow_native() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let text = std::fs::read_to_string(root.join("examples/vagen/primitive-skill.toml")).unwrap();
+    let plugin = format!("env.plugin={:?}", root.join("target/plugins/primitive-skill.so").display().to_string());
+    let cfg = parse(&text, &[&plugin]).unwrap();
+    assert_eq!(cfg.env.config["task"].as_str(), Some("StackThreeCube"));
+    assert_eq!(cfg.env.config["observation"].as_str(), Some("image"));
+    assert_eq!((cfg.env.max_turns, cfg.env.group_size), (3, 2));
+    assert_eq!(cfg.rollout.episodes.format, vagen_rollout::Format::GroundingWorldModeling);
+    let dir = tempfile::tempdir().unwrap();
+    let err = format!("{:#}", Trainer::new(cfg, dir.path()).err().expect("refused"));
+    assert!(err.contains("allow-native"), "{err}");
+}
+
 /// The visual demo's config keeps its promise: default-vl, the picture as the only
 /// observation (no text grid, no state description), one vision token per cell.
 #[test]

@@ -418,7 +418,8 @@ fn crates_in(dir: &Path) -> Result<Vec<(String, Guest)>> {
 /// Builds `plugins/*` into `target/plugins/` (reward functions into `target/rewards/`),
 /// `examples/*` into `target/examples/` and the test suite's fixtures into
 /// `target/test-plugins/`, all for wasm32-wasip2 in release mode, and each environment also
-/// as a native `.so`; `only`: just these crates, and only as `.wasm`.
+/// as a native `.so` (a `native-only` one only so); `only`: just these crates, and only as
+/// `.wasm`.
 fn plugins(only: Option<&[&str]>) -> Result<()> {
     let root = root();
     let groups = [
