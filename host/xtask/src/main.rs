@@ -220,18 +220,8 @@ fn setup_torch(needs: Needs) -> Result<()> {
         return Ok(());
     }
     make_venv()?;
-    let mut pip = Command::new(venv_python());
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-cache-dir",
-        TORCH,
-        CUDA_CRT,
-        CUDA_CCCL,
-    ]);
+    let mut pip = pip_install(&venv_python());
+    pip.args([TORCH, CUDA_CRT, CUDA_CCCL]);
     if needs == Needs::Tests {
         pip.args([
             NUMPY,
@@ -252,20 +242,20 @@ fn setup_torch(needs: Needs) -> Result<()> {
     }
     run(pip)?;
     if needs == Needs::Tests {
-        let mut openenv = Command::new(venv_python());
-        openenv.args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-cache-dir",
-            "--no-deps",
-            OPENENV,
-        ]);
+        let mut openenv = pip_install(&venv_python());
+        openenv.args(["--no-deps", OPENENV]);
         run(openenv)?;
     }
     Ok(())
+}
+
+/// `python -m pip install` quietly, without pip's cache (a package is installed once per
+/// venv, and a cache would double the disk a 3 GB torch takes); the caller adds the
+/// packages and any further flags.
+fn pip_install(python: &Path) -> Command {
+    let mut pip = Command::new(python);
+    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir"]);
+    pip
 }
 
 /// Whether the venv's Python runs `probe` and prints `want`.
@@ -293,8 +283,8 @@ fn setup_maturin() -> Result<()> {
         return Ok(());
     }
     make_venv()?;
-    let mut pip = Command::new(venv_python());
-    pip.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-cache-dir", MATURIN]);
+    let mut pip = pip_install(&venv_python());
+    pip.arg(MATURIN);
     run(pip)
 }
 

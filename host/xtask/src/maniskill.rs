@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::{Result, root, run, venv_python};
+use crate::{Result, pip_install, root, run, venv_python};
 
 const MANI_SKILL: &str = "mani-skill==3.0.1";
 const SAPIEN: &str = "sapien==3.0.3";
@@ -67,18 +67,8 @@ fn setup_venv() -> Result<()> {
     let own_site = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let pth = own_site.join("vagen-host-torch.pth");
     std::fs::write(&pth, format!("{project_site}\n")).map_err(|e| format!("writing {}: {e}", pth.display()))?;
-    let mut pip = Command::new(python());
-    pip.args([
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "--no-cache-dir",
-        MANI_SKILL,
-        SAPIEN,
-        GYMNASIUM,
-    ]);
+    let mut pip = pip_install(&python());
+    pip.args([MANI_SKILL, SAPIEN, GYMNASIUM]);
     run(pip)
 }
 

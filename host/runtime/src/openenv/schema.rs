@@ -178,22 +178,21 @@ fn properties(schema: &Value, skip: &[&str]) -> Map<String, Value> {
 /// `Enum` field that way) and taking the first typed branch of an `anyOf` (`Optional[X]`).
 fn resolve(root: &Value, property: &Value) -> Value {
     let mut p = property.clone();
-    if let Some(name) = p.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/")) {
-        if let Some(def) = root.get("$defs").and_then(|d| d.get(name)) {
-            p = def.clone();
-        }
+    if let Some(name) = p.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix("#/$defs/"))
+        && let Some(def) = root.get("$defs").and_then(|d| d.get(name))
+    {
+        p = def.clone();
     }
-    if p.get("type").is_none() {
-        if let Some(first) = p
+    if p.get("type").is_none()
+        && let Some(first) = p
             .get("anyOf")
             .and_then(Value::as_array)
             .and_then(|b| b.iter().find(|x| x.get("type").and_then(Value::as_str).is_some_and(|t| t != "null")))
-        {
-            let description = p.get("description").cloned();
-            p = first.clone();
-            if let (Some(d), Some(o)) = (description, p.as_object_mut()) {
-                o.entry("description").or_insert(d);
-            }
+    {
+        let description = p.get("description").cloned();
+        p = first.clone();
+        if let (Some(d), Some(o)) = (description, p.as_object_mut()) {
+            o.entry("description").or_insert(d);
         }
     }
     p
