@@ -216,7 +216,7 @@ fn setup_torch(needs: Needs) -> Result<()> {
              0.3.0 4.2.3",
         ),
     };
-    if venv_prints(probe, want) {
+    if python_prints(&venv_python(), probe, want) {
         return Ok(());
     }
     make_venv()?;
@@ -258,12 +258,24 @@ fn pip_install(python: &Path) -> Command {
     pip
 }
 
-/// Whether the venv's Python runs `probe` and prints `want`.
-fn venv_prints(probe: &str, want: &str) -> bool {
-    Command::new(venv_python())
+/// Whether `python` runs `probe` and prints `want`.
+fn python_prints(python: &Path, probe: &str, want: &str) -> bool {
+    Command::new(python)
         .args(["-c", probe])
         .output()
         .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want)
+}
+
+/// What `python` prints for `probe`: a path or a version, trimmed.
+fn python_output(python: &Path, probe: &str) -> Result<String> {
+    let out = Command::new(python)
+        .args(["-c", probe])
+        .output()
+        .map_err(|e| format!("running {} -c {probe:?}: {e}", python.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} -c {probe:?} failed: {}", python.display(), String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// The project venv, created when there is none.
@@ -279,7 +291,7 @@ fn make_venv() -> Result<()> {
 /// The project venv with maturin, and nothing else, for `cargo xtask wheel`.
 fn setup_maturin() -> Result<()> {
     let probe = "import importlib.metadata as m; print(m.version('maturin'))";
-    if venv_prints(probe, MATURIN.trim_start_matches("maturin==")) {
+    if python_prints(&venv_python(), probe, MATURIN.trim_start_matches("maturin==")) {
         return Ok(());
     }
     make_venv()?;
@@ -293,14 +305,10 @@ fn libtorch_lib() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("LIBTORCH") {
         return Ok(PathBuf::from(dir).join("lib"));
     }
-    let out = Command::new(venv_python())
-        .args(["-c", "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))"])
-        .output()
-        .map_err(|e| format!("running {}: {e}", venv_python().display()))?;
-    if !out.status.success() {
-        return Err(format!("torch is not importable from {}", venv_python().display()));
-    }
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    let probe = "import os, torch; print(os.path.join(os.path.dirname(torch.__file__), 'lib'))";
+    python_output(&venv_python(), probe)
+        .map(PathBuf::from)
+        .map_err(|e| format!("torch is not importable from {}: {e}", venv_python().display()))
 }
 
 /// What torch-sys needs to find libtorch at build time, and the loader at run time.

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::{Result, pip_install, root, run, venv_python};
+use crate::{Result, pip_install, python_output, python_prints, root, run, venv_python};
 
 const MANI_SKILL: &str = "mani-skill==3.0.1";
 const SAPIEN: &str = "sapien==3.0.3";
@@ -43,11 +43,7 @@ fn setup_venv() -> Result<()> {
     let probe = "import importlib.metadata as m, torch; \
                  print(m.version('mani-skill'), m.version('sapien'), m.version('gymnasium'), torch.__version__.split('+')[0])";
     let want = "3.0.1 3.0.3 0.29.1 2.11.0";
-    let ok = Command::new(python())
-        .args(["-c", probe])
-        .output()
-        .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == want);
-    if ok {
+    if python_prints(&python(), probe, want) {
         return Ok(());
     }
     if !python().is_file() {
@@ -55,17 +51,9 @@ fn setup_venv() -> Result<()> {
         cmd.args(["-m", "venv"]).arg(venv());
         run(cmd)?;
     }
-    let out = Command::new(venv_python())
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        .output()
-        .map_err(|e| format!("asking the project venv for its site-packages: {e}"))?;
-    let project_site = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let out = Command::new(python())
-        .args(["-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
-        .output()
-        .map_err(|e| format!("asking {} for its site-packages: {e}", venv().display()))?;
-    let own_site = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let pth = own_site.join("vagen-host-torch.pth");
+    let site_packages = "import sysconfig; print(sysconfig.get_paths()['purelib'])";
+    let project_site = python_output(&venv_python(), site_packages)?;
+    let pth = PathBuf::from(python_output(&python(), site_packages)?).join("vagen-host-torch.pth");
     std::fs::write(&pth, format!("{project_site}\n")).map_err(|e| format!("writing {}: {e}", pth.display()))?;
     let mut pip = pip_install(&python());
     pip.args([MANI_SKILL, SAPIEN, GYMNASIUM]);

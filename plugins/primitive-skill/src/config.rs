@@ -120,12 +120,7 @@ impl Config {
     /// to install one.
     pub fn python_path(&self) -> Result<PathBuf, EnvError> {
         if !self.python.is_empty() {
-            let p = PathBuf::from(&self.python);
-            return if p.is_file() {
-                Ok(p)
-            } else {
-                Err(EnvError::BadConfig(format!("python {:?} is not a file", self.python)))
-            };
+            return configured_file("python", &self.python);
         }
         default_python().ok_or_else(|| {
             EnvError::BadConfig(
@@ -136,18 +131,20 @@ impl Config {
         })
     }
 
-    /// The Vulkan driver the worker renders with: `Ok(None)` means the machine's own.
+    /// The Vulkan driver the worker renders with: `vulkan_icd` if set, else what
+    /// [`machine_renderer`] finds for `python`.
     pub fn vulkan(&self, python: &Path) -> Result<Renderer, EnvError> {
         if !self.vulkan_icd.is_empty() {
-            let p = PathBuf::from(&self.vulkan_icd);
-            return if p.is_file() {
-                Ok(Renderer::Icd(p))
-            } else {
-                Err(EnvError::BadConfig(format!("vulkan_icd {:?} is not a file", self.vulkan_icd)))
-            };
+            return configured_file("vulkan_icd", &self.vulkan_icd).map(Renderer::Icd);
         }
         Ok(machine_renderer(python))
     }
+}
+
+/// A path the config names, which must be a file.
+fn configured_file(field: &str, value: &str) -> Result<PathBuf, EnvError> {
+    let p = PathBuf::from(value);
+    if p.is_file() { Ok(p) } else { Err(EnvError::BadConfig(format!("{field} {value:?} is not a file"))) }
 }
 
 /// Where images come from on this machine.

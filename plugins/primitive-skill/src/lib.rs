@@ -215,20 +215,24 @@ impl PrimitiveSkill {
         Duration::from_secs_f64(self.config.call_timeout_s)
     }
 
-    /// One request to the worker, started first if there is none. Any failure but the
-    /// worker's own exception ends the process; the next reset starts another.
+    /// One request to the worker and its state. See [`Self::exchange`].
     fn call(&mut self, request: &Value, timeout: Duration) -> Result<State, EnvError> {
-        if self.worker.is_none() {
-            self.worker = Some(Worker::take_or_spawn(&self.launch).map_err(EnvError::Failed)?);
-        }
-        let worker = self.worker.as_mut().expect("just started");
-        match worker.call(request, timeout) {
-            Ok(reply) => read_state(reply).inspect_err(|_| self.worker = None),
-            Err(e) => {
-                self.worker = None;
-                Err(EnvError::Failed(e.to_string()))
-            }
-        }
+        let reply = self.exchange(request, timeout)?;
+        read_state(reply).inspect_err(|_| self.worker = None)
+    }
+
+    /// One request to the worker, started (or taken from the idle ones) first if there is
+    /// none. Any failure, the worker's own exception included, ends this instance's use of
+    /// the process; the next call starts another.
+    fn exchange(&mut self, request: &Value, timeout: Duration) -> Result<Reply, EnvError> {
+        let worker = match &mut self.worker {
+            Some(worker) => worker,
+            empty => empty.insert(Worker::take_or_spawn(&self.launch).map_err(EnvError::Failed)?),
+        };
+        worker.call(request, timeout).map_err(|e| {
+            self.worker = None;
+            EnvError::Failed(e.to_string())
+        })
     }
 
     /// One empty request and its reply: what the pipe and the worker's loop cost a call
@@ -236,12 +240,10 @@ impl PrimitiveSkill {
     #[doc(hidden)]
     pub fn ping(&mut self) -> Result<Duration, EnvError> {
         if self.worker.is_none() {
-            self.worker = Some(Worker::take_or_spawn(&self.launch).map_err(EnvError::Failed)?);
+            self.exchange(&json!({"op": "ping"}), self.launch.start_timeout)?;
         }
-        let timeout = self.call_timeout();
-        let worker = self.worker.as_mut().expect("just started");
         let started = std::time::Instant::now();
-        worker.call(&json!({"op": "ping"}), timeout).map_err(|e| EnvError::Failed(e.to_string()))?;
+        self.exchange(&json!({"op": "ping"}), self.call_timeout())?;
         Ok(started.elapsed())
     }
 

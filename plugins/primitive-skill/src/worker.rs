@@ -50,11 +50,11 @@ pub struct Launch {
 }
 
 /// What the worker says first.
-#[derive(Clone, Debug, Deserialize)]
-pub struct Hello {
-    pub protocol: u32,
-    pub mani_skill: String,
-    pub sapien: String,
+#[derive(Deserialize)]
+struct Hello {
+    protocol: u32,
+    mani_skill: String,
+    sapien: String,
 }
 
 /// Why a call did not get its reply. Each becomes the episode's named failure.
@@ -94,7 +94,6 @@ pub struct Worker {
     stdin: ChildStdin,
     frames: Receiver<Result<Vec<u8>, String>>,
     stderr: Arc<Mutex<Vec<u8>>>,
-    pub hello: Hello,
 }
 
 impl Worker {
@@ -157,8 +156,7 @@ impl Worker {
             }
         });
         let frames = reader(stdout);
-        let hello = Hello { protocol: 0, mani_skill: String::new(), sapien: String::new() };
-        let mut worker = Worker { child, stdin, frames, stderr, hello };
+        let mut worker = Worker { child, stdin, frames, stderr };
         let greeting = worker.receive(launch.start_timeout).map_err(|e| e.to_string())?;
         let hello: Hello = serde_json::from_value(greeting.json.get("hello").cloned().unwrap_or(Value::Null))
             .map_err(|e| format!("the ManiSkill worker's greeting is not one: {e}"))?;
@@ -174,7 +172,6 @@ impl Worker {
                 hello.sapien
             ));
         }
-        worker.hello = hello;
         Ok(worker)
     }
 

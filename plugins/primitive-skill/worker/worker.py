@@ -285,9 +285,11 @@ class Skills:
             self.act(s * err / (np.linalg.norm(err) + 1e-6), self.orientation(), gripper)
 
     def gripper(self, value, budget, n=10):
+        """Holds still for `n` steps while the fingers move; always completes (True)."""
         for _ in range(n):
             budget[0] -= 1
             self.act(np.zeros(3), np.zeros(3), value)
+        return True
 
     def home(self, gripper):
         self.move_to(HOME, gripper, [MAX_STEPS["home"]])
@@ -299,11 +301,11 @@ class Skills:
         above = a + [0, 0, WAYPOINT_HEIGHT]
         if name == "pick":
             ok = (self.move_to(above, OPEN, budget) and self.move_to(a, OPEN, budget)
-                  and (self.gripper(CLOSED, budget) or True) and self.move_to(above, CLOSED, budget))
+                  and self.gripper(CLOSED, budget) and self.move_to(above, CLOSED, budget))
             self.home(CLOSED if ok else OPEN)
         elif name == "place":
             ok = (self.move_to(above, CLOSED, budget) and self.move_to(a, CLOSED, budget)
-                  and (self.gripper(OPEN, budget) or True) and self.move_to(above, OPEN, budget))
+                  and self.gripper(OPEN, budget) and self.move_to(above, OPEN, budget))
             self.home(OPEN)
         else:
             # VAGEN's push: closed fingers, a 30 mm tolerance on the stroke, lifted at the end
