@@ -15,8 +15,12 @@
 //! - `cargo xtask gpu-bundle` write `target/gpu-bundle/`: a stripped `vagen-host`, a plugin,
 //!   the reference scripts and `run.sh`, the one command a GPU machine runs (docs/gpu.md)
 
+mod layers;
 mod maniskill;
+mod phases;
+mod suite;
 
+use phases::Phases;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
@@ -32,16 +36,8 @@ fn main() -> ExitCode {
         // The wheel holds no libtorch: Rust and maturin are all it needs.
         Some("wheel") => setup_maturin().and_then(|_| wheel()).map(|w| eprintln!("wheel: {}", w.display())),
         Some("maniskill") => setup(Needs::Torch).and_then(|_| maniskill::setup()),
-        Some("test") => setup(Needs::Tests)
-            .and_then(|_| maniskill::setup())
-            .and_then(|_| plugins(None))
-            .and_then(|_| wheel())
-            .and_then(|w| install_wheel(&w))
-            .and_then(|_| test(&args[1..]))
-            // The tests just built target/release/vagen-host (with the workspace's features:
-            // `-p vagen-host` alone would unify others and rebuild).
-            .and_then(|_| gpu_bundle(false))
-            .and_then(|dir| gpu_dry_run(&dir)),
+        Some("layers") => layers::check(&root()),
+        Some("test") => test_all(&args[1..]),
         Some("gpu-bundle") => setup(Needs::Torch)
             .and_then(|_| plugins(Some(&["frozenlake"])))
             .and_then(|_| gpu_bundle(true))
@@ -413,18 +409,49 @@ fn crates_in(dir: &Path) -> Result<Vec<(String, Guest)>> {
     Ok(names)
 }
 
-/// Builds `plugins/*` into `target/plugins/` (reward functions into `target/rewards/`),
-/// `examples/*` into `target/examples/` and the test suite's fixtures into
-/// `target/test-plugins/`, all for wasm32-wasip2 in release mode, and each environment also
-/// as a native `.so` (a `native-only` one only so); `only`: just these crates, and only as
-/// `.wasm`.
-fn plugins(only: Option<&[&str]>) -> Result<()> {
+/// Where guests come from and go: `plugins/*` into `target/plugins/` (reward functions
+/// into `target/rewards/`), `examples/*` into `target/examples/`, the test suite's fixtures
+/// into `target/test-plugins/`; `only`: just these crates.
+fn guests(only: Option<&[&str]>) -> Result<Vec<(String, PathBuf, Guest)>> {
     let root = root();
     let groups = [
         (root.join("plugins"), root.join("target/plugins")),
         (root.join("examples"), root.join("target/examples")),
         (root.join("tests/plugins"), root.join("target/test-plugins")),
     ];
+    let mut all = Vec::new();
+    for (src, dst) in &groups {
+        for (name, kind) in crates_in(src)? {
+            if only.is_some_and(|only| !only.contains(&name.as_str())) {
+                continue;
+            }
+            let dst = if kind == Guest::Reward { root.join("target/rewards") } else { dst.clone() };
+            all.push((name, dst, kind));
+        }
+    }
+    Ok(all)
+}
+
+/// Every guest as `.wasm` and each environment also as a native `.so` (a `native-only` one
+/// only so); `only`: just these crates, and only as `.wasm`.
+fn plugins(only: Option<&[&str]>) -> Result<()> {
+    wasm_plugins(only)?;
+    if only.is_none() {
+        let mut native = cargo();
+        native.args(["build", "--release"]);
+        // Reward functions are components only: the native ABI is an environment's.
+        for (name, ..) in guests(None)?.iter().filter(|(.., kind)| *kind != Guest::Reward) {
+            native.args(["-p", name]);
+        }
+        run(native)?;
+        native_plugins()?;
+    }
+    Ok(())
+}
+
+/// The guests for wasm32-wasip2 in release mode, each `.wasm` copied to its folder.
+fn wasm_plugins(only: Option<&[&str]>) -> Result<()> {
+    let all = guests(only)?;
     let mut cmd = cargo();
     cmd.args(["build", "--release", "--target", GUEST_TARGET]);
     // Guests ship as files: small, no debug info. Only this build sees these settings.
@@ -436,48 +463,41 @@ fn plugins(only: Option<&[&str]>) -> Result<()> {
     ] {
         cmd.args(["--config", setting]);
     }
-    let mut all = Vec::new();
-    for (src, dst) in &groups {
-        for (name, kind) in crates_in(src)? {
-            if only.is_some_and(|only| !only.contains(&name.as_str())) {
-                continue;
-            }
-            if kind != Guest::NativeEnv {
-                cmd.args(["-p", &name]);
-            }
-            let dst = if kind == Guest::Reward { root.join("target/rewards") } else { dst.clone() };
-            all.push((name, dst, kind));
-        }
+    let components: Vec<_> = all.iter().filter(|(.., kind)| *kind != Guest::NativeEnv).collect();
+    if components.is_empty() {
+        return Ok(());
     }
-    if all.iter().any(|(.., kind)| *kind != Guest::NativeEnv) {
-        run(cmd)?;
+    for (name, ..) in &components {
+        cmd.args(["-p", name]);
     }
-    // The same crates as native shared libraries (`.so`): `--plugin x.so` loads them.
-    if only.is_none() {
-        let mut native = cargo();
-        native.args(["build", "--release"]);
-        // Reward functions are components only: the native ABI is an environment's.
-        for (name, ..) in all.iter().filter(|(.., kind)| *kind != Guest::Reward) {
-            native.args(["-p", name]);
-        }
-        run(native)?;
-    }
+    run(cmd)?;
+    let root = root();
     let built = root.join("target").join(GUEST_TARGET).join("release");
-    let native_dir = root.join("target").join("release");
-    for (name, dst, kind) in all {
-        std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
-        if kind != Guest::NativeEnv {
-            // A cdylib is written with underscores, a binary with the package's own name.
-            let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
-                .into_iter()
-                .map(|f| built.join(f))
-                .find(|p| p.is_file())
-                .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
-            copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
+    for (name, dst, _) in components {
+        std::fs::create_dir_all(dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
+        // A cdylib is written with underscores, a binary with the package's own name.
+        let from = [format!("{}.wasm", name.replace('-', "_")), format!("{name}.wasm")]
+            .into_iter()
+            .map(|f| built.join(f))
+            .find(|p| p.is_file())
+            .ok_or_else(|| format!("{name}: no .wasm in {}", built.display()))?;
+        copy(&from, &dst.join(format!("{name}.wasm")), &root)?;
+    }
+    Ok(())
+}
+
+/// The environments' native `.so`, already built into `target/release`, copied beside
+/// their `.wasm`.
+fn native_plugins() -> Result<()> {
+    let root = root();
+    for (name, dst, kind) in guests(None)? {
+        if kind == Guest::Reward {
+            continue;
         }
-        let so = native_dir.join(format!("lib{}.so", name.replace('-', "_")));
-        // Not after a `.wasm`-only build: an `.so` there would be from an earlier one.
-        if only.is_none() && kind != Guest::Reward && so.is_file() {
+        let so = root.join("target/release").join(format!("lib{}.so", name.replace('-', "_")));
+        // A crate without a cdylib (a host program's example) has none.
+        if so.is_file() {
+            std::fs::create_dir_all(&dst).map_err(|e| format!("creating {}: {e}", dst.display()))?;
             copy(&so, &dst.join(format!("{name}.so")), &root)?;
         }
     }
@@ -520,25 +540,103 @@ fn install_wheel(wheel: &Path) -> Result<()> {
     run(pip)
 }
 
-/// `cargo doc` of the runtime, `cargo test` over the workspace (the extension module has no
-/// Rust tests: it links no libpython), then the Python package's pytest suite with this
-/// build's vagen-host.
-fn test(extra: &[String]) -> Result<()> {
-    // The embedding API's documentation builds without a warning (its example runs as a
-    // doctest below).
+/// `cargo xtask test`: what the tests need, the tests, then the GPU bundle's dry run; the
+/// time of each phase is printed at the end, passed or not. Extra arguments (a test name
+/// filter, `--package`…) run just `cargo test` with them, after the same set-up.
+fn test_all(extra: &[String]) -> Result<()> {
+    let phases = Phases::new();
+    let result = test_phases(&phases, extra);
+    phases.print();
+    result
+}
+
+fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
+    phases.time("layers", || layers::check(&root()))?;
+    setup_guest_target()?;
+    // What needs only Rust builds while the venvs install (downloads and unpacking, mostly).
+    std::thread::scope(|s| {
+        let rust = s.spawn(|| {
+            phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
+            phases.time("cargo doc (beside the venvs)", doc)
+        });
+        let venvs = phases.time("venvs", || {
+            setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup())
+        });
+        let rust = rust.join().map_err(|_| "the plugins build panicked".to_string())?;
+        venvs.and(rust)
+    })?;
+    let wheel = phases.time("wheel", wheel)?;
+    phases.time("wheel install", || install_wheel(&wheel))?;
+    if !extra.is_empty() {
+        let mut cmd = cargo();
+        cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
+        return phases.time("cargo test (filtered)", || run(cmd));
+    }
+    let binaries = phases.time("build", build_tests)?;
+    phases.time("native plugins", native_plugins)?;
+    // From what the build made (the bundle's own build would select fewer packages, unify
+    // other features and rebuild).
+    let bundle = phases.time("gpu bundle", || gpu_bundle(false))?;
+    let jobs = test_jobs(binaries, &bundle)?;
+    let lanes = std::env::var("VAGEN_TEST_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
+    phases.time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases))
+}
+
+/// The embedding API's documentation builds without a warning (its example runs as a
+/// doctest).
+fn doc() -> Result<()> {
     let mut doc = cargo();
     doc.args(["doc", "--release", "--no-deps", "-p", "vagen-runtime"]).env("RUSTDOCFLAGS", "-D warnings");
-    run(doc)?;
+    run(doc)
+}
+
+/// Everything the tests run, in one build (one feature set, so nothing is built twice):
+/// libraries, `vagen-host` and the other binaries, the environments' `.so`, examples and
+/// every test binary (the extension module is the wheel's: it links no libpython). Returns
+/// the test binaries.
+fn build_tests() -> Result<Vec<suite::TestBinary>> {
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
-    run(cmd)?;
+    cmd.args(["build", "--release", "--workspace", "--exclude", "vagen-python", "--all-targets"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .envs(torch_env()?)
+        .stdout(std::process::Stdio::piped());
+    eprintln!("+ {cmd:?}");
+    let out = cmd.output().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed with {}", out.status));
+    }
+    suite::test_binaries(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// Every test binary, the doctests, the Python package's pytest suite (with this build's
+/// vagen-host) and the GPU bundle's dry run; the slow ones first, so that the lanes end
+/// together.
+fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suite::Job>> {
+    let torch = torch_env()?;
+    let mut jobs = Vec::new();
     let mut pytest = Command::new(venv_python());
     pytest
         .current_dir(root())
         .args(["-m", "pytest", "-q", "host/python/tests"])
         .env("VAGEN_HOST", root().join("target/release/vagen-host"));
-    run(pytest)
+    jobs.push(suite::Job::new("pytest", pytest));
+    for b in binaries {
+        let mut cmd = Command::new(&b.executable);
+        cmd.current_dir(&b.package_dir).env("CARGO_MANIFEST_DIR", &b.package_dir).envs(torch.iter().cloned());
+        jobs.push(suite::Job::new(b.name, cmd));
+    }
+    let mut doctests = cargo();
+    doctests.args(["test", "--release", "--workspace", "--exclude", "vagen-python", "--doc"]).envs(torch.iter().cloned());
+    jobs.push(suite::Job::new("doctests", doctests));
+    jobs.push(gpu_dry_run(bundle));
+    let rank = |name: &str| SLOW_FIRST.iter().position(|s| name == *s).unwrap_or(SLOW_FIRST.len());
+    jobs.sort_by_key(|j| rank(&j.name));
+    Ok(jobs)
 }
+
+/// The jobs that take longest on a 2-core machine (measured), started first; the rest keep
+/// cargo's order.
+const SLOW_FIRST: [&str; 0] = [];
 
 /// Which demo: the text one (the main job), or `--vision`, the same task learnt from the
 /// picture alone by the embedded VL model.
@@ -574,18 +672,18 @@ const BUNDLE_MAX_BYTES: u64 = 60 << 20;
 /// `target/gpu-bundle/`: `vagen-host` (release, stripped), `frozenlake.wasm`, the
 /// PrimitiveSkill plugin and its bench, the reference scripts and the embedded tokenizer
 /// assets they read, the demo configs, `gpu_report.py` and `run.sh`. The binary links libtorch_cuda (checked), so the same build runs on a GPU.
-/// `build`: build `vagen-host` first (else the one in target/release is taken).
+/// `build`: build `vagen-host` and the PrimitiveSkill plugin first (else those in
+/// target/release are taken: `cargo xtask test` has just built them).
 fn gpu_bundle(build: bool) -> Result<PathBuf> {
     let root = root();
     if build {
         let mut cmd = cargo();
         cmd.args(["build", "--release", "-p", "vagen-host"]).envs(torch_env()?);
         run(cmd)?;
+        let mut ps = cargo();
+        ps.args(["build", "--release", "-p", "primitive-skill", "--lib", "--example", "bench-primitive-skill"]);
+        run(ps)?;
     }
-    // Small and libtorch-free: built here either way.
-    let mut ps = cargo();
-    ps.args(["build", "--release", "-p", "primitive-skill", "--lib", "--example", "bench-primitive-skill"]);
-    run(ps)?;
     let dir = root.join("target/gpu-bundle");
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(|e| format!("removing {}: {e}", dir.display()))?;
@@ -654,7 +752,7 @@ fn folder_size(dir: &Path) -> Result<u64> {
 
 /// The bundle's CPU dry run (`run.sh --cpu --quick`), so it cannot rot between GPU runs;
 /// its reports go to `target/gpu-bundle-dry-run/`.
-fn gpu_dry_run(bundle: &Path) -> Result<()> {
+fn gpu_dry_run(bundle: &Path) -> suite::Job {
     let out = root().join("target/gpu-bundle-dry-run");
     let mut cmd = Command::new(bundle.join("run.sh"));
     let python = std::env::var_os("VAGEN_PYTHON").map(PathBuf::from).unwrap_or_else(venv_python);
@@ -662,11 +760,7 @@ fn gpu_dry_run(bundle: &Path) -> Result<()> {
         .arg(&out)
         .env("VAGEN_PYTHON", python)
         .env("VAGEN_MANISKILL_PYTHON", maniskill::venv().join("bin/python"));
-    run(cmd)?;
-    for report in ["gpu-report.json", "gpu-report.md"] {
-        if !out.join(report).is_file() {
-            return Err(format!("the dry run wrote no {}", out.join(report).display()));
-        }
-    }
-    Ok(())
+    let mut job = suite::Job::new("gpu bundle dry run", cmd);
+    job.expect_files = ["gpu-report.json", "gpu-report.md"].iter().map(|r| out.join(r)).collect();
+    job
 }
