@@ -553,19 +553,21 @@ fn test_all(extra: &[String]) -> Result<()> {
 fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     phases.time("layers", || layers::check(&root()))?;
     setup_guest_target()?;
-    // What needs only Rust builds while the venvs install (downloads and unpacking, mostly).
-    std::thread::scope(|s| {
+    // What needs no libtorch builds while the venvs install (downloads and unpacking,
+    // mostly): the guests, the runtime's docs and the wheel (maturin first, in seconds).
+    setup_maturin()?;
+    let wheel = std::thread::scope(|s| {
         let rust = s.spawn(|| {
             phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
-            phases.time("cargo doc (beside the venvs)", doc)
+            phases.time("cargo doc (beside the venvs)", doc)?;
+            phases.time("wheel (beside the venvs)", wheel)
         });
         let venvs = phases.time("venvs", || {
             setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup())
         });
-        let rust = rust.join().map_err(|_| "the plugins build panicked".to_string())?;
-        venvs.and(rust)
+        let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
+        venvs.and(wheel)
     })?;
-    let wheel = phases.time("wheel", wheel)?;
     phases.time("wheel install", || install_wheel(&wheel))?;
     if !extra.is_empty() {
         let mut cmd = cargo();
