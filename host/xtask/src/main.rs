@@ -504,6 +504,17 @@ fn native_plugins() -> Result<()> {
     Ok(())
 }
 
+/// The entries of `dir`, sorted.
+fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("reading {}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    Ok(entries)
+}
+
 fn copy(from: &Path, to: &Path, root: &Path) -> Result<()> {
     std::fs::copy(from, to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
     eprintln!("built {}", to.strip_prefix(root).unwrap_or(to).display());
@@ -616,12 +627,20 @@ fn build_tests() -> Result<Vec<suite::TestBinary>> {
 fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suite::Job>> {
     let torch = torch_env()?;
     let mut jobs = Vec::new();
-    let mut pytest = Command::new(venv_python());
-    pytest
-        .current_dir(root())
-        .args(["-m", "pytest", "-q", "host/python/tests"])
-        .env("VAGEN_HOST", root().join("target/release/vagen-host"));
-    jobs.push(suite::Job::new("pytest", pytest));
+    // A job per pytest file, so that the lanes share them out.
+    for file in read_dir_sorted(&root().join("host/python/tests"))? {
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if !(name.starts_with("test_") && name.ends_with(".py")) {
+            continue;
+        }
+        let mut pytest = Command::new(venv_python());
+        pytest
+            .current_dir(root())
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .arg(&file)
+            .env("VAGEN_HOST", root().join("target/release/vagen-host"));
+        jobs.push(suite::Job::new(format!("pytest/{name}"), pytest));
+    }
     for b in binaries {
         let mut cmd = Command::new(&b.executable);
         cmd.current_dir(&b.package_dir).env("CARGO_MANIFEST_DIR", &b.package_dir).envs(torch.iter().cloned());
