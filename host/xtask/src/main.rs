@@ -658,9 +658,30 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
     Ok(jobs)
 }
 
-/// The jobs that take longest on a 2-core machine (measured), started first; the rest keep
-/// cargo's order.
-const SLOW_FIRST: [&str; 0] = [];
+/// The jobs that took longest in a cold run on 2 cores (2026-11-28, one lane), longest
+/// first: they start first; the rest keep cargo's order.
+const SLOW_FIRST: [&str; 20] = [
+    "vagen-trainer/tests/vision",
+    "vagen-env/tests/languages",
+    "gpu bundle dry run",
+    "pytest/test_primitive_skill.py",
+    "vagen-host/tests/first_hour",
+    "vagen-host/tests/model",
+    "vagen-tests/tests/fuzz",
+    "vagen-host/tests/data_parallel",
+    "pytest/test_openenv.py",
+    "pytest/test_vagen.py",
+    "vagen-trainer/tests/determinism",
+    "vagen-trainer/tests/train",
+    "vagen-trainer/tests/sandbox",
+    "vagen-model/tests/lora",
+    "vagen-host/tests/cli",
+    "pytest/test_serve.py",
+    "vagen-trainer/tests/asynchronous",
+    "vagen-host/tests/parity_sweep",
+    "primitive-skill/lib",
+    "vagen-model/tests/vl",
+];
 
 /// Which demo: the text one (the main job), or `--vision`, the same task learnt from the
 /// picture alone by the embedded VL model.
