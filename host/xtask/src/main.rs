@@ -611,7 +611,9 @@ fn build_tests() -> Result<Vec<suite::TestBinary>> {
     cmd.args(["build", "--release", "--workspace", "--exclude", "vagen-python", "--all-targets"])
         .args(["--message-format", "json-render-diagnostics"])
         .envs(torch_env()?)
-        .stdout(std::process::Stdio::piped());
+        .stdout(std::process::Stdio::piped())
+        // Cargo's progress and rustc's messages, as a plain build shows them.
+        .stderr(std::process::Stdio::inherit());
     eprintln!("+ {cmd:?}");
     let out = cmd.output().map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
     if !out.status.success() {
