@@ -35,8 +35,8 @@ impl MetricsLog {
 
     /// A sample frame for TensorBoard's image tab.
     pub fn frame(&self, step: usize, tag: &str, image: &vagen_runtime::Image) -> Result<()> {
-        let Some(png) = crate::report::png(image) else { return Ok(()) };
-        self.tensorboard.image(step, tag, image.width, image.height, &png)
+        let Some(bytes) = png(image) else { return Ok(()) };
+        self.tensorboard.image(step, tag, image.width, image.height, &bytes)
     }
 
     /// One line's values as TensorBoard scalars: SFT lines at their own step (`sft/step`),
@@ -80,6 +80,14 @@ impl MetricsLog {
         }
         Ok(())
     }
+}
+
+/// `img` as PNG bytes; `None` when its size and pixels disagree.
+pub(crate) fn png(img: &vagen_runtime::Image) -> Option<Vec<u8>> {
+    let buf = image::RgbImage::from_raw(img.width, img.height, img.rgb.clone())?;
+    let mut bytes = Vec::new();
+    buf.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).ok()?;
+    Some(bytes)
 }
 
 /// The key of the line [`MetricsLog::mark_resumed`] writes.
