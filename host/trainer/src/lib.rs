@@ -2,16 +2,16 @@
 //! tensors with a 0/1 loss mask) and the training loop around them: SFT warm start, RL
 //! steps, evaluation, checkpoints, metrics and the run report.
 //!
-//! The modules depend on each other in one direction, set-up → phases → run loop:
-//! `setup` builds a run (ranks, env, actor, critic, LoRA, optimisers; new or from a
-//! checkpoint) and `train`'s `Trainer` is the loop that calls the phases, each a module of
-//! functions with data in and data out. An RL step is one [`StepBatch`] going through five
-//! of them: `collect` (rollouts → batch), `score` (old / reference log-probs, values),
-//! `credit` (`assign_credit`: rewards → advantages), `update` (PPO epochs over
-//! micro-batches) and `log` (metrics); `sft` (the warm start's step), `evaluate` (held-out
-//! episodes) and `checkpoint` around them. Below them: `play` (episodes as a run plays
-//! them), `generator` (`[async]` rollouts on a thread), `config` (each section validating
-//! itself), and the losses, the optimiser and the data-parallel collectives.
+//! The modules import in one direction. `train` (the `Trainer`) is the run loop: it has
+//! `setup` build the run (ranks, env, actor, critic, LoRA, optimisers; new, or from a
+//! checkpoint), then calls the phases, each a module of functions with data in and data
+//! out. An RL step is one [`StepBatch`] going through five of them: `collect` (rollouts →
+//! batch), `score` (old / reference log-probs, values), `credit` (`assign_credit`: rewards →
+//! advantages), `update` (PPO epochs over micro-batches) and `log` (metrics); `sft` (the
+//! warm start's step), `evaluate` (held-out episodes) and `checkpoint` go around them. Below
+//! the phases: `play` (episodes as a run plays them), `generator` (`[async]` rollouts on a
+//! thread), `config` (each section validating itself), the losses, the optimiser and the
+//! data-parallel collectives. No phase imports the loop or the set-up.
 
 mod aggregate;
 mod async_section;

@@ -2,9 +2,10 @@
 //! rollout's figures, the update's averages and the phase timings.
 
 use crate::collect::Collected;
+use crate::metrics::StepMetrics;
 use crate::step_batch::StepBatch;
 use crate::update::Updated;
-use crate::{StepMetrics, explained_variance};
+use crate::value_loss::explained_variance;
 
 /// The share of the advantage-masked tokens whose advantage is zero (1 when every group's
 /// episodes scored alike; 0 before credit is assigned or with no such token).

@@ -61,7 +61,7 @@ impl MetricsLog {
     /// After a resume: a line saying from where, so that readers drop the earlier lines
     /// of steps that will be redone. The file is only ever appended to: a run killed while
     /// resuming cannot lose its log.
-    pub fn mark_resumed(&self, state: &crate::TrainerState) -> Result<()> {
+    pub fn mark_resumed(&self, state: &crate::checkpoint::TrainerState) -> Result<()> {
         let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
         // A line the kill cut short is ended first, so the mark is a line of its own.
         let torn = std::fs::read(&self.path).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n'));

@@ -132,6 +132,7 @@ impl Trainer {
         let (steps, done) = (self.cfg.sft.steps, self.state.sft_steps_done);
         let mut bar = Progress::new(steps as u64, "SFT steps", self.ranks.is_main(), done as u64);
         while self.state.sft_steps_done < steps {
+            // Field by field, not `run_env()`: the optimiser is borrowed mutably beside it.
             let run =
                 RunEnv { cfg: &self.cfg, plugin: self.plugin.as_ref(), ranks: &self.ranks, run_dir: &self.run_dir };
             let (loss, report) = crate::sft::step(&run, &self.actor, &mut self.actor_opt, self.state.sft_steps_done)?;

@@ -32,8 +32,13 @@ impl Trainer {
 
     /// [`Trainer::resume`] with what only the user's command line grants: a native
     /// `env.plugin` (`--allow-native`) and the judge's hosts and key.
-    pub fn resume_with(run_dir: &Path, overrides: &[String], allow_native: bool, judge: JudgeAccess) -> Result<Self> {
-        Self::resume_ranked(run_dir, overrides, allow_native, judge, None)
+    pub fn resume_with(
+        run_dir: &Path,
+        overrides: &[String],
+        allow_native: bool,
+        judge_access: JudgeAccess,
+    ) -> Result<Self> {
+        Self::resume_ranked(run_dir, overrides, allow_native, judge_access, None)
     }
 
     /// [`Trainer::resume_with`] as one of `ranks` (every rank reads the same checkpoint,
