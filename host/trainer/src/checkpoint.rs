@@ -7,6 +7,7 @@ use crate::optimizer::AdamW;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use vagen_dist::Ranks;
 use vagen_model::{Model, ValueModel};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -70,6 +71,26 @@ pub fn save(
         }
     }
     Ok(())
+}
+
+/// [`save`] by rank 0 of `ranks`, once every rank has helped put the optimisers' sharded
+/// moments (`optim.shard`) back together: a checkpoint holds them whole.
+pub(crate) fn save_ranked(
+    ranks: &Ranks,
+    run_dir: &Path,
+    state: &TrainerState,
+    actor: &Model,
+    critic: Option<(&ValueModel, &AdamW)>,
+    actor_opt: &AdamW,
+    keep_last: usize,
+) -> Result<()> {
+    let whole_actor_opt = actor_opt.unsharded(ranks)?;
+    let whole_critic_opt = critic.map(|(_, o)| o.unsharded(ranks)).transpose()?.flatten();
+    if !ranks.is_main() {
+        return Ok(());
+    }
+    let critic = critic.map(|(c, o)| (c, whole_critic_opt.as_ref().unwrap_or(o)));
+    save(run_dir, state, actor, critic, whole_actor_opt.as_ref().unwrap_or(actor_opt), keep_last)
 }
 
 /// Syncs every file under `dir`, then the folders themselves.

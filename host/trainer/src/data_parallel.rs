@@ -11,8 +11,8 @@
 //!   step ([`sum_grads`]): the sum is the one-process gradient, so every rank takes the same
 //!   step from the same weights.
 
-use crate::collect::TokenVersions;
 use crate::step_batch::StepBatch;
+use crate::token_versions::TokenVersions;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -215,9 +215,10 @@ pub(crate) fn same_config(ranks: &Ranks, toml: &str) -> Result<()> {
     Ok(())
 }
 
-/// Fails when the ranks resumed from different checkpoints (a rank saw another folder).
-pub(crate) fn same_state(ranks: &Ranks, state: &crate::TrainerState, ckpt: &std::path::Path) -> Result<()> {
-    let mine = (state.step as u64, state.sft_steps_done as u64);
+/// Fails when the ranks resumed from different checkpoints (a rank saw another folder):
+/// `(step, sft_steps_done)` is this rank's checkpoint's.
+pub(crate) fn same_state(ranks: &Ranks, (step, sft_steps_done): (usize, usize), ckpt: &std::path::Path) -> Result<()> {
+    let mine = (step as u64, sft_steps_done as u64);
     for (k, theirs) in gather::<(u64, u64)>(ranks, &mine, "checkpoint step")?.into_iter().enumerate() {
         if theirs != mine {
             bail!(

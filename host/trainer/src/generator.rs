@@ -20,10 +20,10 @@
 //! A resumed run starts the generator at the checkpoint's weights: its first k batches are
 //! fresher than an uninterrupted run's (the queue is not saved).
 
-use crate::collect::{Played, play};
+use crate::async_section::Refresh;
 use crate::config::TrainConfig;
+use crate::play::{Played, play};
 use anyhow::{Context, Result, bail};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -32,33 +32,6 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 use tch::Tensor;
 use vagen_runtime::Plugin;
-
-/// `[async]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AsyncSection {
-    /// How many updates behind the trainer a batch's weights may be (0: synchronous).
-    pub max_staleness: usize,
-    /// When the generator takes newer weights.
-    pub refresh: Refresh,
-    /// libtorch intra-op threads of the generator thread (0: libtorch's default, every
-    /// core): the generator and the update share the machine's cores.
-    pub generator_threads: usize,
-    /// libtorch intra-op threads of the trainer's thread while a generator runs (0: as
-    /// before).
-    pub trainer_threads: usize,
-}
-
-/// `[async] refresh`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Refresh {
-    /// Before a batch, exactly k versions behind: reproducible.
-    #[default]
-    Batch,
-    /// Before every decode step, the newest published: fresher, timing-dependent.
-    DecodeStep,
-}
 
 /// Published weights by version, until the generator is past them.
 #[derive(Default)]
@@ -113,6 +86,10 @@ impl Loader {
     }
 }
 
+/// Makes the generator's own copy of the model, on its thread (see `setup`'s
+/// `generator_model`).
+pub(crate) type ModelFactory = Box<dyn FnOnce() -> Result<vagen_model::Model> + Send>;
+
 pub(crate) struct Generator {
     batches: Option<Receiver<Result<Played, String>>>,
     shared: Arc<Shared>,
@@ -127,13 +104,14 @@ pub(crate) fn snapshot(vars: &std::collections::HashMap<String, Tensor>) -> Vec<
 
 impl Generator {
     /// Starts playing from step `start` (0-based) with `weights`, the actor's trainable
-    /// weights after `start` updates.
+    /// weights after `start` updates, on a copy of the model `model` makes.
     pub(crate) fn start(
         cfg: &TrainConfig,
         plugin: Arc<dyn Plugin>,
         share: (usize, usize),
         start: usize,
         weights: Vec<(String, Tensor)>,
+        model: ModelFactory,
     ) -> Result<Self> {
         let k = cfg.asynchronous.max_staleness;
         if let (Some(d), true) = (cfg.engine.device, share.1 > 1) {
@@ -149,7 +127,7 @@ impl Generator {
         let handle = std::thread::Builder::new()
             .name("vagen-generator".into())
             .spawn(move || {
-                let result = generate(&cfg, plugin.as_ref(), share, start, &thread_shared, &tx);
+                let result = generate(&cfg, plugin.as_ref(), share, start, model, &thread_shared, &tx);
                 if let Err(e) = result {
                     let _ = tx.send(Err(format!("{e:#}")));
                 }
@@ -203,16 +181,14 @@ fn generate(
     plugin: &dyn Plugin,
     share: (usize, usize),
     start: usize,
+    model: ModelFactory,
     shared: &Arc<Shared>,
     tx: &SyncSender<Result<Played, String>>,
 ) -> Result<()> {
     let k = cfg.asynchronous.max_staleness;
+    // Made here, after the thread's own libtorch threads are set.
     own_threads(cfg.asynchronous.generator_threads);
-    let mut placed = cfg.clone();
-    placed.rank_device = cfg.engine.device.or(cfg.rank_device);
-    let mut model = crate::train::load_model(&placed, plugin).context("the generator's copy of the model")?;
-    crate::train::attach_lora(&placed, &mut model)?;
-    let model = Rc::new(model);
+    let model = Rc::new(model()?);
     let loader = Arc::new(Mutex::new(Loader { shared: shared.clone(), vars: model.trainable(), loaded: None }));
     let mut blocked = 0.0;
     for step in start.. {

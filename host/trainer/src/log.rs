@@ -2,9 +2,10 @@
 //! rollout's figures, the update's averages and the phase timings.
 
 use crate::collect::Collected;
+use crate::metrics::StepMetrics;
 use crate::step_batch::StepBatch;
 use crate::update::Updated;
-use crate::{StepMetrics, explained_variance};
+use crate::value_loss::explained_variance;
 
 /// The share of the advantage-masked tokens whose advantage is zero (1 when every group's
 /// episodes scored alike; 0 before credit is assigned or with no such token).
@@ -92,6 +93,38 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
         }
     }
     m
+}
+
+/// With `[async]`: the tokens' staleness at step `step` (0-based), the batches dropped
+/// for it, and where the generator's and the trainer's time went. The episodes' own time is
+/// the generator's (`timing_s/rollout` holds the trainer's wait for them and their scoring
+/// and layout); `t.step` is the step's, `publish_s` the weights' hand-over's.
+pub fn log_async(
+    m: &mut StepMetrics,
+    collected: &Collected,
+    max_staleness: usize,
+    step: usize,
+    t: Timings,
+    publish_s: f64,
+) {
+    let (pace, dropped) = (collected.pace, collected.dropped);
+    let (mean, max) = collected.versions.staleness(step);
+    let busy = pace.play_s + pace.generator_wait_s;
+    for (name, value) in [
+        ("async/max_staleness", max_staleness as f64),
+        ("async/staleness", mean),
+        ("async/staleness_max", max as f64),
+        ("async/dropped_batches", dropped.batches as f64),
+        ("async/dropped_tokens", dropped.tokens as f64),
+        ("async/generator_idle", if busy > 0.0 { pace.generator_wait_s / busy } else { 0.0 }),
+        ("async/trainer_idle", pace.trainer_wait_s / t.step.max(1e-9)),
+        ("timing_s/generate", pace.play_s),
+        ("timing_s/generator_wait", pace.generator_wait_s),
+        ("timing_s/wait_batch", pace.trainer_wait_s),
+        ("timing_s/weight_sync", publish_s),
+    ] {
+        m.values.insert(name.into(), value);
+    }
 }
 
 /// How far the training forward's old log-probs are from generation's, over the answer

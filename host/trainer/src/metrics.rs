@@ -35,8 +35,8 @@ impl MetricsLog {
 
     /// A sample frame for TensorBoard's image tab.
     pub fn frame(&self, step: usize, tag: &str, image: &vagen_runtime::Image) -> Result<()> {
-        let Some(png) = crate::report::png(image) else { return Ok(()) };
-        self.tensorboard.image(step, tag, image.width, image.height, &png)
+        let Some(bytes) = png(image) else { return Ok(()) };
+        self.tensorboard.image(step, tag, image.width, image.height, &bytes)
     }
 
     /// One line's values as TensorBoard scalars: SFT lines at their own step (`sft/step`),
@@ -61,7 +61,7 @@ impl MetricsLog {
     /// After a resume: a line saying from where, so that readers drop the earlier lines
     /// of steps that will be redone. The file is only ever appended to: a run killed while
     /// resuming cannot lose its log.
-    pub fn mark_resumed(&self, state: &crate::TrainerState) -> Result<()> {
+    pub fn mark_resumed(&self, state: &crate::checkpoint::TrainerState) -> Result<()> {
         let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
         // A line the kill cut short is ended first, so the mark is a line of its own.
         let torn = std::fs::read(&self.path).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n'));
@@ -80,6 +80,14 @@ impl MetricsLog {
         }
         Ok(())
     }
+}
+
+/// `img` as PNG bytes; `None` when its size and pixels disagree.
+pub(crate) fn png(img: &vagen_runtime::Image) -> Option<Vec<u8>> {
+    let buf = image::RgbImage::from_raw(img.width, img.height, img.rgb.clone())?;
+    let mut bytes = Vec::new();
+    buf.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).ok()?;
+    Some(bytes)
 }
 
 /// The key of the line [`MetricsLog::mark_resumed`] writes.

@@ -218,15 +218,10 @@ fn number(y: f64, decimals: usize) -> String {
 }
 
 fn png_data_uri(img: &vagen_runtime::Image) -> Option<String> {
-    Some(format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(png(img)?)))
-}
-
-/// `img` as PNG bytes; `None` when its size and pixels disagree.
-pub(crate) fn png(img: &vagen_runtime::Image) -> Option<Vec<u8>> {
-    let buf = image::RgbImage::from_raw(img.width, img.height, img.rgb.clone())?;
-    let mut bytes = Vec::new();
-    buf.write_to(&mut std::io::Cursor::new(&mut bytes), image::ImageFormat::Png).ok()?;
-    Some(bytes)
+    Some(format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(crate::metrics::png(img)?)
+    ))
 }
 
 fn escape(s: &str) -> String {

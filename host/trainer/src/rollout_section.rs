@@ -4,11 +4,12 @@
 //! layout the trainer's ([`SequenceConfig`], here). Each part takes its own keys; a key
 //! none takes is refused (see [`RolloutSection::unknown_keys`]).
 
+use crate::config_error::{ConfigError, Range, in_ranges, invalid};
 use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use vagen_model::Sampling;
-use vagen_rollout::{ContextOverflow, EpisodeShape, History, RewardPlacement, RolloutConfig};
+use vagen_rollout::{ContextOverflow, Format, History, RewardPlacement, RolloutConfig};
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RolloutSection {
@@ -88,21 +89,44 @@ impl RolloutSection {
         let history = if self.sequences.per_turn { History::Last(0) } else { self.episodes.history };
         RolloutConfig { history, ..self.episodes.clone() }
     }
-}
 
-/// `[env]`'s batch shape for a rollout of `group_size` episodes a seed.
-pub(crate) fn shape(cfg: &crate::TrainConfig, group_size: usize) -> EpisodeShape {
-    EpisodeShape {
-        max_actions_per_turn: std::num::NonZeroUsize::new(cfg.env.max_actions_per_turn),
-        record_states: !cfg.rewards.is_empty(),
-        ..EpisodeShape::groups_of(group_size).with_max_turns(cfg.env.max_turns)
+    /// No key that no part takes, a format a model trains in, a prompt with an
+    /// observation, and the sampling settings in range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(key) = self.unknown_keys().into_iter().next() {
+            return Err(ConfigError::UnknownKey(key));
+        }
+        let r = &self.episodes;
+        if r.format == Format::Raw {
+            let why = "`raw` is `vagen-host run`'s (answers sent as written, no format reward); a model trains in a format with an <answer>";
+            return invalid("rollout.format", why.into());
+        }
+        if !r.observation_text && !r.describe_state {
+            return invalid(
+                "rollout.observation_text",
+                "false leaves the prompt without an observation: set rollout.describe_state = true".into(),
+            );
+        }
+        if !(0.0..=1.0).contains(&r.explore) {
+            return invalid("rollout.explore", format!("{} is not a probability", r.explore));
+        }
+        if self.sampling.max_new_tokens == 0 {
+            return invalid("rollout.max_new_tokens", "must be at least 1".into());
+        }
+        use Range::*;
+        in_ranges([
+            ("rollout.temperature", self.sampling.temperature, NonNegative),
+            ("rollout.val_temperature", self.sampling.val_temperature, NonNegative),
+            ("rollout.top_p", self.sampling.top_p, Share),
+            ("rollout.format_reward.bonus", r.format_reward.bonus, Scale),
+            ("rollout.format_reward.penalty", r.format_reward.penalty, Scale),
+        ])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vagen_rollout::Format;
 
     #[test]
     fn each_key_lands_in_its_part_and_the_table_round_trips() {

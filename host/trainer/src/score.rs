@@ -2,6 +2,7 @@
 //! with `rollout.reuse_logprobs`, else a no-grad forward with the training code path), the
 //! KL reference's, and the critic's values. Adds the batch's [`ScoreColumns`].
 
+use crate::config::TrainConfig;
 use crate::micro::{Micro, logprobs_and_entropy};
 use crate::step_batch::{ScoreColumns, StepBatch, split};
 use anyhow::Result;
@@ -24,6 +25,18 @@ pub struct ScoreOptions {
     /// Sequences per forward, and padded tokens (0: no limit), as the update's.
     pub micro_batch: usize,
     pub micro_batch_tokens: usize,
+}
+
+impl ScoreOptions {
+    /// As the run's config says: the update's temperature and micro-batches.
+    pub fn of(cfg: &TrainConfig) -> Self {
+        ScoreOptions {
+            reuse_logprobs: cfg.rollout.sequences.reuse_logprobs,
+            temperature: cfg.rollout.sampling.temperature.max(1e-6),
+            micro_batch: cfg.optim.micro_batch,
+            micro_batch_tokens: cfg.optim.micro_batch_tokens,
+        }
+    }
 }
 
 pub fn score(models: &Models, o: &ScoreOptions, batch: &mut StepBatch) -> Result<()> {

@@ -35,7 +35,7 @@ pub fn env_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<EnvTexts> {
             policies.push(Box::new(OraclePolicy { format }));
         }
         for policy in &mut policies {
-            let episodes = crate::train::episodes(cfg, plugin, &env_config, &config, 1);
+            let episodes = crate::play::episodes(cfg, plugin, &env_config, &config, 1);
             let played = match episodes.run(&seeds, policy.as_mut(), &mut |_| Ok(())) {
                 Ok(o) => o.trajectories,
                 // A free-form env has no action names to draw random answers from.

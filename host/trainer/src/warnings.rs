@@ -1,8 +1,37 @@
 //! What a run says once when its RL steps cannot teach anything, naming the cause: answers
 //! cut at `rollout.max_new_tokens`, or groups whose episodes all earned the same reward
-//! (zero advantage: the gradient is zero however long the run goes).
+//! (zero advantage: the gradient is zero however long the run goes); and the run stopped
+//! when its loss has diverged.
 
-use crate::StepMetrics;
+use crate::metrics::StepMetrics;
+use anyhow::{Result, bail};
+
+/// Steps in a row with no applied update before the run stops: a diverged loss does not
+/// come back by itself, and going on would only burn time on an unchanged model.
+const MAX_SKIPPED_IN_A_ROW: usize = 3;
+
+/// Updates in a row (SFT or RL steps) whose every optimiser step was skipped for a
+/// non-finite gradient norm.
+#[derive(Debug, Default)]
+pub(crate) struct SkippedSteps {
+    in_a_row: usize,
+}
+
+impl SkippedSteps {
+    /// Counts a step whose actor updates were all skipped (not `applied`); stops the run at
+    /// [`MAX_SKIPPED_IN_A_ROW`] of them, naming the `step` and the learning rate `lr` to
+    /// look at.
+    pub fn count(&mut self, applied: bool, step: &str, lr: &str) -> Result<()> {
+        self.in_a_row = if applied { 0 } else { self.in_a_row + 1 };
+        if self.in_a_row >= MAX_SKIPPED_IN_A_ROW {
+            bail!(
+                "{step}: the actor's gradient norm was not finite in every update of the last {} steps, so none was applied (actor/skipped_steps): the loss has diverged; resume from the last checkpoint with a lower {lr} or tighter optim.grad_clip",
+                self.in_a_row
+            );
+        }
+        Ok(())
+    }
+}
 
 /// RL steps in a row with zero advantage everywhere before the run says so.
 const ZERO_STEPS: usize = 3;

@@ -1,5 +1,8 @@
 //! AdamW whose state is plain tensors, so a checkpoint can hold it and a resumed run
-//! continues exactly (tch's optimizers do not expose their state).
+//! continues exactly (tch's optimizers do not expose their state). Its ZeRO-1 sharding
+//! over data-parallel ranks is [`shard`]'s.
+
+mod shard;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +15,7 @@ pub struct AdamW {
     pub(crate) m: Vec<Tensor>,
     pub(crate) v: Vec<Tensor>,
     /// `optim.shard` over several ranks (ZeRO-1): this rank's slices of the moments.
-    pub(crate) shards: Option<crate::shard::Shards>,
+    pub(crate) shards: Option<shard::Shards>,
     pub step: u64,
     pub beta1: f64,
     pub beta2: f64,

@@ -7,8 +7,8 @@
 //! parameters. Checkpoints hold the whole moments ([`AdamW::unsharded`]), so a run resumes
 //! with any world size.
 
+use super::{AdamW, StepReport};
 use crate::data_parallel::{buckets, grads_anywhere, sum_grads};
-use crate::optimizer::{AdamW, StepReport};
 use anyhow::Result;
 use std::ops::Range;
 use tch::{Kind, Tensor};

@@ -1,0 +1,82 @@
+//! `[algorithm]`: the advantage estimator, the StarPO-S filter, the losses and the
+//! off-policy correction.
+
+use crate::config_error::{ConfigError, Range, in_ranges, invalid};
+use crate::policy_loss::{OffPolicy, PolicyLossConfig};
+use crate::value_loss::ValueLossConfig;
+use serde::{Deserialize, Serialize};
+use vagen_algo::{AdvantageConfig, Estimator, FilterConfig};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AlgorithmSection {
+    pub advantage: AdvantageConfig,
+    pub filter: FilterConfig,
+    pub policy_loss: PolicyLossConfig,
+    pub value_loss: ValueLossConfig,
+    /// Off-policy correction against the policy that sampled each token (generation's
+    /// log-probs): `none`, `tis` or `decoupled` (see `OffPolicy`). Without
+    /// `rollout.reuse_logprobs`, π_old is the update's own forward and generation's numerics
+    /// (another engine, batch shapes, bf16) are what it corrects.
+    pub off_policy: OffPolicy,
+    /// TIS's truncation of w = π_old / π_behaviour, and decoupled PPO's cap (tokens over it
+    /// count zero) (2.0).
+    pub off_policy_cap: f64,
+}
+
+impl Default for AlgorithmSection {
+    fn default() -> Self {
+        AlgorithmSection {
+            advantage: AdvantageConfig { estimator: Estimator::Grpo, ..AdvantageConfig::default() },
+            filter: FilterConfig { keep_fraction: 1.0, ..FilterConfig::default() },
+            policy_loss: PolicyLossConfig::default(),
+            value_loss: ValueLossConfig::default(),
+            off_policy: OffPolicy::None,
+            off_policy_cap: 2.0,
+        }
+    }
+}
+
+impl AlgorithmSection {
+    /// A usable off-policy cap and filter, and every coefficient finite and in its range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let cap = self.off_policy_cap;
+        if !(cap.is_finite() && cap >= 1.0) {
+            return invalid("algorithm.off_policy_cap", format!("{cap} is not a weight cap of at least 1"));
+        }
+        let (pl, est) = (&self.policy_loss, self.advantage.estimator);
+        if self.filter.drop_zero_advantage && (pl.entropy_coef != 0.0 || pl.kl.is_some() || est.uses_critic()) {
+            return invalid(
+                "algorithm.filter.drop_zero_advantage",
+                "a sequence with zero advantages still feeds the entropy bonus, the KL penalty or the critic: \
+                 set entropy_coef = 0, no kl and a critic-free estimator, or turn it off"
+                    .into(),
+            );
+        }
+        let f = self.filter.keep_fraction;
+        if !(f > 0.0 && f <= 1.0) {
+            return invalid("algorithm.filter.keep_fraction", format!("{f} is not in (0, 1]"));
+        }
+        self.check_numbers()
+    }
+
+    fn check_numbers(&self) -> Result<(), ConfigError> {
+        use Range::*;
+        let (pl, a) = (&self.policy_loss, &self.advantage);
+        let mut checks = vec![
+            ("algorithm.policy_loss.clip_low", pl.clip_low, NonNegative),
+            ("algorithm.policy_loss.clip_high", pl.clip_high, NonNegative),
+            ("algorithm.policy_loss.entropy_coef", pl.entropy_coef, Scale),
+            ("algorithm.value_loss.clip", self.value_loss.clip, NonNegative),
+            ("algorithm.advantage.gamma", a.gamma, Unit),
+            ("algorithm.advantage.lambda", a.lambda, Unit),
+            ("algorithm.advantage.gamma_turn", a.gamma_turn, Unit),
+            ("algorithm.advantage.epsilon", a.epsilon, Positive),
+        ];
+        checks.extend(pl.dual_clip.map(|c| ("algorithm.policy_loss.dual_clip", c, AboveOne)));
+        checks.extend(pl.kl.as_ref().map(|k| ("algorithm.policy_loss.kl.coef", k.coef, NonNegative)));
+        checks.extend(a.lambda_turn.map(|l| ("algorithm.advantage.lambda_turn", l, Unit)));
+        checks.extend(a.lambda_token.map(|l| ("algorithm.advantage.lambda_token", l, Unit)));
+        in_ranges(checks)
+    }
+}

@@ -1,0 +1,170 @@
+//! The networks a run trains and reads: the actor as `[model]` says (the embedded model's
+//! tokenizer from the env, vision settings, LoRA adapters), a checkpoint's actor, the
+//! critic, the optimisers, the KL reference and the generator thread's copy.
+
+use crate::config::{CriticInit, TrainConfig};
+use crate::generator::ModelFactory;
+use crate::optimizer::AdamW;
+use crate::vocabulary::EnvTexts;
+use anyhow::{Context, Result, bail};
+use std::path::Path;
+use std::sync::Arc;
+use vagen_dist::Ranks;
+use vagen_model::{LoadOptions, Model, ValueModel};
+use vagen_runtime::Plugin;
+
+/// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`, its
+/// tokenizer retrained on `plugin`'s texts) on `model.device` in `model.dtype`, with the
+/// run's vision settings.
+pub fn load_model(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Model> {
+    load_model_with(cfg, embedded_texts(cfg, plugin)?.as_ref())
+}
+
+/// The env's texts when `model.path` is the embedded model, which learns its words.
+pub(super) fn embedded_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Option<EnvTexts>> {
+    cfg.model.path.is_embedded().then(|| crate::vocabulary::env_texts(cfg, plugin)).transpose()
+}
+
+pub(super) fn load_model_with(cfg: &TrainConfig, texts: Option<&EnvTexts>) -> Result<Model> {
+    let options = load_options(cfg)?;
+    let mut model = cfg
+        .model
+        .path
+        .load(cfg.schedule.seed, options)
+        .with_context(|| format!("loading the model {} (model.path)", cfg.model.path))?;
+    if let Some(texts) = texts {
+        crate::vocabulary::retokenize(&mut model, texts)?;
+    }
+    vision_settings(cfg, &mut model)?;
+    Ok(model)
+}
+
+/// `model.freeze_vision` and `rollout.max_image_pixels` applied to a loaded model; either
+/// set for a text-only model is refused (it would silently do nothing).
+pub(super) fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
+    let Some(vision) = model.vision.as_mut() else {
+        if cfg.model.freeze_vision || cfg.rollout.sequences.max_image_pixels > 0 {
+            bail!(
+                "model.freeze_vision and rollout.max_image_pixels need a VL model; {} has no vision tower",
+                cfg.model.path
+            );
+        }
+        return Ok(());
+    };
+    if cfg.rollout.sequences.max_image_pixels > 0 {
+        vision.processor.limit_pixels(cfg.rollout.sequences.max_image_pixels).context("rollout.max_image_pixels")?;
+    }
+    model.set_vision_trainable(!cfg.model.freeze_vision);
+    Ok(())
+}
+
+/// `[model.lora]`'s adapters on a freshly loaded base (A drawn from `schedule.seed`).
+pub(super) fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
+    if let Some(lora) = &cfg.model.lora {
+        model.attach_lora(lora, cfg.schedule.seed).context("model.lora")?;
+        if model.vision.is_some() {
+            model.set_vision_trainable(!cfg.model.freeze_vision);
+        }
+    }
+    Ok(())
+}
+
+/// The async generator's own copy of the actor, made on its thread when it starts: loaded
+/// as the actor was (on `engine.device` if set), adapters and all, the published weights
+/// then copied over it.
+pub(crate) fn generator_model(cfg: &TrainConfig, plugin: Arc<dyn Plugin>) -> ModelFactory {
+    let mut placed = cfg.clone();
+    placed.rank_device = cfg.engine.device.or(cfg.rank_device);
+    Box::new(move || {
+        let mut model = load_model(&placed, plugin.as_ref()).context("the generator's copy of the model")?;
+        attach_lora(&placed, &mut model)?;
+        Ok(model)
+    })
+}
+
+/// A checkpoint's actor: the whole model, or with LoRA the base `model.path` names and the
+/// saved adapter, which must have the config's settings.
+pub(super) fn load_actor(cfg: &TrainConfig, plugin: &dyn Plugin, dir: &Path) -> Result<Model> {
+    let options = load_options(cfg)?;
+    let Some(lora) = &cfg.model.lora else {
+        return Ok(Model::load(dir, options)?);
+    };
+    let mut model = cfg.model.path.load_with_adapter(dir, cfg.schedule.seed, options).with_context(|| {
+        format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display())
+    })?;
+    if let Some(texts) = embedded_texts(cfg, plugin)? {
+        // The base the adapter was trained on had the env's tokenizer (the same texts give
+        // the same one).
+        crate::vocabulary::retokenize(&mut model, &texts)?;
+    }
+    if model.lora() != Some(lora) {
+        bail!(
+            "its adapter was trained with other settings than [model.lora] ({:?}, not {lora:?}): a LoRA run resumes with the settings it began with",
+            model.lora()
+        );
+    }
+    Ok(model)
+}
+
+/// A critic as `critic.init` says, beside `actor` (none for critic-free estimators).
+pub(crate) fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
+    if !cfg.algorithm.advantage.estimator.uses_critic() {
+        return Ok(None);
+    }
+    Ok(Some(match cfg.critic.init {
+        CriticInit::Actor => ValueModel::from_policy(actor)?,
+        CriticInit::Seed if actor.vision.is_some() => {
+            bail!(
+                "critic.init = \"seed\" draws a text-only critic; a VL actor's critic starts from the actor (critic.init = \"actor\")"
+            )
+        }
+        CriticInit::Seed => {
+            ValueModel::random(actor.config().clone(), cfg.schedule.seed.wrapping_add(1), load_options(cfg)?)?
+        }
+    }))
+}
+
+/// AdamW over `vars`, its moments sharded over the ranks with `optim.shard`.
+pub(crate) fn new_optimizer(
+    cfg: &TrainConfig,
+    vars: std::collections::HashMap<String, tch::Tensor>,
+    ranks: &Ranks,
+) -> AdamW {
+    match cfg.optim.shard {
+        true => AdamW::new_sharded(vars, cfg.optim.weight_decay, ranks),
+        false => AdamW::new(vars, cfg.optim.weight_decay),
+    }
+}
+
+pub(super) fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
+    Ok(LoadOptions { device: cfg.rank_device.unwrap_or(cfg.model.device).resolve()?, dtype: cfg.model.dtype })
+}
+
+/// The KL reference, first saving `actor` as it when the run has none yet (RL is
+/// starting). A LoRA actor's reference is its adapter as RL began, frozen, over the same
+/// base.
+pub(crate) fn reference(cfg: &TrainConfig, run_dir: &Path, ranks: &Ranks, actor: &Model) -> Result<Model> {
+    let dir = run_dir.join("reference");
+    let absent = !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file();
+    if ranks.is_main() && absent {
+        // Written aside and renamed, so a crash never leaves half a reference behind.
+        let tmp = run_dir.join("reference.partial");
+        let _ = std::fs::remove_dir_all(&tmp);
+        actor.save(&tmp).context("saving the KL reference policy")?;
+        std::fs::rename(&tmp, &dir).with_context(|| format!("moving the KL reference to {}", dir.display()))?;
+    }
+    // The other ranks read what rank 0 wrote (the run folder is shared, as for resuming).
+    ranks.barrier("waiting for rank 0 to write the KL reference")?;
+    let load = || -> Result<Model> {
+        if cfg.model.lora.is_none() {
+            return Ok(Model::load(&dir, load_options(cfg)?)?);
+        }
+        let mut reference = actor.sharing_base()?;
+        reference.load_adapter(&dir)?;
+        for t in reference.trainable().values() {
+            let _ = t.set_requires_grad(false);
+        }
+        Ok(reference)
+    };
+    load().with_context(|| format!("loading the KL reference policy from {}", dir.display()))
+}

@@ -1,0 +1,59 @@
+//! The SFT warm start's step: cross-entropy on the answer tokens of (noisy) oracle episodes
+//! played through the rollout path, the mean over every rank's tokens.
+
+use crate::collect::collect_sft;
+use crate::config::SftSection;
+use crate::metrics::StepMetrics;
+use crate::micro::{Micro, logprobs_and_entropy};
+use crate::optimizer::{AdamW, StepReport};
+use crate::play::RunEnv;
+use crate::step_batch::split;
+use anyhow::Result;
+use tch::Kind;
+use vagen_model::Model;
+
+/// SFT step `done + 1` (`done` steps before it) on `actor`: its mean loss, and what the
+/// optimiser step did.
+pub(crate) fn step(run: &RunEnv, actor: &Model, opt: &mut AdamW, done: usize) -> Result<(f64, StepReport)> {
+    let cfg = run.cfg;
+    // With a fixed dataset, every step replays the same episodes.
+    let k = match cfg.sft.dataset_steps {
+        0 => done as u64,
+        n => (done % n) as u64,
+    };
+    // This rank's share of the step's episodes; the mean is over every rank's tokens.
+    let batch = collect_sft(run, actor, k, done + 1)?;
+    // Mean cross-entropy over the step's answer tokens, accumulated as sums.
+    let mut total = 0.0;
+    let mut tokens = [batch.tokens.loss_mask.iter().filter(|&&m| m).count() as f64];
+    run.ranks.sum(&mut tokens)?;
+    let all_tokens = (tokens[0] as usize).max(1);
+    let seqs: Vec<usize> = (0..batch.len()).collect();
+    for chunk in split(&batch, &seqs, cfg.optim.micro_batch, cfg.optim.micro_batch_tokens) {
+        let micro = Micro::new(&batch, &chunk, actor.vision.as_ref(), actor.device())?;
+        let (logp, _) = logprobs_and_entropy(actor, &micro, 1.0)?;
+        let nll = -(logp * &micro.loss_mask).sum(Kind::Float);
+        total += nll.double_value(&[]);
+        (nll / all_tokens as f64).backward();
+    }
+    let mut sums = [total];
+    run.ranks.sum(&mut sums)?;
+    total = sums[0];
+    let report = opt.step_across(run.ranks, cfg.sft.lr, cfg.optim.grad_clip)?;
+    Ok((total / all_tokens as f64, report))
+}
+
+/// The line of `metrics.jsonl` for the SFT step that made `done` steps.
+pub(crate) fn metrics(loss: f64, report: &StepReport, done: usize) -> StepMetrics {
+    let mut m = StepMetrics::new(0);
+    m.values.insert("sft/loss".into(), loss);
+    m.values.insert("sft/grad_norm".into(), report.grad_norm);
+    m.values.insert("sft/step".into(), done as f64);
+    m
+}
+
+/// Whether a checkpoint follows the SFT step that made `done` steps: every `save_every`,
+/// and the last.
+pub(crate) fn save_due(sft: &SftSection, done: usize) -> bool {
+    done == sft.steps || (sft.save_every > 0 && done.is_multiple_of(sft.save_every))
+}
