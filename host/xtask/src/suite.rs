@@ -37,7 +37,10 @@ pub fn run_jobs(jobs: Vec<Job>, lanes: usize, logs: &Path, phases: &Phases) -> R
     std::thread::scope(|s| {
         for _ in 0..lanes.max(1) {
             s.spawn(|| {
-                while let Some(job) = queue.lock().expect("the queue is never poisoned").pop_front() {
+                loop {
+                    // Not in the loop's head: a guard there would hold the queue for the job.
+                    let next = queue.lock().expect("the queue is never poisoned").pop_front();
+                    let Some(job) = next else { break };
                     let name = job.name.clone();
                     if phases.time(&format!("  {name}"), || run_one(job, logs)).is_err() {
                         failed.lock().expect("the failures are never poisoned").push(name);
@@ -191,5 +194,25 @@ mod tests {
         assert!(std::fs::read_to_string(logs.join("also-passes.log")).is_ok());
         assert_eq!(summary(&logs.join("passes.log")), ": test result: ok. 2 passed");
         let _ = std::fs::remove_dir_all(&logs);
+    }
+
+    /// Each job waits for the other's mark: they pass only when both lanes run at once.
+    #[test]
+    fn two_lanes_run_two_jobs_at_once() {
+        let dir = std::env::temp_dir().join(format!("xtask-lanes-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let waits_for = |mine: &str, theirs: &str| {
+            let mut c = Command::new("sh");
+            let script = format!(
+                "touch {d}/{mine}; for i in $(seq 100); do [ -f {d}/{theirs} ] && exit 0; sleep 0.05; done; exit 1",
+                d = dir.display()
+            );
+            c.args(["-c", &script]);
+            c
+        };
+        let jobs = vec![Job::new("a", waits_for("a", "b")), Job::new("b", waits_for("b", "a"))];
+        let result = run_jobs(jobs, 2, &dir.join("logs"), &Phases::new());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(result, Ok(()));
     }
 }
