@@ -569,7 +569,6 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     let wheel = std::thread::scope(|s| {
         let rust = s.spawn(|| {
             phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
-            phases.time("cargo doc (beside the venvs)", doc)?;
             phases.time("wheel (beside the venvs)", wheel)
         });
         let venvs = phases.time("venvs", || {
@@ -594,13 +593,6 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     phases.time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases))
 }
 
-/// The embedding API's documentation builds without a warning (its example runs as a
-/// doctest).
-fn doc() -> Result<()> {
-    let mut doc = cargo();
-    doc.args(["doc", "--release", "--no-deps", "-p", "vagen-runtime"]).env("RUSTDOCFLAGS", "-D warnings");
-    run(doc)
-}
 
 /// Everything the tests run, in one build (one feature set, so nothing is built twice):
 /// libraries, `vagen-host` and the other binaries, the environments' `.so`, examples and
@@ -651,6 +643,12 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
     let mut layers = Command::new(std::env::current_exe().map_err(|e| format!("the running xtask: {e}"))?);
     layers.arg("layers");
     jobs.push(suite::Job::new("layers", layers));
+    // The embedding API's documentation builds without a warning (its example runs as a
+    // doctest). Its dependencies build in check mode, apart from the build: a job, so that
+    // it fills a lane while other jobs wait.
+    let mut doc = cargo();
+    doc.args(["doc", "--release", "--no-deps", "-p", "vagen-runtime"]).env("RUSTDOCFLAGS", "-D warnings");
+    jobs.push(suite::Job::new("cargo doc", doc));
     let mut doctests = cargo();
     doctests.args(["test", "--release", "--workspace", "--exclude", "vagen-python", "--doc"]).envs(torch.iter().cloned());
     jobs.push(suite::Job::new("doctests", doctests));
@@ -662,9 +660,10 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
 
 /// The jobs that took longest in a cold run on 2 cores (2026-11-28, one lane), longest
 /// first: they start first; the rest keep cargo's order.
-const SLOW_FIRST: [&str; 20] = [
+const SLOW_FIRST: [&str; 21] = [
     "vagen-trainer/tests/vision",
     "vagen-env/tests/languages",
+    "cargo doc",
     "gpu bundle dry run",
     "pytest/test_primitive_skill.py",
     "vagen-host/tests/first_hour",
