@@ -657,8 +657,8 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
     };
     let n = job.seeds.len();
-    if let Err(response) = enqueue(&s, n) {
-        return response;
+    if let Some(refusal) = enqueue(&s, n) {
+        return refusal;
     }
     let pending = Pending { count: s.queued.clone(), n, gone: job.gone.clone() };
     s.requests.fetch_add(1, Ordering::SeqCst);
@@ -705,17 +705,17 @@ async fn read_request(s: &Shared, request: axum::extract::Request) -> Result<Cha
     })
 }
 
-/// Counts `n` more completions into the queue, or answers 503 with `Retry-After` when that
-/// would pass `--max-queue`.
-fn enqueue(s: &Shared, n: usize) -> Result<(), Response> {
-    if s.queued.fetch_add(n, Ordering::SeqCst) + n > s.max_queue {
-        s.queued.fetch_sub(n, Ordering::SeqCst);
-        let message = format!("{} completions are queued (--max-queue): try again shortly", s.max_queue);
-        let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, message, None, Some("queue_full"));
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        return Err(response);
+/// Counts `n` more completions into the queue; when that would pass `--max-queue`, counts
+/// nothing and returns the answer instead: 503 with `Retry-After`.
+fn enqueue(s: &Shared, n: usize) -> Option<Response> {
+    if s.queued.fetch_add(n, Ordering::SeqCst) + n <= s.max_queue {
+        return None;
     }
-    Ok(())
+    s.queued.fetch_sub(n, Ordering::SeqCst);
+    let message = format!("{} completions are queued (--max-queue): try again shortly", s.max_queue);
+    let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, message, None, Some("queue_full"));
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    Some(response)
 }
 
 /// The whole (not streamed) response: a choice per answer, with its log-probs when asked,
