@@ -391,51 +391,71 @@ fn long_prompts_are_refused_before_their_work_and_memory_returns() {
     assert_eq!(post(&server.url, short).0, 200);
 }
 
+/// The chat the sampling tests continue.
+const FROZEN_LAKE_MESSAGES: &str =
+    r#""messages": [{"role": "system", "content": "FrozenLake."}, {"role": "user", "content": "Where to?"}]"#;
+
+/// Choice `i`'s `token_ids`.
+fn token_ids(v: &serde_json::Value, i: usize) -> Vec<u64> {
+    v["choices"][i]["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
 #[test]
 fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
     let server = Server::start(&[]);
-    let messages =
-        r#""messages": [{"role": "system", "content": "FrozenLake."}, {"role": "user", "content": "Where to?"}]"#;
+    let messages = FROZEN_LAKE_MESSAGES;
     let ask = |extra: &str| {
         let (status, v) = post(&server.url, &format!(r#"{{{messages}, "max_tokens": 16, "temperature": 1.0{extra}}}"#));
         assert_eq!(status, 200, "{v}");
         v
     };
-    let ids = |v: &serde_json::Value, i: usize| -> Vec<u64> {
-        v["choices"][i]["token_ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
-    };
     // Unseeded: fresh draws every time; seeded: the same ones.
-    assert_ne!(ids(&ask(""), 0), ids(&ask(""), 0), "two unseeded answers at temperature 1");
-    assert_eq!(ids(&ask(r#", "seed": 7"#), 0), ids(&ask(r#", "seed": 7"#), 0));
+    assert_ne!(token_ids(&ask(""), 0), token_ids(&ask(""), 0), "two unseeded answers at temperature 1");
+    assert_eq!(token_ids(&ask(r#", "seed": 7"#), 0), token_ids(&ask(r#", "seed": 7"#), 0));
     // n = 4 seeded s: the four single requests seeded s … s + 3.
     let four = ask(r#", "seed": 7, "n": 4, "logprobs": true"#);
     assert_eq!(four["choices"].as_array().unwrap().len(), 4);
     for i in 0..4 {
         assert_eq!(four["choices"][i]["index"], i);
-        assert_eq!(ids(&four, i), ids(&ask(&format!(r#", "seed": {}"#, 7 + i)), 0), "choice {i}");
+        assert_eq!(token_ids(&four, i), token_ids(&ask(&format!(r#", "seed": {}"#, 7 + i)), 0), "choice {i}");
     }
-    let total: usize = (0..4).map(|i| ids(&four, i).len()).sum();
+    let total: usize = (0..4).map(|i| token_ids(&four, i).len()).sum();
     assert_eq!(four["usage"]["completion_tokens"], total);
-    // Log-probs: the model's own for the returned ids (a whole-sequence forward), 1e-4.
+    assert_logprobs_are_the_models(&four);
+    assert_top_logprobs_are_ranked(&server.url);
+    // Streamed: the same ids and text, a token at a time.
+    let (streamed_ids, text) =
+        streamed(&server.url, &format!(r#"{{{messages}, "max_tokens": 16, "seed": 7, "stream": true}}"#));
+    assert_eq!(streamed_ids, token_ids(&four, 0));
+    assert_eq!(text, four["choices"][0]["message"]["content"].as_str().unwrap());
+}
+
+/// Log-probs: each choice's are the model's own for the returned ids (a whole-sequence
+/// forward), to 1e-4.
+fn assert_logprobs_are_the_models(answer: &serde_json::Value) {
     let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, vagen_model::LoadOptions::default()).unwrap();
     let chat = [vagen_model::Message::system("FrozenLake."), vagen_model::Message::user("Where to?")];
     let prompt = model.encode_chat(&chat, true).unwrap();
-    for i in 0..4 {
-        let sampled: Vec<u32> = ids(&four, i).iter().map(|&t| t as u32).collect();
+    for i in 0..answer["choices"].as_array().unwrap().len() {
+        let sampled: Vec<u32> = token_ids(answer, i).iter().map(|&t| t as u32).collect();
         let seq: Vec<u32> = prompt.iter().chain(&sampled).copied().collect();
         let want = vagen_model::sequence_logprobs(&model.lm, &[seq], 1.0).unwrap().remove(0);
-        let got = four["choices"][i]["logprobs"]["content"].as_array().unwrap();
+        let got = answer["choices"][i]["logprobs"]["content"].as_array().unwrap();
         assert_eq!(got.len(), sampled.len());
         for (j, entry) in got.iter().enumerate() {
             let (lp, w) = (entry["logprob"].as_f64().unwrap() as f32, want[prompt.len() - 1 + j]);
             assert!((lp - w).abs() <= 1e-4, "choice {i} token {j}: served {lp}, model {w}");
         }
     }
-    // Alternatives: three per position, most likely first, the sampled token's log-prob among
-    // them where it is one of them; greedy, the sampled token is the first.
+}
+
+/// Alternatives: three per position, most likely first, the sampled token's log-prob among
+/// them where it is one of them; greedy, the sampled token is the first.
+fn assert_top_logprobs_are_ranked(url: &str) {
+    let messages = FROZEN_LAKE_MESSAGES;
     for (extra, greedy) in [(r#", "seed": 7"#, false), (r#", "temperature": 0"#, true)] {
         let body = format!(r#"{{{messages}, "max_tokens": 16, "logprobs": true, "top_logprobs": 3{extra}}}"#);
-        let (status, v) = post(&server.url, &body);
+        let (status, v) = post(url, &body);
         assert_eq!(status, 200, "{v}");
         for (j, entry) in v["choices"][0]["logprobs"]["content"].as_array().unwrap().iter().enumerate() {
             let top: Vec<(String, f64)> = entry["top_logprobs"]
@@ -456,10 +476,12 @@ fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
             }
         }
     }
-    // Streamed: the same ids and text, a token at a time.
+}
+
+/// A streamed completion of `body`: its token ids and text, gathered from the chunks.
+fn streamed(url: &str, body: &str) -> (Vec<u64>, String) {
     let streamed = {
-        let body = format!(r#"{{{messages}, "max_tokens": 16, "seed": 7, "stream": true}}"#);
-        let mut r = ureq::post(&format!("{}/chat/completions", server.url)).send(&body).unwrap();
+        let mut r = ureq::post(&format!("{url}/chat/completions")).send(body).unwrap();
         r.body_mut().read_to_string().unwrap()
     };
     let chunks: Vec<serde_json::Value> = streamed
@@ -468,15 +490,14 @@ fn serve_samples_as_openai_does_seeds_n_logprobs_and_token_ids() {
         .filter(|d| *d != "[DONE]")
         .map(|d| serde_json::from_str(d).unwrap())
         .collect();
-    let streamed_ids: Vec<u64> = chunks
+    let ids: Vec<u64> = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["token_ids"].as_array())
         .flatten()
         .map(|x| x.as_u64().unwrap())
         .collect();
-    assert_eq!(streamed_ids, ids(&four, 0));
     let text: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
-    assert_eq!(text, four["choices"][0]["message"]["content"].as_str().unwrap());
+    (ids, text)
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! A model folder in the Hugging Face layout, loaded and saved.
 
-use crate::folder::{FileKind, ModelFolder};
+use crate::folder::{FileKind, ModelFolder, write_json};
 use crate::image_processor::{ImageProcessor, PixelValues};
 use crate::vision::VisionTower;
 use crate::vl::{Prompt, Vision};
@@ -71,12 +71,6 @@ impl Parts {
 }
 
 impl Model {
-    /// `default` for the embedded model (see [`crate::default_model`]), `default-vl` for its
-    /// VL sibling ([`crate::default_vl_model`]), else a folder.
-    pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        spec.parse::<crate::ModelSource>()?.load(crate::DEFAULT_SEED, options)
-    }
-
     /// Loads `config.json`, `model.safetensors` (or its sharded index), `tokenizer.json`,
     /// `tokenizer_config.json` and the chat template of a HF model folder; for Qwen2.5-VL
     /// also the vision tower and the image processor's settings.
@@ -190,21 +184,6 @@ impl Model {
         self.tokenizer.encode(&self.chat_template()?.render(messages, add_generation_prompt)?)
     }
 
-    /// Continues `prompts` (token ids), ending rows at this model's end-of-sequence ids.
-    pub fn generate(&self, prompts: &[Vec<u32>], options: &crate::GenerateOptions) -> Result<Vec<crate::Generation>> {
-        crate::generate(&self.lm, &self.tokenizer, &self.eos_token_ids, prompts, options)
-    }
-
-    /// Continues `requests` with the rollout engine (its cached sequences reused and kept).
-    pub fn generate_with(
-        &self,
-        engine: &mut crate::Engine,
-        requests: &[crate::EngineRequest],
-        options: &crate::GenerateOptions,
-    ) -> Result<Vec<crate::Generation>> {
-        engine.generate(&self.lm, self.vision.as_ref(), &self.tokenizer, &self.eos_token_ids, requests, options)
-    }
-
     /// The vision half, or an error saying this is a text-only model.
     pub fn vision(&self) -> Result<&Vision> {
         self.vision
@@ -234,20 +213,6 @@ impl Model {
             .map(|(i, img)| vision.processor.process(img).map_err(|e| Error::Invalid(format!("image {i}: {e}"))))
             .collect::<Result<_>>()?;
         vision.expand(&ids, pixels)
-    }
-
-    /// Continues prompts that may hold images (a text-only model takes prompts without).
-    pub fn generate_vl(&self, prompts: &[Prompt], options: &crate::GenerateOptions) -> Result<Vec<crate::Generation>> {
-        match &self.vision {
-            Some(v) => crate::generate_vl(&self.lm, v, &self.tokenizer, &self.eos_token_ids, prompts, options),
-            None => {
-                if prompts.iter().any(|p| !p.images.is_empty()) {
-                    self.vision()?;
-                }
-                let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
-                self.generate(&ids, options)
-            }
-        }
     }
 
     /// The same model in another precision (its parameters converted in place).
@@ -340,11 +305,6 @@ pub(crate) fn read_configs(folder: &ModelFolder) -> Result<(Qwen2Config, Option<
     let vl = Qwen2VlConfig::from_json(&text).map_err(bad)?;
     let processor = ImageProcessor::from_folder(folder)?.unwrap_or_default();
     Ok((vl.text.clone(), Some((vl, processor))))
-}
-
-pub(crate) fn write_json(path: &Path, value: &Value) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
-    std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
 }
 
 fn eos_ids(config: &Qwen2Config, generation: Option<&Value>, tokenizer_config: &Value, tok: &Tokenizer) -> Vec<u32> {

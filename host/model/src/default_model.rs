@@ -2,9 +2,10 @@
 //! tokens, built from a seed with no download, through the same loader as real checkpoints.
 
 use crate::checkpoint::Parts;
+use crate::sampling::gaussian;
 use crate::{ChatTemplate, ImageProcessor, LoadOptions, Model, Qwen2Config, Qwen2VlConfig, Result, Tokenizer};
 use rand_chacha::ChaCha8Rng;
-use rand_core::{Rng, SeedableRng};
+use rand_core::SeedableRng;
 use std::collections::HashMap;
 use std::path::Path;
 use tch::Tensor;
@@ -273,11 +274,4 @@ pub(crate) fn initial_weights(c: &Qwen2Config, seed: u64) -> HashMap<String, Ten
         w.insert("lm_head.weight".to_string(), normal(&[c.vocab_size, h]));
     }
     w
-}
-
-/// Standard normal by Box–Muller: portable, unlike libtorch's generator across devices.
-pub(crate) fn gaussian(rng: &mut ChaCha8Rng) -> f64 {
-    let u1 = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
-    let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }

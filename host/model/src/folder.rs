@@ -124,6 +124,12 @@ impl ModelFolder {
     }
 }
 
+/// One of a model folder's JSON files: `value` pretty-printed, with a final newline.
+pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(value).expect("a JSON value serialises");
+    std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

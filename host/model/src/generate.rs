@@ -3,10 +3,10 @@
 //! with its log-prob.
 
 use crate::image_processor::PixelValues;
-use crate::qwen2::attention_mask;
+use crate::qwen2::{attention_mask, right_pad};
 use crate::sampling::Sampler;
 use crate::vl::{MropePositions, Prompt, Vision, batch_positions};
-use crate::{Error, KvCache, Qwen2ForCausalLM, Result, Tokenizer};
+use crate::{Error, KvCache, Model, Qwen2ForCausalLM, Result, Tokenizer};
 use serde::{Deserialize, Serialize};
 use tch::{Kind, Tensor};
 
@@ -160,6 +160,27 @@ pub fn generate_vl(
 ) -> Result<Vec<Generation>> {
     let ids: Vec<&[u32]> = prompts.iter().map(|p| p.ids.as_slice()).collect();
     run(lm, Some((vision, prompts)), tokenizer, eos, &ids, options)
+}
+
+impl Model {
+    /// Continues `prompts` (token ids), ending rows at this model's end-of-sequence ids.
+    pub fn generate(&self, prompts: &[Vec<u32>], options: &GenerateOptions) -> Result<Vec<Generation>> {
+        generate(&self.lm, &self.tokenizer, &self.eos_token_ids, prompts, options)
+    }
+
+    /// Continues prompts that may hold images (a text-only model takes prompts without).
+    pub fn generate_vl(&self, prompts: &[Prompt], options: &GenerateOptions) -> Result<Vec<Generation>> {
+        match &self.vision {
+            Some(v) => generate_vl(&self.lm, v, &self.tokenizer, &self.eos_token_ids, prompts, options),
+            None => {
+                if prompts.iter().any(|p| !p.images.is_empty()) {
+                    self.vision()?;
+                }
+                let ids: Vec<Vec<u32>> = prompts.iter().map(|p| p.ids.clone()).collect();
+                self.generate(&ids, options)
+            }
+        }
+    }
 }
 
 fn run(
@@ -391,16 +412,6 @@ fn check_scorable(rows: &[&[u32]]) -> Result<()> {
         return Err(Error::Invalid("each sequence needs at least two tokens to score".into()));
     }
     Ok(())
-}
-
-/// Ids `[batch, longest]`, padded with 0 on the right.
-pub(crate) fn right_pad(rows: &[&[u32]], device: tch::Device) -> Tensor {
-    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let mut ids = Vec::with_capacity(rows.len() * longest);
-    for s in rows {
-        ids.extend(s.iter().map(|&t| t as i64).chain(std::iter::repeat_n(0, longest - s.len())));
-    }
-    Tensor::from_slice(&ids).view([rows.len() as i64, longest as i64]).to_device(device)
 }
 
 fn chosen_logprobs(logits: &Tensor, ids: &Tensor, rows: &[&[u32]], temperature: f64) -> Result<Vec<Vec<f32>>> {

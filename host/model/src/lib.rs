@@ -33,6 +33,7 @@ mod folder;
 mod generate;
 mod image_processor;
 mod kv_cache;
+mod linear;
 mod lora;
 mod panics;
 mod qwen2;
@@ -64,9 +65,8 @@ pub use generate::{
 };
 pub use image_processor::{ImageProcessor, PixelValues};
 pub use kv_cache::KvCache;
-pub use lora::{
-    ADAPTER_CONFIG, ADAPTER_WEIGHTS, AdapterMeta, AdapterRows, LoraConfig, LoraInit, Targets, is_adapter_folder,
-};
+pub use linear::AdapterRows;
+pub use lora::{ADAPTER_CONFIG, ADAPTER_WEIGHTS, AdapterMeta, LoraConfig, LoraInit, Targets, is_adapter_folder};
 pub use panics::{catch_panic, install_panic_hook};
 pub use qwen2::{Qwen2ForCausalLM, Qwen2Model, attention_mask};
 pub use spec::{DeviceChoice, ModelSource, ModelSpec};

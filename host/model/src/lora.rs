@@ -7,6 +7,8 @@
 //! Adapter weights stay in f32 whatever the base's dtype (PEFT's `autocast_adapter_dtype`):
 //! the low-rank path is computed in f32 and cast back, as PEFT's layer does.
 
+use crate::linear::{Linear, Lora, Site, hf_module_name};
+use crate::sampling::gaussian;
 use crate::{Error, Result};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -298,51 +300,6 @@ fn saved_modules(vars: &HashMap<String, Tensor>, config: &LoraConfig, vl: bool, 
     Ok(modules)
 }
 
-/// One adapted layer's low-rank pair.
-pub(crate) struct Lora {
-    pub a: Tensor,
-    pub b: Tensor,
-    pub scale: f64,
-    dropout: f64,
-}
-
-impl Lora {
-    /// `s · B A dropout(x)` in `x`'s dtype.
-    pub fn delta(&self, x: &Tensor) -> Tensor {
-        let mut h = x.to_kind(self.a.kind());
-        // Dropout only where gradients are recorded (training forwards): an op on a
-        // trainable tensor records a gradient exactly then.
-        if self.dropout > 0.0 && self.a.get(0).requires_grad() {
-            h = h.dropout(self.dropout, true);
-        }
-        (h.linear::<Tensor>(&self.a, None).linear::<Tensor>(&self.b, None) * self.scale).to_kind(x.kind())
-    }
-}
-
-/// A linear layer of a model with the names it goes by: ours (as the checkpoint's tensors
-/// are named) and the module name transformers gives it, which PEFT matches and keys on.
-pub(crate) struct Site<'m> {
-    pub name: String,
-    pub hf_name: String,
-    pub layer: &'m mut crate::qwen2::Linear,
-}
-
-impl<'m> Site<'m> {
-    pub fn new(name: String, vl: bool, layer: &'m mut crate::qwen2::Linear) -> Self {
-        Site { hf_name: hf_module_name(&name, vl), name, layer }
-    }
-}
-
-/// transformers 5's module name for one of ours: a VL model's language model sits under
-/// `model.language_model.` and its vision tower under `model.visual.`.
-pub(crate) fn hf_module_name(name: &str, vl: bool) -> String {
-    match (vl, name.strip_prefix("model."), name.strip_prefix("visual.")) {
-        (true, Some(rest), _) => format!("model.language_model.{rest}"),
-        (true, _, Some(rest)) => format!("model.visual.{rest}"),
-        _ => name.to_string(),
-    }
-}
-
 /// Our name for a module of a saved key's (either transformers' naming).
 fn our_module_name(hf: &str) -> String {
     if let Some(rest) = hf.strip_prefix("model.language_model.") {
@@ -430,7 +387,7 @@ fn install(
     config: &LoraConfig,
     seed: u64,
     trainable: bool,
-    mut put: impl FnMut(&mut crate::qwen2::Linear, Lora),
+    mut put: impl FnMut(&mut Linear, Lora),
 ) -> Result<usize> {
     config.check()?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c6f_7261);
@@ -465,45 +422,6 @@ fn install(
     Ok(count)
 }
 
-/// Which rows of a batch use which served adapter (see [`crate::Model::add_served_adapter`]):
-/// per adapter index (1-based; 0 is the model as it is), its rows.
-pub struct AdapterRows {
-    groups: Vec<(usize, Tensor)>,
-}
-
-impl AdapterRows {
-    /// From each row's adapter index; `None` when every row is the model's own.
-    pub fn new(per_row: &[usize], device: Device) -> Option<Self> {
-        let mut adapters: Vec<usize> = per_row.iter().copied().filter(|&a| a > 0).collect();
-        adapters.sort_unstable();
-        adapters.dedup();
-        if adapters.is_empty() {
-            return None;
-        }
-        let groups = adapters
-            .into_iter()
-            .map(|a| {
-                let rows: Vec<i64> = (0..per_row.len()).filter(|&i| per_row[i] == a).map(|i| i as i64).collect();
-                (a, Tensor::from_slice(&rows).to_device(device))
-            })
-            .collect();
-        Some(AdapterRows { groups })
-    }
-
-    /// `y` plus, on each group's rows, its adapter's `delta` of `x` (rows as `x`'s first
-    /// dimension): each row gets exactly the sum a model holding only its adapter computes.
-    pub(crate) fn apply(&self, bank: &[Option<Lora>], x: &Tensor, y: Tensor) -> Tensor {
-        let mut y = y;
-        for (a, rows) in &self.groups {
-            if let Some(Some(lora)) = bank.get(a - 1) {
-                let part = y.index_select(0, rows) + lora.delta(&x.index_select(0, rows));
-                y = y.index_copy(0, rows, &part);
-            }
-        }
-        y
-    }
-}
-
 /// A `[r, in]` draw of `init`'s distribution, portable across machines (not libtorch's
 /// generator).
 fn draw_a(rng: &mut ChaCha8Rng, init: LoraInit, r: i64, inp: i64) -> Tensor {
@@ -518,7 +436,7 @@ fn draw_a(rng: &mut ChaCha8Rng, init: LoraInit, r: i64, inp: i64) -> Tensor {
         }
         LoraInit::Gaussian => {
             let std = 1.0 / r as f64;
-            (0..n).map(|_| (crate::default_model::gaussian(rng) * std) as f32).collect()
+            (0..n).map(|_| (gaussian(rng) * std) as f32).collect()
         }
     };
     Tensor::from_slice(&data).view([r, inp])
@@ -610,7 +528,7 @@ pub(crate) fn write_folder(dir: &Path, config: &Value, tensors: &[(String, Tenso
     Tensor::write_safetensors(tensors, &tmp)
         .map_err(|e| Error::Weights { path: tmp.clone(), message: e.to_string() })?;
     std::fs::rename(&tmp, &weights).map_err(|e| Error::io(&weights, e))?;
-    crate::checkpoint::write_json(&dir.join(ADAPTER_CONFIG), config)
+    crate::folder::write_json(&dir.join(ADAPTER_CONFIG), config)
 }
 
 /// A safetensors file's tensors by saved name.

@@ -2,51 +2,11 @@
 //! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
 
 use crate::kv_cache::LayerCache;
-use crate::lora::{AdapterRows, Lora, Site};
+use crate::linear::{AdapterRows, Linear, Site, param};
 use crate::rope::{self, Rope};
 use crate::{KvCache, Qwen2Config, Result};
 use tch::nn::{Init, Path};
 use tch::{Kind, Tensor};
-
-/// A variable of `p`'s store: the one already there under `name` (a base shared with
-/// another model, see [`crate::Model::sharing_base`]), else a new one.
-pub(crate) fn param(p: &Path, name: &str, dims: &[i64], init: Init) -> Tensor {
-    p.get(name).unwrap_or_else(|| p.var(name, dims, init))
-}
-
-pub(crate) struct Linear {
-    pub weight: Tensor,
-    pub bias: Option<Tensor>,
-    /// A LoRA adapter on this layer (see [`crate::LoraConfig`]).
-    pub lora: Option<Lora>,
-    /// Served adapters (`serve --lora`), by index − 1; `None` where one leaves this layer be.
-    pub bank: Vec<Option<Lora>>,
-}
-
-impl Linear {
-    pub fn new(p: Path, inputs: usize, outputs: usize, bias: bool) -> Self {
-        let weight = param(&p, "weight", &[outputs as i64, inputs as i64], Init::Const(0.));
-        let bias = bias.then(|| param(&p, "bias", &[outputs as i64], Init::Const(0.)));
-        Linear { weight, bias, lora: None, bank: Vec::new() }
-    }
-
-    pub fn forward(&self, x: &Tensor) -> Tensor {
-        self.forward_rows(x, None)
-    }
-
-    /// With `rows`, each row also through its served adapter.
-    pub fn forward_rows(&self, x: &Tensor, rows: Option<&AdapterRows>) -> Tensor {
-        let y = x.linear(&self.weight, self.bias.as_ref());
-        let y = match &self.lora {
-            Some(lora) => y + lora.delta(x),
-            None => y,
-        };
-        match rows {
-            Some(rows) if !self.bank.is_empty() => rows.apply(&self.bank, x, y),
-            _ => y,
-        }
-    }
-}
 
 /// Computed in f32 whatever the parameter dtype, as HF's `Qwen2RMSNorm`.
 pub(crate) struct RmsNorm {
@@ -371,6 +331,17 @@ pub fn attention_mask(key_mask: &Tensor, past: usize, new: usize) -> Tensor {
     let diagonal = k.eq_tensor(&q);
     let keys = key_mask.to_kind(Kind::Bool).unsqueeze(1).unsqueeze(1);
     (causal.unsqueeze(0).unsqueeze(0).logical_and(&keys)).logical_or(&diagonal.unsqueeze(0).unsqueeze(0))
+}
+
+/// Ids `[batch, longest]`, padded with 0 on the right: a training batch, which
+/// [`Qwen2Model::forward`] takes without a mask.
+pub(crate) fn right_pad(rows: &[&[u32]], device: tch::Device) -> Tensor {
+    let longest = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut ids = Vec::with_capacity(rows.len() * longest);
+    for s in rows {
+        ids.extend(s.iter().map(|&t| t as i64).chain(std::iter::repeat_n(0, longest - s.len())));
+    }
+    Tensor::from_slice(&ids).view([rows.len() as i64, longest as i64]).to_device(device)
 }
 
 /// `Qwen2ForCausalLM`: the decoder and the LM head (tied to the embeddings or not).

@@ -87,3 +87,10 @@ impl Sampler {
 pub(crate) fn uniform(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
 }
+
+/// Standard normal by Box–Muller: portable, unlike libtorch's generator across devices.
+pub(crate) fn gaussian(rng: &mut ChaCha8Rng) -> f64 {
+    let u1 = ((rng.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+    let u2 = (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}

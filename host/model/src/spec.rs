@@ -127,6 +127,23 @@ impl std::fmt::Display for ModelSource {
     }
 }
 
+impl Model {
+    /// `default` for the embedded model (see [`crate::default_model`]), `default-vl` for its
+    /// VL sibling ([`crate::default_vl_model`]), else a folder.
+    pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
+        spec.parse::<ModelSource>()?.load(crate::DEFAULT_SEED, options)
+    }
+}
+
+impl ValueModel {
+    /// A critic from a model spec (`default`, `default-vl`, a folder; see
+    /// [`ModelSource`]): the decoder's weights are copied, the head starts at zero
+    /// (every value 0) unless the folder is a saved critic that has `score.weight`.
+    pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
+        spec.parse::<ModelSource>()?.load_critic(crate::DEFAULT_SEED, options)
+    }
+}
+
 /// Where a model runs: `auto` (the first GPU when libtorch sees one, else the CPU), `cpu`,
 /// `cuda` or `cuda:N`. Resolved against the machine only when a model is loaded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

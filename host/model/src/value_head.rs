@@ -3,10 +3,10 @@
 //! A VL actor's critic keeps its vision tower (`visual.*`): the values are read over the
 //! same image tokens the policy sees.
 
-use crate::checkpoint::write_json;
+use crate::folder::write_json;
 use crate::image_processor::{ImageProcessor, PixelValues};
+use crate::linear::Linear;
 use crate::lora::{self, Attached, LoraConfig, is_adapter_tensor};
-use crate::qwen2::Linear;
 use crate::vision::VisionTower;
 use crate::vl::{Vision, hidden_states};
 use crate::vl_config::Qwen2VlConfig;
@@ -32,13 +32,6 @@ pub struct ValueModel {
 const HEAD: &str = "score";
 
 impl ValueModel {
-    /// A critic from a model spec (`default`, `default-vl`, a folder; see
-    /// [`crate::ModelSource`]): the decoder's weights are copied, the head starts at zero
-    /// (every value 0) unless the folder is a saved critic that has `score.weight`.
-    pub fn from_spec(spec: &str, options: LoadOptions) -> Result<Self> {
-        spec.parse::<crate::ModelSource>()?.load_critic(crate::DEFAULT_SEED, options)
-    }
-
     /// A critic from a model folder (a saved critic, or a policy checkpoint's decoder).
     pub fn load(dir: &Path, options: LoadOptions) -> Result<Self> {
         let folder = crate::folder::ModelFolder::open(dir)?;

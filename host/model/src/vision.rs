@@ -2,8 +2,8 @@
 //! 2-D rotary attention inside windows (or over the whole image in the full-attention
 //! blocks), and the 2 × 2 patch merger that projects to the language model's width.
 
-use crate::lora::Site;
-use crate::qwen2::{Linear, Mlp, RmsNorm, param};
+use crate::linear::{Linear, Site, param};
+use crate::qwen2::{Mlp, RmsNorm};
 use crate::rope;
 use crate::vl_config::VisionConfig;
 use std::sync::atomic::{AtomicU64, Ordering};

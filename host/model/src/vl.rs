@@ -137,7 +137,7 @@ impl Vision {
     pub fn logits(&self, lm: &Qwen2ForCausalLM, sequences: &[&Prompt]) -> Result<(Tensor, Tensor)> {
         let device = lm.model.device();
         let rows: Vec<&[u32]> = sequences.iter().map(|p| p.ids.as_slice()).collect();
-        let ids = crate::generate::right_pad(&rows, device);
+        let ids = crate::qwen2::right_pad(&rows, device);
         let grids: Vec<Vec<[usize; 3]>> = sequences.iter().map(|p| p.grids()).collect();
         let positions = self.right_padded_positions(&rows, &grids, ids.size()[1] as usize, device)?;
         let images: Vec<&PixelValues> = sequences.iter().flat_map(|p| &p.images).collect();

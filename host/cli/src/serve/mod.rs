@@ -29,7 +29,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use vagen_model::{Chat, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message, Model};
+use vagen_model::{
+    Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message,
+    Model,
+};
 use vagen_policy::openai::{
     AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, Content, ErrorBody, ErrorDetail, Part,
     TokenLogprob, TopLogprob, Usage,
@@ -289,30 +292,8 @@ impl Worker {
             top_logprobs: jobs.iter().map(|j| j.top_logprobs).max().unwrap_or(0),
             ..Default::default()
         };
-        let chats: Vec<Chat> = jobs
-            .iter()
-            .flat_map(|j| {
-                j.seeds.iter().map(|&seed| Chat {
-                    messages: j.messages.clone(),
-                    images: j.images.clone(),
-                    max_tokens: j.max_tokens,
-                    seed: Some(seed),
-                    adapter: j.adapter,
-                })
-            })
-            .collect();
-        // One route per chat (the engine's request key is the chat's index).
-        let routes: Vec<stream::Route> = jobs
-            .iter()
-            .flat_map(|j| {
-                let events = match &j.reply {
-                    Replier::Stream(tx) => Some(tx.clone()),
-                    Replier::Whole(_) => None,
-                };
-                (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs))
-            })
-            .collect();
-        let routes = Arc::new(std::sync::Mutex::new(routes));
+        let chats = chats_of(&jobs);
+        let routes = Arc::new(std::sync::Mutex::new(routes_of(&jobs)));
         let hold = first.stop.iter().map(String::len).max().unwrap_or(0);
         let watch = stream::watch(routes.clone(), self.model.tokenizer.clone(), self.model.eos_token_ids.clone(), hold);
         self.engine.set_watch(Some(watch));
@@ -325,50 +306,86 @@ impl Worker {
         let mut answers = answered.answers.into_iter().zip(routes.iter());
         for job in jobs {
             let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
-            let k = job.top_logprobs;
             match job.reply {
                 Replier::Stream(events) => {
                     for (a, route) in mine {
-                        let event = match a {
-                            Ok(a) => stream::Event::End {
-                                choice: route.choice,
-                                rest: stream::rest_of(&a.generation.text, route.sent),
-                                finish: a.generation.finish,
-                            },
-                            Err(e) => stream::Event::Failed(e.to_string()),
-                        };
-                        let _ = events.send(event);
+                        let _ = events.send(stream_end(a, route));
                     }
                 }
                 Replier::Whole(reply) => {
+                    let k = job.top_logprobs;
                     let answer = mine
                         .into_iter()
-                        .map(|(a, _)| {
-                            let a = a.map_err(|e| e.to_string())?;
-                            let text = |t: u32| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string());
-                            let tokens =
-                                a.generation.token_ids.iter().map(|&t| text(t)).collect::<Result<Vec<_>, _>>()?;
-                            let top = a
-                                .generation
-                                .top
-                                .iter()
-                                .map(|at| at.iter().take(k).map(|&(t, l)| Ok((text(t)?, l))).collect())
-                                .collect::<Result<Vec<Vec<_>>, String>>()?;
-                            Ok(Answer {
-                                text: a.generation.text,
-                                finish: a.generation.finish,
-                                prompt_tokens: a.prompt_tokens,
-                                token_ids: a.generation.token_ids,
-                                tokens,
-                                logprobs: a.generation.logprobs,
-                                top,
-                            })
-                        })
+                        .map(|(a, _)| self.whole_answer(a.map_err(|e| e.to_string())?, k))
                         .collect::<Result<Vec<_>, String>>();
                     let _ = reply.send(answer);
                 }
             }
         }
+    }
+
+    /// A completion answered whole, with each token's text and its `k` most likely
+    /// alternatives (for `logprobs`).
+    fn whole_answer(&self, a: ChatAnswer, k: usize) -> Result<Answer, String> {
+        let text = |t: u32| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string());
+        let tokens = a.generation.token_ids.iter().map(|&t| text(t)).collect::<Result<Vec<_>, _>>()?;
+        let top = a
+            .generation
+            .top
+            .iter()
+            .map(|at| at.iter().take(k).map(|&(t, l)| Ok((text(t)?, l))).collect())
+            .collect::<Result<Vec<Vec<_>>, String>>()?;
+        Ok(Answer {
+            text: a.generation.text,
+            finish: a.generation.finish,
+            prompt_tokens: a.prompt_tokens,
+            token_ids: a.generation.token_ids,
+            tokens,
+            logprobs: a.generation.logprobs,
+            top,
+        })
+    }
+}
+
+/// The chats a batch of jobs asks for: each job's conversation once per seed.
+fn chats_of(jobs: &[Job]) -> Vec<Chat> {
+    jobs.iter()
+        .flat_map(|j| {
+            j.seeds.iter().map(|&seed| Chat {
+                messages: j.messages.clone(),
+                images: j.images.clone(),
+                max_tokens: j.max_tokens,
+                seed: Some(seed),
+                adapter: j.adapter,
+            })
+        })
+        .collect()
+}
+
+/// One route per chat (the engine's request key is the chat's index): its choice, its
+/// client's gone flag, and where its tokens stream when they do.
+fn routes_of(jobs: &[Job]) -> Vec<stream::Route> {
+    jobs.iter()
+        .flat_map(|j| {
+            let events = match &j.reply {
+                Replier::Stream(tx) => Some(tx.clone()),
+                Replier::Whole(_) => None,
+            };
+            (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs))
+        })
+        .collect()
+}
+
+/// A streamed completion's last event: the text its route has not sent yet and why it
+/// ended, or why it failed.
+fn stream_end(answer: Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
+    match answer {
+        Ok(a) => stream::Event::End {
+            choice: route.choice,
+            rest: stream::rest_of(&a.generation.text, route.sent),
+            finish: a.generation.finish,
+        },
+        Err(e) => stream::Event::Failed(e.to_string()),
     }
 }
 
@@ -617,26 +634,9 @@ pub(crate) async fn read_body(body: axum::body::Body, limit: usize, drain: usize
 }
 
 async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
-    let read =
-        tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, s.max_body.saturating_mul(4)))
-            .await;
-    let bytes = match read {
-        Ok(Ok(b)) => b,
-        Err(_) => {
-            let message = format!("the body did not arrive within {} s", s.read_timeout.as_secs());
-            return error_with(StatusCode::REQUEST_TIMEOUT, message, None, Some("body_timeout"));
-        }
-        Ok(Err(_)) => {
-            let message = format!("the body is larger than {} MiB (--max-body-mib)", s.max_body >> 20);
-            return error_with(StatusCode::PAYLOAD_TOO_LARGE, message, None, Some("body_too_large"));
-        }
-    };
-    let r: ChatRequest = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(e) => {
-            let message = format!("the body is not a chat-completions request: {e}");
-            return error_with(StatusCode::BAD_REQUEST, message, Some("body"), None);
-        }
+    let r = match read_request(&s, request).await {
+        Ok(r) => r,
+        Err(response) => return response,
     };
     let Some(adapter) = adapter_of(&s, r.model.as_deref()) else {
         let message =
@@ -657,12 +657,8 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
     };
     let n = job.seeds.len();
-    if s.queued.fetch_add(n, Ordering::SeqCst) + n > s.max_queue {
-        s.queued.fetch_sub(n, Ordering::SeqCst);
-        let message = format!("{} completions are queued (--max-queue): try again shortly", s.max_queue);
-        let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, message, None, Some("queue_full"));
-        response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
-        return response;
+    if let Some(refusal) = enqueue(&s, n) {
+        return refusal;
     }
     let pending = Pending { count: s.queued.clone(), n, gone: job.gone.clone() };
     s.requests.fetch_add(1, Ordering::SeqCst);
@@ -682,6 +678,49 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         Err(_) => return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread dropped the request"),
     };
     drop(pending);
+    Json(completion(id, model, answers, logprobs)).into_response()
+}
+
+/// The request's body as a chat-completions request, or the error that answers it: 408
+/// when it did not arrive within `--read-timeout-s`, 413 past `--max-body-mib`, 400 when
+/// it is not a chat-completions request.
+async fn read_request(s: &Shared, request: axum::extract::Request) -> Result<ChatRequest, Response> {
+    let read =
+        tokio::time::timeout(s.read_timeout, read_body(request.into_body(), s.max_body, s.max_body.saturating_mul(4)))
+            .await;
+    let bytes = match read {
+        Ok(Ok(b)) => b,
+        Err(_) => {
+            let message = format!("the body did not arrive within {} s", s.read_timeout.as_secs());
+            return Err(error_with(StatusCode::REQUEST_TIMEOUT, message, None, Some("body_timeout")));
+        }
+        Ok(Err(_)) => {
+            let message = format!("the body is larger than {} MiB (--max-body-mib)", s.max_body >> 20);
+            return Err(error_with(StatusCode::PAYLOAD_TOO_LARGE, message, None, Some("body_too_large")));
+        }
+    };
+    serde_json::from_slice(&bytes).map_err(|e| {
+        let message = format!("the body is not a chat-completions request: {e}");
+        error_with(StatusCode::BAD_REQUEST, message, Some("body"), None)
+    })
+}
+
+/// Counts `n` more completions into the queue; when that would pass `--max-queue`, counts
+/// nothing and returns the answer instead: 503 with `Retry-After`.
+fn enqueue(s: &Shared, n: usize) -> Option<Response> {
+    if s.queued.fetch_add(n, Ordering::SeqCst) + n <= s.max_queue {
+        return None;
+    }
+    s.queued.fetch_sub(n, Ordering::SeqCst);
+    let message = format!("{} completions are queued (--max-queue): try again shortly", s.max_queue);
+    let mut response = error_with(StatusCode::SERVICE_UNAVAILABLE, message, None, Some("queue_full"));
+    response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    Some(response)
+}
+
+/// The whole (not streamed) response: a choice per answer, with its log-probs when asked,
+/// and the usage counted over them all.
+fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -> ChatResponse {
     let prompt_tokens = answers.first().map_or(0, |a| a.prompt_tokens);
     let completion_tokens = answers.iter().map(|a| a.token_ids.len()).sum::<usize>();
     let choices = answers
@@ -696,9 +735,7 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         })
         .collect();
     let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens };
-    let response =
-        ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) };
-    Json(response).into_response()
+    ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) }
 }
 
 fn finish_reason(f: FinishReason) -> &'static str {

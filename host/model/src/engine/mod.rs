@@ -18,10 +18,10 @@ mod slots;
 
 use crate::generate::{Ends, validate};
 use crate::image_processor::PixelValues;
-use crate::lora::AdapterRows;
+use crate::linear::AdapterRows;
 use crate::sampling::Sampler;
 use crate::vl::MropePositions;
-use crate::{Error, GenerateOptions, Generation, Qwen2ForCausalLM, Result, Tokenizer, Vision};
+use crate::{Error, GenerateOptions, Generation, Model, Qwen2ForCausalLM, Result, Tokenizer, Vision};
 use kv::KvRows;
 use schedule::{Ask, Decode, Prefill, Scheduler};
 use serde::{Deserialize, Serialize};
@@ -313,6 +313,18 @@ impl Engine {
             cache.kv.clear();
         }
         out?.into_iter().map(|g| Ok(g.expect("every request ends"))).collect()
+    }
+}
+
+impl Model {
+    /// Continues `requests` with the rollout engine (its cached sequences reused and kept).
+    pub fn generate_with(
+        &self,
+        engine: &mut Engine,
+        requests: &[EngineRequest],
+        options: &GenerateOptions,
+    ) -> Result<Vec<Generation>> {
+        engine.generate(&self.lm, self.vision.as_ref(), &self.tokenizer, &self.eos_token_ids, requests, options)
     }
 }
 

@@ -40,92 +40,18 @@ pub(crate) fn describe(schema: &Value, metadata: &Value, options: &OpenEnvOption
     let observation_props = properties(observation, &["metadata", "done", "reward"]);
     let vagen = action.get(X_VAGEN).and_then(Value::as_object);
 
-    let action_field = match &options.action_field {
-        Some(f) if action_props.contains_key(f) => f.clone(),
-        Some(f) => return Err(format!("the action schema has no field {f:?} (it has {})", names(&action_props))),
-        None => {
-            let required: Vec<&str> = (action.get("required").and_then(Value::as_array).into_iter().flatten())
-                .filter_map(Value::as_str)
-                .filter(|r| *r != "metadata")
-                .collect();
-            match (required.as_slice(), action_props.len()) {
-                ([one], _) => one.to_string(),
-                ([], 1) => action_props.keys().next().expect("one").clone(),
-                _ => {
-                    return Err(format!(
-                        "the action schema has fields {}: say which receives the answer with action_field",
-                        names(&action_props)
-                    ));
-                }
-            }
-        }
-    };
+    let action_field = action_field(action, &action_props, options.action_field.as_ref())?;
     let field = resolve(action, &action_props[&action_field]);
-    let kind = match field.get("type").and_then(Value::as_str) {
-        Some("integer") => FieldKind::Integer,
-        Some("number") => FieldKind::Number,
-        Some("boolean") => FieldKind::Boolean,
-        Some("string") | None => FieldKind::Text,
-        Some(other) => {
-            return Err(format!(
-                "action field {action_field:?} is of type {other}: a text answer can only fill a string, number or boolean field"
-            ));
-        }
-    };
-    let strings = |v: Option<&Value>| -> Vec<String> {
-        v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(String::from).collect()
-    };
+    let kind = field_kind(&action_field, &field)?;
     let action_names = match vagen {
         Some(x) => strings(x.get("action_names")),
         None => strings(field.get("enum")),
     };
+    let observation_field = observation_field(observation, &observation_props, options.observation_field.as_ref())?;
+    let success_field = success_field(&observation_props, options.success_field.as_ref())?;
 
-    let observation_field = match &options.observation_field {
-        Some(f) if observation_props.contains_key(f) => Some(f.clone()),
-        Some(f) => {
-            return Err(format!("the observation schema has no field {f:?} (it has {})", names(&observation_props)));
-        }
-        None if observation_props.contains_key("text") => Some("text".into()),
-        None => {
-            let texts: Vec<&String> = (observation_props.iter())
-                .filter(|(_, v)| resolve(observation, v).get("type").and_then(Value::as_str) == Some("string"))
-                .map(|(k, _)| k)
-                .collect();
-            (texts.len() == 1).then(|| texts[0].clone())
-        }
-    };
-    let success_field = match &options.success_field {
-        Some(f) if observation_props.contains_key(f) => Some(f.clone()),
-        Some(f) => {
-            return Err(format!("the observation schema has no field {f:?} (it has {})", names(&observation_props)));
-        }
-        None => observation_props.contains_key("success").then(|| "success".into()),
-    };
-
-    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
-    let name = match text(metadata, "name") {
-        n if n.is_empty() => "openenv".to_string(),
-        n => n,
-    };
-    let description = text(metadata, "description");
-    let number =
-        |key: &str| vagen.and_then(|x| x.get(key)).and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
-    let mut modalities = vec![Modality::Text];
-    if vagen.is_some() && observation_props.contains_key("images") {
-        modalities.push(Modality::Image);
-    }
-    let manifest = Manifest {
-        name,
-        version: text(metadata, "version"),
-        description: description.clone(),
-        modalities,
-        action_separator: vagen.and_then(|x| x.get("action_separator")).and_then(Value::as_str).unwrap_or(",").into(),
-        max_actions_per_turn: number("max_actions_per_turn").unwrap_or(1).max(1),
-        default_max_turns: options.max_turns.or(number("default_max_turns")).unwrap_or(10).max(1),
-        action_names,
-        default_config: "{}".into(),
-        has_oracle: false,
-    };
+    let images = vagen.is_some() && observation_props.contains_key("images");
+    let manifest = manifest(metadata, vagen, images, options.max_turns, action_names);
     let system_prompt =
         match (&options.system_prompt, vagen.and_then(|x| x.get("system_prompt")).and_then(Value::as_str)) {
             (Some(p), _) => p.clone(),
@@ -141,6 +67,113 @@ pub(crate) fn describe(schema: &Value, metadata: &Value, options: &OpenEnvOption
         system_prompt,
         vagen: vagen.is_some(),
     })
+}
+
+/// The action field that receives the answer: the one `chosen`, else the schema's one
+/// required field, else its only field.
+fn action_field(action: &Value, props: &Map<String, Value>, chosen: Option<&String>) -> Result<String, String> {
+    match chosen {
+        Some(f) if props.contains_key(f) => Ok(f.clone()),
+        Some(f) => Err(format!("the action schema has no field {f:?} (it has {})", names(props))),
+        None => {
+            let required: Vec<&str> = (action.get("required").and_then(Value::as_array).into_iter().flatten())
+                .filter_map(Value::as_str)
+                .filter(|r| *r != "metadata")
+                .collect();
+            match (required.as_slice(), props.len()) {
+                ([one], _) => Ok(one.to_string()),
+                ([], 1) => Ok(props.keys().next().expect("one").clone()),
+                _ => Err(format!(
+                    "the action schema has fields {}: say which receives the answer with action_field",
+                    names(props)
+                )),
+            }
+        }
+    }
+}
+
+/// How the answer's text fills action field `name` of schema `field`.
+fn field_kind(name: &str, field: &Value) -> Result<FieldKind, String> {
+    match field.get("type").and_then(Value::as_str) {
+        Some("integer") => Ok(FieldKind::Integer),
+        Some("number") => Ok(FieldKind::Number),
+        Some("boolean") => Ok(FieldKind::Boolean),
+        Some("string") | None => Ok(FieldKind::Text),
+        Some(other) => Err(format!(
+            "action field {name:?} is of type {other}: a text answer can only fill a string, number or boolean field"
+        )),
+    }
+}
+
+/// The observation field shown as text: the one `chosen`, else `text`, else the one string
+/// field; `None` when there is no such one.
+fn observation_field(
+    observation: &Value,
+    props: &Map<String, Value>,
+    chosen: Option<&String>,
+) -> Result<Option<String>, String> {
+    match chosen {
+        Some(f) if props.contains_key(f) => Ok(Some(f.clone())),
+        Some(f) => Err(format!("the observation schema has no field {f:?} (it has {})", names(props))),
+        None if props.contains_key("text") => Ok(Some("text".into())),
+        None => {
+            let texts: Vec<&String> = (props.iter())
+                .filter(|(_, v)| resolve(observation, v).get("type").and_then(Value::as_str) == Some("string"))
+                .map(|(k, _)| k)
+                .collect();
+            Ok((texts.len() == 1).then(|| texts[0].clone()))
+        }
+    }
+}
+
+/// The observation field saying the episode succeeded: the one `chosen`, else `success`
+/// when the schema has it.
+fn success_field(props: &Map<String, Value>, chosen: Option<&String>) -> Result<Option<String>, String> {
+    match chosen {
+        Some(f) if props.contains_key(f) => Ok(Some(f.clone())),
+        Some(f) => Err(format!("the observation schema has no field {f:?} (it has {})", names(props))),
+        None => Ok(props.contains_key("success").then(|| "success".into())),
+    }
+}
+
+/// The environment's manifest from `/metadata` and, for `serve-env`, its `x-vagen` object
+/// (`vagen`): actions per turn, turns (unless `max_turns` says), the separator; with
+/// `images`, observations carry images.
+fn manifest(
+    metadata: &Value,
+    vagen: Option<&Map<String, Value>>,
+    images: bool,
+    max_turns: Option<u32>,
+    action_names: Vec<String>,
+) -> Manifest {
+    let text = |key: &str| metadata.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let name = match text("name") {
+        n if n.is_empty() => "openenv".to_string(),
+        n => n,
+    };
+    let number =
+        |key: &str| vagen.and_then(|x| x.get(key)).and_then(Value::as_u64).map(|n| n.min(u32::MAX as u64) as u32);
+    let mut modalities = vec![Modality::Text];
+    if images {
+        modalities.push(Modality::Image);
+    }
+    Manifest {
+        name,
+        version: text("version"),
+        description: text("description"),
+        modalities,
+        action_separator: vagen.and_then(|x| x.get("action_separator")).and_then(Value::as_str).unwrap_or(",").into(),
+        max_actions_per_turn: number("max_actions_per_turn").unwrap_or(1).max(1),
+        default_max_turns: max_turns.or(number("default_max_turns")).unwrap_or(10).max(1),
+        action_names,
+        default_config: "{}".into(),
+        has_oracle: false,
+    }
+}
+
+/// The strings of a JSON array (nothing for anything else).
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(String::from).collect()
 }
 
 impl Described {
