@@ -1,34 +1,30 @@
-//! `vagen-host bench-async`: RL steps per minute at each `[async] max_staleness` on one
+//! `vagen-host bench async`: RL steps per minute at each `[async] max_staleness` on one
 //! training config, and where each step's time goes (prints figures). Each k is its own
 //! `train` run in a child process, on the same machine in one sitting.
 
+use crate::bench::{JsonOutput, TimedConfig};
 use crate::bench_dp::{mean_after_warm_up, timed_run};
 use anyhow::{Context, Result};
 use clap::Args;
-use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct BenchAsyncArgs {
-    /// The training config whose RL steps are timed.
-    #[arg(long, default_value = "examples/frozenlake-cpu.toml")]
-    config: PathBuf,
+    #[command(flatten)]
+    runs: TimedConfig,
     /// Staleness bounds, comma-separated (0: the synchronous trainer).
     #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     staleness: Vec<usize>,
     /// RL steps per run; the first is a warm-up and not counted.
     #[arg(long, default_value_t = 6)]
     steps: usize,
-    /// Extra `--set KEY=VALUE` for the runs (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
-    /// End with one JSON line holding every row, for scripts (the GPU bundle's report).
-    #[arg(long)]
-    json: bool,
+    // The JSON line: every row.
+    #[command(flatten)]
+    out: JsonOutput,
 }
 
 pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
     let exe = std::env::current_exe().context("finding this executable")?;
-    println!("RL steps of {} ({} per run, the first a warm-up)", a.config.display(), a.steps);
+    println!("RL steps of {} ({} per run, the first a warm-up)", a.runs.config.display(), a.steps);
     println!("step: the trainer's; generate: the episodes' own time (on the generator thread when k > 0);");
     println!("wait: the trainer waiting for a batch; gen idle: the generator waiting for weights or");
     println!("for room in the queue; stale: the consumed tokens' mean age in updates");
@@ -40,10 +36,10 @@ pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
     let mut rows = vec![];
     for &k in &a.staleness {
         let dir = tempfile::tempdir()?;
-        let mut sets = a.overrides.clone();
+        let mut sets = a.runs.overrides.clone();
         sets.push(format!("schedule.steps={}", a.steps));
         sets.push(format!("async.max_staleness={k}"));
-        let lines = timed_run(&exe, &a.config, &dir.path().join("run"), &[], &sets)?;
+        let lines = timed_run(&exe, &a.runs.config, &dir.path().join("run"), &[], &sets)?;
         let mean = |key: &str| mean_after_warm_up(&lines, key);
         let step = mean("timing_s/step");
         // Synchronously, the rollout is the episodes' time and nothing waits.
@@ -68,7 +64,7 @@ pub fn bench_async(a: BenchAsyncArgs) -> Result<()> {
             "staleness": stale, "speed_up": speed,
         }));
     }
-    if a.json {
+    if a.out.json {
         println!("{}", serde_json::json!({ "bench_async": rows }));
     }
     Ok(())

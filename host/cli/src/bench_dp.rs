@@ -1,4 +1,4 @@
-//! `vagen-host bench-dp`: data-parallel scaling (prints figures).
+//! `vagen-host bench dp`: data-parallel scaling (prints figures).
 //!
 //! 1. RL steps of a training config at each world size (`train --nproc N`, child processes):
 //!    steps/s and where a step's time goes, from the run's own `timing_s/*` metrics.
@@ -6,36 +6,33 @@
 //!    and take one real step across the ranks; the optimiser state each rank keeps, the step's
 //!    time and the peak resident memory.
 
+use crate::bench::{CpuByDefault, TimedConfig};
 use crate::bench_model::{Shape, shape_config};
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 use tch::Kind;
-use vagen_model::{DType, DeviceChoice, LoadOptions};
+use vagen_model::{DType, LoadOptions};
 use vagen_trainer::{AdamW, Ranks, Rendezvous};
 
 #[derive(Args, Clone)]
 pub struct BenchDpArgs {
-    /// The training config whose RL steps are timed.
-    #[arg(long, default_value = "examples/frozenlake-cpu.toml")]
-    config: PathBuf,
+    #[command(flatten)]
+    runs: TimedConfig,
     /// World sizes, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     nproc: Vec<usize>,
     /// RL steps per world size; the first is a warm-up and not counted.
     #[arg(long, default_value_t = 4)]
     steps: usize,
-    /// Extra `--set KEY=VALUE` for the runs (repeatable).
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    overrides: Vec<String>,
     /// The shape the optimiser-state table uses (`qwen2.5-0.5b`, `default`, or a
     /// config.json path; random weights). `none` skips the table.
     #[arg(long, default_value = "qwen2.5-0.5b")]
     shape: String,
-    #[arg(long, default_value = "cpu")]
-    device: DeviceChoice,
+    // The optimiser-state table's.
+    #[command(flatten)]
+    run_on: CpuByDefault,
     /// Internal: one rank of the optimiser-state table (rendezvous from the environment).
     #[arg(long, hide = true)]
     opt_rank: bool,
@@ -49,7 +46,7 @@ pub fn bench_dp(a: BenchDpArgs) -> Result<()> {
         return opt_rank(&a);
     }
     let exe = std::env::current_exe().context("finding this executable")?;
-    println!("RL steps of {} ({} per world size, the first a warm-up)", a.config.display(), a.steps);
+    println!("RL steps of {} ({} per world size, the first a warm-up)", a.runs.config.display(), a.steps);
     println!(
         "{:>5} {:>8} {:>8} {:>9} {:>8} {:>9} {:>10} {:>9}",
         "ranks", "steps/s", "step s", "rollout s", "score s", "update s", "tokens/s", "speed-up"
@@ -57,9 +54,9 @@ pub fn bench_dp(a: BenchDpArgs) -> Result<()> {
     let mut base = None;
     for &n in &a.nproc {
         let dir = tempfile::tempdir()?;
-        let mut sets = a.overrides.clone();
+        let mut sets = a.runs.overrides.clone();
         sets.push(format!("schedule.steps={}", a.steps));
-        let lines = timed_run(&exe, &a.config, &dir.path().join("run"), &["--nproc", &n.to_string()], &sets)?;
+        let lines = timed_run(&exe, &a.runs.config, &dir.path().join("run"), &["--nproc", &n.to_string()], &sets)?;
         let mean = |k: &str| mean_after_warm_up(&lines, k);
         let step = mean("timing_s/step");
         let speed = base.get_or_insert(step);
@@ -135,13 +132,13 @@ fn opt_ranks(a: &BenchDpArgs, exe: &std::path::Path, n: usize, shard: bool) -> R
     let children: Vec<_> = (0..n)
         .map(|r| {
             let mut c = Command::new(exe);
-            c.args(["bench-dp", "--opt-rank", "--shape", &a.shape, "--device", &a.device.to_string()]);
+            c.args(["bench", "dp", "--opt-rank", "--shape", &a.shape, "--device", &a.run_on.device.to_string()]);
             if shard {
                 c.arg("--shard");
             }
             c.env("RANK", r.to_string()).env("LOCAL_RANK", r.to_string()).env("WORLD_SIZE", n.to_string());
             c.env("MASTER_ADDR", "127.0.0.1").env("MASTER_PORT", port.to_string());
-            c.stdout(Stdio::piped()).spawn().context("starting a bench-dp rank")
+            c.stdout(Stdio::piped()).spawn().context("starting a bench dp rank")
         })
         .collect::<Result<_>>()?;
     let mut rows = vec![];
@@ -150,14 +147,14 @@ fn opt_ranks(a: &BenchDpArgs, exe: &std::path::Path, n: usize, shard: bool) -> R
         let text = String::from_utf8_lossy(&out.stdout);
         match text.lines().last().and_then(|l| serde_json::from_str(l).ok()) {
             Some(row) if out.status.success() => rows.push(row),
-            _ => bail!("bench-dp rank {r} of {n} failed ({})", out.status),
+            _ => bail!("bench dp rank {r} of {n} failed ({})", out.status),
         }
     }
     Ok(rows)
 }
 
 fn opt_rank(a: &BenchDpArgs) -> Result<()> {
-    let device = a.device.resolve()?;
+    let device = a.run_on.device.resolve()?;
     let ranks = match Rendezvous::from_env()? {
         Some(r) => Ranks::join(&r, &Default::default(), device)?,
         None => Ranks::single(),

@@ -1,8 +1,8 @@
-//! `vagen-host bench-model`: prefill and decode throughput of the generation engine, next to
+//! `vagen-host bench model`: prefill and decode throughput of the generation engine, next to
 //! transformers' `generate` on the same shape, batch and lengths (prints figures). For a VL
 //! model each prompt also shows images, and the vision encoder is timed on its own.
 
-use crate::model_args::ModelArgs;
+use crate::bench::{JsonOutput, Subject};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rand_chacha::ChaCha8Rng;
@@ -15,12 +15,7 @@ use vagen_model::{GenerateOptions, Model, PixelValues, Prompt, Qwen2Config, Qwen
 #[derive(Args)]
 pub struct BenchModelArgs {
     #[command(flatten)]
-    model: ModelArgs,
-    /// Benchmark random weights of this shape instead of `--model`: a config.json path (Qwen2
-    /// or Qwen2.5-VL), `qwen2.5-0.5b` (Qwen2.5-0.5B-Instruct's shape) or `qwen2.5-vl-3b`
-    /// (Qwen2.5-VL-3B-Instruct's).
-    #[arg(long)]
-    config: Option<String>,
+    subject: Subject,
     /// Images per prompt for a VL model (random pixels, ahead of the prompt's text).
     #[arg(long, default_value_t = 1)]
     images: usize,
@@ -38,10 +33,10 @@ pub struct BenchModelArgs {
     new_tokens: usize,
     #[command(flatten)]
     reference: Transformers,
-    /// End with one JSON line: the model (parameters, bytes of weights and of KV cache per
-    /// token) and a row per batch size, for scripts (the GPU bundle's report).
-    #[arg(long)]
-    json: bool,
+    // The JSON line: the model (parameters, bytes of weights and of KV cache per token) and a
+    // row per batch size.
+    #[command(flatten)]
+    out: JsonOutput,
 }
 
 struct Figures {
@@ -67,7 +62,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     if !a.image_size.is_multiple_of(28) || a.image_size == 0 {
         bail!("--image-size {}: use a positive multiple of 28 (patch 14 x merge 2)", a.image_size);
     }
-    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.reference.transformers)?;
+    let (mut model, source) = subject(&a.subject, a.reference.transformers)?;
     let images = if model.vision.is_some() { a.images } else { 0 };
     // Every row generates exactly new_tokens, as on the transformers side.
     model.eos_token_ids.clear();
@@ -76,7 +71,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     let weight_bytes: i64 =
         model.vs.variables().values().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
     let described = serde_json::json!({
-        "name": a.config.clone().unwrap_or_else(|| a.model.model.to_string()),
+        "name": a.subject.name(),
         "parameters": params,
         "weight_bytes": weight_bytes,
         "kv_bytes_per_token": vagen_model::KvCache::bytes_per_position(c, model.dtype.kind()),
@@ -105,7 +100,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     drop(model);
     let theirs = if a.reference.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
     print_table(&a.batch, &ours, theirs.as_deref(), images > 0);
-    if a.json {
+    if a.out.json {
         let rows: Vec<serde_json::Value> = a
             .batch
             .iter()
@@ -243,7 +238,8 @@ impl Bench {
 
 /// The model to benchmark (random weights of a shape, or `--model`) and where transformers
 /// finds the same one.
-pub(crate) fn subject(args: &ModelArgs, config: Option<&str>, transformers: bool) -> Result<(Model, HfSource)> {
+pub(crate) fn subject(subject: &Subject, transformers: bool) -> Result<(Model, HfSource)> {
+    let (args, config) = (&subject.model, subject.config.as_deref());
     if let (Some(shape), Some(dir)) = (config, &args.adapter) {
         bail!(
             "--adapter {} with --config {shape}: random weights of a shape take no adapter; give --model",
@@ -333,7 +329,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
         "--new-tokens",
         &a.new_tokens.to_string(),
     ]);
-    cmd.args(["--dtype", &a.model.dtype.to_string(), "--device", &a.model.device.to_string()]);
+    cmd.args(["--dtype", &a.subject.model.dtype.to_string(), "--device", &a.subject.model.device.to_string()]);
     let out = cmd.output().with_context(|| format!("starting {} {}", python.display(), script.display()))?;
     if !out.status.success() {
         bail!("bench_transformers.py failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));

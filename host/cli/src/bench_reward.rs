@@ -1,4 +1,4 @@
-//! `vagen-host bench-reward`: what a reward component costs per turn, and how many judgments
+//! `vagen-host bench reward`: what a reward component costs per turn, and how many judgments
 //! a second the local judge and an OpenAI-compatible endpoint (`vagen-host serve`, started
 //! here with the same model) answer (prints figures).
 

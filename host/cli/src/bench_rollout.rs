@@ -1,11 +1,11 @@
-//! `vagen-host bench-rollout`: a multi-turn rollout workload (groups × members × turns, each
+//! `vagen-host bench rollout`: a multi-turn rollout workload (groups × members × turns, each
 //! turn's prompt the last one plus its answer and a new observation) timed on the static
 //! engine, the continuous engine, and transformers' `generate` turn by turn, in one run.
 //! Every row generates exactly `--new-tokens` a turn (end-of-sequence ignored), so the
 //! three do the same work whatever they sample.
 
+use crate::bench::{JsonOutput, Subject};
 use crate::bench_model::{HfSource, subject};
-use crate::model_args::ModelArgs;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use rand_chacha::ChaCha8Rng;
@@ -16,12 +16,9 @@ use vagen_model::{DType, DeviceChoice, Engine, EngineOptions, EngineRequest, Gen
 
 #[derive(Args)]
 pub struct BenchRolloutArgs {
+    // Text models only.
     #[command(flatten)]
-    model: ModelArgs,
-    /// Random weights of this shape instead of `--model` (as `bench-model --config`; text
-    /// models only).
-    #[arg(long)]
-    config: Option<String>,
+    subject: Subject,
     #[arg(long, default_value_t = 8)]
     groups: usize,
     /// Members per group: they share their first prompt.
@@ -37,10 +34,9 @@ pub struct BenchRolloutArgs {
     max_batch: NonZeroUsize,
     #[command(flatten)]
     reference: crate::bench_model::Transformers,
-    /// End with one JSON line: the workload and a row per engine, for scripts (the GPU
-    /// bundle's report).
-    #[arg(long)]
-    json: bool,
+    // The JSON line: the workload and a row per engine.
+    #[command(flatten)]
+    out: JsonOutput,
 }
 
 /// The prompts: every row's first, and what follows each turn's answer in each row.
@@ -69,9 +65,9 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
     if a.groups == 0 || a.members == 0 || a.turns == 0 || a.new_tokens == 0 {
         bail!("--groups, --members, --turns and --new-tokens must be at least 1");
     }
-    let (mut model, source) = subject(&a.model, a.config.as_deref(), a.reference.transformers)?;
+    let (mut model, source) = subject(&a.subject, a.reference.transformers)?;
     if model.vision.is_some() {
-        bail!("bench-rollout times text prompts: give a Qwen2 model or shape");
+        bail!("bench rollout times text prompts: give a Qwen2 model or shape");
     }
     // Every row generates exactly new_tokens, as on the transformers side.
     model.eos_token_ids.clear();
@@ -126,7 +122,7 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
             base / f.seconds
         );
     }
-    if a.json {
+    if a.out.json {
         let engines: Vec<serde_json::Value> = figures
             .iter()
             .map(|f| {
@@ -141,9 +137,9 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
             })
             .collect();
         let workload = serde_json::json!({
-            "model": a.config.clone().unwrap_or_else(|| a.model.model.to_string()),
-            "dtype": a.model.dtype,
-            "device": a.model.device,
+            "model": a.subject.name(),
+            "dtype": a.subject.model.dtype,
+            "device": a.subject.model.device,
             "groups": a.groups,
             "members": a.members,
             "turns": a.turns,
@@ -192,8 +188,8 @@ fn workload(model: &Model, a: &BenchRolloutArgs) -> Result<Workload> {
             }
         }
     }
-    let dtype = a.model.dtype;
-    Ok(Workload { first, between, new_tokens: a.new_tokens, turns: a.turns, dtype, device: a.model.device })
+    let dtype = a.subject.model.dtype;
+    Ok(Workload { first, between, new_tokens: a.new_tokens, turns: a.turns, dtype, device: a.subject.model.device })
 }
 
 fn sampling(w: &Workload, turn: usize) -> GenerateOptions {

@@ -1,16 +1,17 @@
-//! `vagen-host bench-train`: what an update step costs, full-parameter against LoRA ranks:
+//! `vagen-host bench train`: what an update step costs, full-parameter against LoRA ranks:
 //! tokens/s, trainable parameters, optimiser state and peak memory (prints figures).
 //!
 //! Each cell of the table runs in a child process of its own, so its peak resident memory
 //! is its own and not what an earlier cell left in the allocator.
 
+use crate::bench::{CpuByDefault, JsonOutput};
 use crate::bench_model::{Shape, shape_config};
 use anyhow::{Context, Result};
 use clap::Args;
 use std::process::Command;
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
-use vagen_model::{DType, DeviceChoice, LoadOptions, LoraConfig, Model, Targets, ValueModel};
+use vagen_model::{DType, LoadOptions, LoraConfig, Model, Targets, ValueModel};
 use vagen_trainer::AdamW;
 
 #[derive(Args, Clone)]
@@ -36,13 +37,14 @@ pub struct BenchTrainArgs {
     /// Measured steps (after one warm-up step).
     #[arg(long, default_value_t = 2)]
     steps: usize,
-    #[arg(long, default_value = "cpu")]
-    device: DeviceChoice,
+    #[command(flatten)]
+    run_on: CpuByDefault,
+    /// Parameter precision: f32, bf16 or f16.
     #[arg(long, default_value = "f32")]
     dtype: DType,
-    /// End with one JSON line holding every cell, for scripts (the GPU bundle's report).
-    #[arg(long)]
-    json: bool,
+    // The JSON line: every cell.
+    #[command(flatten)]
+    out: JsonOutput,
     /// Internal: measure one cell (`SHAPE VARIANT CRITIC`) and print it as JSON.
     #[arg(long, hide = true, num_args = 3)]
     one: Option<Vec<String>>,
@@ -56,7 +58,7 @@ pub fn bench_train(a: BenchTrainArgs) -> Result<()> {
     }
     println!(
         "update steps: {} rows x {} tokens, {:?} on {:?}, {} measured after a warm-up; LoRA on every linear layer, alpha = 2r",
-        a.batch, a.seq, a.dtype, a.device, a.steps
+        a.batch, a.seq, a.dtype, a.run_on.device, a.steps
     );
     println!(
         "{:<14} {:<11} {:>12} {:>10} {:>12} {:>10} {:>10} {:>9}",
@@ -72,7 +74,7 @@ pub fn bench_train(a: BenchTrainArgs) -> Result<()> {
             }
         }
     }
-    if a.json {
+    if a.out.json {
         println!("{}", serde_json::json!({ "bench_train": rows }));
     }
     Ok(())
@@ -82,12 +84,12 @@ pub fn bench_train(a: BenchTrainArgs) -> Result<()> {
 fn child(a: &BenchTrainArgs, shape: &str, variant: &str, critic: bool) -> Result<serde_json::Value> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let out = Command::new(exe)
-        .args(["bench-train", "--one", shape, variant, if critic { "critic" } else { "actor" }])
+        .args(["bench", "train", "--one", shape, variant, if critic { "critic" } else { "actor" }])
         .args(["--batch", &a.batch.to_string(), "--seq", &a.seq.to_string(), "--steps", &a.steps.to_string()])
-        .args(["--device", &a.device.to_string(), "--dtype", &a.dtype.to_string()])
+        .args(["--device", &a.run_on.device.to_string(), "--dtype", &a.dtype.to_string()])
         .stderr(std::process::Stdio::inherit())
         .output()
-        .context("running a bench-train cell")?;
+        .context("running a bench train cell")?;
     let text = String::from_utf8_lossy(&out.stdout);
     match text.lines().last().and_then(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
         Some(row) if out.status.success() => Ok(row),
@@ -139,7 +141,7 @@ fn load(shape: &str, options: LoadOptions) -> Result<Model> {
 }
 
 fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) -> Result<serde_json::Value> {
-    let options = LoadOptions { device: a.device.resolve()?, dtype: a.dtype };
+    let options = LoadOptions { device: a.run_on.device.resolve()?, dtype: a.dtype };
     let mut model = load(shape, options)?;
     if let Some(lora) = lora_config(variant)? {
         model.attach_lora(&lora, 0)?;

@@ -1,6 +1,7 @@
 //! `vagen-host`: load environment plugins, inspect them, run episodes, benchmark them;
 //! run language models.
 
+mod bench;
 mod bench_async;
 mod bench_dp;
 mod bench_model;
@@ -20,6 +21,7 @@ mod serve_env;
 mod train;
 
 use anyhow::Result;
+use bench::Bench;
 use clap::{Parser, Subcommand};
 
 /// Train and evaluate agents on sandboxed environment plugins.
@@ -38,26 +40,11 @@ struct Cli {
 enum Command {
     #[command(flatten)]
     Env(vagen_env::EnvCommand),
+    /// Benchmarks (print figures): `model`, `rollout`, `reward`, `train`, `dp`, `async`,
+    /// `env`.
+    Bench(bench::BenchArgs),
     /// Continue a prompt with a language model (a HF folder or the embedded default).
     Generate(generate::GenerateArgs),
-    /// Measure generation throughput (prefill and decode tokens/s), optionally next to
-    /// transformers on the same shape (prints figures).
-    BenchModel(bench_model::BenchModelArgs),
-    /// Time a multi-turn rollout workload (groups x members x turns, growing history) on
-    /// the static engine, the continuous engine and transformers' `generate` (prints figures).
-    BenchRollout(bench_rollout::BenchRolloutArgs),
-    /// What a reward component costs per turn, and judge throughput locally and through
-    /// `serve` (prints figures).
-    BenchReward(bench_reward::BenchRewardArgs),
-    /// What an update step costs, full-parameter against LoRA ranks: tokens/s, trainable
-    /// parameters, optimiser state, peak memory (prints figures).
-    BenchTrain(bench_train::BenchTrainArgs),
-    /// Data-parallel scaling: RL steps at each world size, and ZeRO-1's optimiser state per
-    /// rank on a model shape (prints figures).
-    BenchDp(bench_dp::BenchDpArgs),
-    /// RL steps per minute at each `[async] max_staleness`, and where the time goes (prints
-    /// figures).
-    BenchAsync(bench_async::BenchAsyncArgs),
     /// Check the data-parallel collectives (gloo, NCCL) on this machine or across the
     /// launcher's ranks: each checked against its definition, and the all-reduce's bandwidth.
     DistCheck(dist_check::DistCheckArgs),
@@ -78,6 +65,24 @@ enum Command {
     Eval(eval::EvalArgs),
     /// Merge a LoRA adapter into its base and save the whole checkpoint.
     MergeLora(merge_lora::MergeLoraArgs),
+    /// `bench model`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchModel(bench_model::BenchModelArgs),
+    /// `bench rollout`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchRollout(bench_rollout::BenchRolloutArgs),
+    /// `bench reward`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchReward(bench_reward::BenchRewardArgs),
+    /// `bench train`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchTrain(bench_train::BenchTrainArgs),
+    /// `bench dp`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchDp(bench_dp::BenchDpArgs),
+    /// `bench async`'s old name, kept (hidden) for one release.
+    #[command(hide = true)]
+    BenchAsync(bench_async::BenchAsyncArgs),
 }
 
 fn main() {
@@ -91,20 +96,21 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Env(c)), _) => vagen_env::dispatch(c, &model_policy::make),
         (None, Some(a)) => vagen_env::dispatch(vagen_env::EnvCommand::Run(a), &model_policy::make),
         (Some(Command::Generate(a)), _) => generate::generate(a),
-        (Some(Command::BenchModel(a)), _) => bench_model::bench_model(a),
-        (Some(Command::BenchRollout(a)), _) => bench_rollout::bench_rollout(a),
+        (Some(Command::Bench(a)), _) => bench::bench(a),
         (Some(Command::Serve(a)), _) => serve::serve(a),
         (Some(Command::ServeEnv(a)), _) => serve_env::serve_env(a),
         (Some(Command::ParityDump(a)), _) => parity_dump::parity_dump(a),
-        (Some(Command::BenchReward(a)), _) => bench_reward::bench_reward(a),
-        (Some(Command::BenchTrain(a)), _) => bench_train::bench_train(a),
-        (Some(Command::BenchDp(a)), _) => bench_dp::bench_dp(a),
-        (Some(Command::BenchAsync(a)), _) => bench_async::bench_async(a),
         (Some(Command::DistCheck(a)), _) => dist_check::dist_check(a),
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),
         (Some(Command::MergeLora(a)), _) => merge_lora::merge_lora(a),
+        (Some(Command::BenchModel(a)), _) => Bench::Model(a).run(),
+        (Some(Command::BenchRollout(a)), _) => Bench::Rollout(a).run(),
+        (Some(Command::BenchReward(a)), _) => Bench::Reward(a).run(),
+        (Some(Command::BenchTrain(a)), _) => Bench::Train(a).run(),
+        (Some(Command::BenchDp(a)), _) => Bench::Dp(a).run(),
+        (Some(Command::BenchAsync(a)), _) => Bench::Async(a).run(),
         (None, None) => {
             use clap::CommandFactory;
             Cli::command().print_help()?;

@@ -206,6 +206,32 @@ fn check_exits_zero_on_a_good_plugin_and_one_naming_the_problem_on_a_bad_one() {
 }
 
 #[test]
+fn bench_lists_every_benchmark_and_the_old_names_still_parse() {
+    let o = host(&["bench", "--help"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let help = stdout(&o);
+    // Each benchmark's line: two spaces, its name, its description.
+    let listed: Vec<&str> = (help.lines().filter_map(|l| l.strip_prefix("  ")))
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for what in ["model", "rollout", "reward", "train", "dp", "async", "env"] {
+        assert!(listed.contains(&what), "`bench --help` does not list {what}:\n{help}");
+    }
+    // The names before `bench <what>`, hidden for one release: each parses its arguments.
+    for old in ["bench-model", "bench-rollout", "bench-reward", "bench-train", "bench-dp", "bench-async"] {
+        let o = host(&[old, "--help"]);
+        assert!(o.status.success(), "{old} --help: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert!(!stdout(&host(&["--help"])).contains("bench-model"), "the old names are hidden");
+    // Flags straight after `bench` are the env bench's (`bench --plugin F`, its old form).
+    let o = host(&["bench", "--steps", "3"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--plugin <PLUGIN>"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The env bench in its form from before `bench env` (`bench --plugin F ...`), kept working.
+#[test]
 fn bench_compares_wasm_and_native_side_by_side() {
     let (wasm, so) = (plugin("plugins", "sokoban"), root().join("target/plugins/sokoban.so"));
     let o = host(&[

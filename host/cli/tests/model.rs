@@ -1,4 +1,4 @@
-//! `vagen-host generate` and `bench-model` as a user runs them, and how the binary links
+//! `vagen-host generate` and `bench model` as a user runs them, and how the binary links
 //! libtorch.
 
 mod common;
@@ -76,7 +76,8 @@ fn generate_errors_name_the_problem() {
 #[test]
 fn bench_model_prints_a_row_per_batch_size() {
     let o = host(&[
-        "bench-model",
+        "bench",
+        "model",
         "--model",
         &fixture("tiny-qwen2"),
         "--batch",
@@ -98,7 +99,8 @@ fn bench_model_prints_a_row_per_batch_size() {
 #[test]
 fn bench_rollout_times_three_engines_on_the_same_work() {
     let o = host(&[
-        "bench-rollout",
+        "bench",
+        "rollout",
         "--groups",
         "2",
         "--members",
@@ -121,7 +123,7 @@ fn bench_rollout_times_three_engines_on_the_same_work() {
     assert_eq!(old[2], hf[2], "the static engine and transformers prefill every prompt whole: {text}");
     assert_eq!(new[2] + new[3], old[2], "the continuous engine prefills or reuses each prompt token: {text}");
     assert!(new[3] > 0.0, "{text}");
-    let o = host(&["bench-rollout", "--turns", "0"]);
+    let o = host(&["bench", "rollout", "--turns", "0"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("--turns"));
 }
 
@@ -211,7 +213,8 @@ fn a_vl_model_plays_navigation_from_its_pictures_and_the_log_keeps_them() {
 #[test]
 fn bench_model_times_the_vision_encoder_of_a_vl_model() {
     let o = host(&[
-        "bench-model",
+        "bench",
+        "model",
         "--model",
         "default-vl",
         "--device",

@@ -505,7 +505,7 @@ fn bench_reward_prints_the_cost_per_turn_and_judge_throughput() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let plugin = root.join("target/rewards/state-match.wasm");
     let o = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
-        .args(["bench-reward", "--plugin", plugin.to_str().unwrap(), "--device", "cpu", "--judgments", "4"])
+        .args(["bench", "reward", "--plugin", plugin.to_str().unwrap(), "--device", "cpu", "--judgments", "4"])
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);

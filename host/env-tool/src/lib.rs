@@ -2,7 +2,8 @@
 //! `bench` and `run` (random, oracle, human and scripted policies, `--replay`) for env plugins
 //! and reward components, and the SDK helpers (`c-bindings`, `componentize`). `vagen-host`
 //! has the same commands (this crate's) beside its model commands, and gives `run` its
-//! language model ([`policy::ModelPolicyMaker`]).
+//! language model ([`policy::ModelPolicyMaker`]); its `bench` holds the model benchmarks
+//! too, with this crate's [`bench`] as `bench env`.
 
 pub mod bench;
 pub mod check;
@@ -19,7 +20,8 @@ pub mod sdk_tools;
 use anyhow::Result;
 use clap::Subcommand;
 
-/// The env commands, as both binaries list them.
+/// The env commands, as both binaries list them; `bench` ([`bench::BenchArgs`]) each lists
+/// its own way (`vagen-env bench`, `vagen-host bench env`).
 #[derive(Subcommand)]
 pub enum EnvCommand {
     /// Show a plugin's manifest, WIT version, size, sha256 and imports.
@@ -30,8 +32,6 @@ pub enum EnvCommand {
     Check(check::CheckArgs),
     /// Shake a plugin with adversarial episodes; save a reproducer per finding.
     Fuzz(fuzz::FuzzArgs),
-    /// Measure load, instantiate, reset and step costs of plugins (prints figures).
-    Bench(bench::BenchArgs),
     /// For C (or any language compiling to a core module): write the C bindings of the env
     /// contract (`environment.h`, `environment.c`, `environment_component_type.o`).
     CBindings(sdk_tools::CBindingsArgs),
@@ -47,7 +47,6 @@ pub fn dispatch(command: EnvCommand, model: &policy::ModelPolicyMaker) -> Result
         EnvCommand::Run(a) => run::run(a, model),
         EnvCommand::Check(a) => check::check(a),
         EnvCommand::Fuzz(a) => fuzz::fuzz(a),
-        EnvCommand::Bench(a) => bench::bench(a),
         EnvCommand::CBindings(a) => sdk_tools::c_bindings(a),
         EnvCommand::Componentize(a) => sdk_tools::componentize(a),
     }

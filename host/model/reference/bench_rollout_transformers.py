@@ -1,4 +1,4 @@
-"""transformers' side of `vagen-host bench-rollout --transformers`: the same multi-turn
+"""transformers' side of `vagen-host bench rollout --transformers`: the same multi-turn
 workload through `model.generate`, turn by turn, as a rollout on transformers runs it: each
 turn's prompts left-padded into one batch and prefilled whole, every row making exactly
 `new_tokens` (sampling at temperature 1), its answer and the next observation appended for

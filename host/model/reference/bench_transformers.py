@@ -1,4 +1,4 @@
-"""transformers' side of `vagen-host bench-model --transformers`: the same shape, batch sizes
+"""transformers' side of `vagen-host bench model --transformers`: the same shape, batch sizes
 and lengths through `model.generate` (sampling at temperature 1, every row making exactly
 --new-tokens). Prints one JSON line per batch size.
 

@@ -223,7 +223,7 @@ def bench_model_args(ctx, shape):
 def generation(s, ctx):
     rows = []
     for shape in ["text", "vl"]:
-        args = [HOST, "bench-model", *bench_model_args(ctx, shape), "--transformers", "--python", sys.executable,
+        args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--transformers", "--python", sys.executable,
                 "--json"]
         out = last_json(s.run(args))
         command = shlex.join(map(str, args))
@@ -259,7 +259,8 @@ def rollout(s, ctx):
         size = ["--model", "default", "--groups", "2", "--members", "2", "--turns", "2", "--new-tokens", "8"]
     else:
         size = ["--config", "qwen2.5-0.5b", "--dtype", "bf16"]
-    args = [HOST, "bench-rollout", *size, "--device", ctx.device, "--transformers", "--python", sys.executable, "--json"]
+    args = [HOST, "bench", "rollout", *size, "--device", ctx.device, "--transformers", "--python", sys.executable,
+            "--json"]
     out = last_json(s.run(args))
     s.figure("workload", out["workload"], shlex.join(map(str, args)))
     s.figure("engines", out["engines"])
@@ -348,7 +349,7 @@ def random_checkpoint(folder, shape, dtype):
     (folder / "tokenizer_config.json").write_text(json.dumps(tokenizer_config))
 
 
-# Qwen2.5-0.5B-Instruct's shape (bench-model's `qwen2.5-0.5b`); quick: a tiny one.
+# Qwen2.5-0.5B-Instruct's shape (`bench model`'s `qwen2.5-0.5b`); quick: a tiny one.
 SHAPE_0_5B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
@@ -376,14 +377,14 @@ def update_steps(s, ctx):
 
 
 def lora(s, ctx):
-    """Update steps full against LoRA ranks (`bench-train`), then the LoRA demo config for a
+    """Update steps full against LoRA ranks (`bench train`), then the LoRA demo config for a
     few steps with the adapters unmerged and merged for generation (`engine.merge_lora`)."""
     if ctx.quick:
         bench = ["--shapes", "default", "--variants", "full,16", "--steps", "1"]
     else:
         bench = ["--shapes", "qwen2.5-0.5b,qwen2.5-vl-3b", "--variants", "full,8,16,64", "--dtype", "bf16",
                  "--batch", "8", "--seq", "512"]
-    args = [HOST, "bench-train", *bench, "--device", ctx.device, "--json"]
+    args = [HOST, "bench", "train", *bench, "--device", ctx.device, "--json"]
     cells = last_json(s.run(args))["bench_train"]
     s.figure("bench_train", cells, shlex.join(map(str, args)))
     keys = ["shape", "variant", "trainable", "optimizer_bytes", "peak_rss_bytes", "step_seconds", "tokens_per_second"]
@@ -441,7 +442,7 @@ def data_parallel(s, ctx):
 
 def asynchronous(s, ctx):
     """RL steps per minute synchronously and with the generator thread one update behind
-    (`bench-async`, same device): the text demo's config (also with the newest weights
+    (`bench async`, same device): the text demo's config (also with the newest weights
     loaded before every decode step), then the 0.5B shape in bf16."""
     runs = [("text demo", {}, "0,1"), ("text demo decode-step", {"async.refresh": '"decode-step"'}, "1")]
     folder = ctx.scratch / "random-0.5b"
@@ -455,7 +456,7 @@ def asynchronous(s, ctx):
         sets = {**extra, "model.device": ctx.device, "env.plugin": str(BUNDLE / "plugins" / "frozenlake.wasm")}
         if ctx.quick:
             sets.update({"env.groups": 2, "env.group_size": 2})
-        args = [HOST, "bench-async", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml",
+        args = [HOST, "bench", "async", "--config", BUNDLE / "examples" / "frozenlake-cpu.toml",
                 "--staleness", staleness, "--steps", "3" if ctx.quick else "5", "--json"]
         for k, v in sets.items():
             args += ["--set", f"{k}={v}"]
