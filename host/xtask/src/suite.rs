@@ -1,10 +1,8 @@
 //! The test suite's run: `cargo test`'s binaries (built once, listed by cargo), the doctests,
-//! pytest and the GPU bundle's dry run, as jobs on a few lanes at once.
+//! pytest files and the GPU bundle's dry run, as jobs on one or more lanes.
 //!
-//! Much of the suite waits rather than computes (processes starting, servers, plugins
-//! timing out, Python importing torch), so two lanes finish sooner than one on two cores.
-//! Each job's output goes to `target/test-logs/NAME.log`; a line per job says how it ended
-//! and a failed job's log is printed. Every job runs even when one fails.
+//! Each job's output goes to `target/test-logs/NAME.log`; a line per job says how it ended,
+//! with its time, and a failed job's log is printed. Every job runs even when one fails.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
