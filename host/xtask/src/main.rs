@@ -562,6 +562,9 @@ fn test_all(extra: &[String]) -> Result<()> {
 }
 
 fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
+    // The house rules first (in-process: the build replaces this binary), reported with the
+    // tests' outcome, so every test still runs when one is broken.
+    let rules = phases.time("layers", || layers::check(&root()));
     setup_guest_target()?;
     // What needs no libtorch builds while the venvs install (downloads and unpacking,
     // mostly): the guests, the runtime's docs and the wheel (maturin first, in seconds).
@@ -581,7 +584,7 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     if !extra.is_empty() {
         let mut cmd = cargo();
         cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
-        return phases.time("cargo test (filtered)", || run(cmd));
+        return phases.time("cargo test (filtered)", || run(cmd)).and(rules);
     }
     let binaries = phases.time("build", build_tests)?;
     phases.time("native plugins", native_plugins)?;
@@ -593,7 +596,11 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     // both cores), so a second lane gained nothing there and slowed timing-bounded tests
     // past their bounds (docs/experiments.md, "The test suite's time").
     let lanes = std::env::var("VAGEN_TEST_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-    phases.time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases))
+    let tests = phases.time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases));
+    match (rules, tests) {
+        (Err(a), Err(b)) => Err(format!("{a}\n{b}")),
+        (rules, tests) => rules.and(tests),
+    }
 }
 
 
@@ -642,10 +649,6 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
         cmd.current_dir(&b.package_dir).env("CARGO_MANIFEST_DIR", &b.package_dir).envs(torch.iter().cloned());
         jobs.push(suite::Job::new(b.name, cmd));
     }
-    // The house rules, as a job (every test still runs when one is broken).
-    let mut layers = Command::new(std::env::current_exe().map_err(|e| format!("the running xtask: {e}"))?);
-    layers.arg("layers");
-    jobs.push(suite::Job::new("layers", layers));
     // The embedding API's documentation builds without a warning (its example runs as a
     // doctest). Its dependencies build in check mode, apart from the build: a job, so that
     // it fills a lane while other jobs wait.
