@@ -56,7 +56,8 @@ fn module_graph(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, String
             files.entry(module.to_string()).or_default().push(entry);
         }
     }
-    let lib = std::fs::read_to_string(src.join("lib.rs")).map_err(|e| format!("reading {}/lib.rs: {e}", src.display()))?;
+    let lib =
+        std::fs::read_to_string(src.join("lib.rs")).map_err(|e| format!("reading {}/lib.rs: {e}", src.display()))?;
     let reexports = reexports(&lib);
     let mut graph = BTreeMap::new();
     for (module, paths) in &files {

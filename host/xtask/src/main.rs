@@ -574,9 +574,8 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
             phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
             phases.time("wheel (beside the venvs)", wheel)
         });
-        let venvs = phases.time("venvs", || {
-            setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup())
-        });
+        let venvs = phases
+            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()));
         let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
         venvs.and(wheel)
     })?;
@@ -602,7 +601,6 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
         (rules, tests) => rules.and(tests),
     }
 }
-
 
 /// Everything the tests run, in one build (one feature set, so nothing is built twice):
 /// libraries, `vagen-host` and the other binaries, the environments' `.so`, examples and
@@ -656,7 +654,9 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
     doc.args(["doc", "--release", "--no-deps", "-p", "vagen-runtime"]).env("RUSTDOCFLAGS", "-D warnings");
     jobs.push(suite::Job::new("cargo doc", doc));
     let mut doctests = cargo();
-    doctests.args(["test", "--release", "--workspace", "--exclude", "vagen-python", "--doc"]).envs(torch.iter().cloned());
+    doctests
+        .args(["test", "--release", "--workspace", "--exclude", "vagen-python", "--doc"])
+        .envs(torch.iter().cloned());
     jobs.push(suite::Job::new("doctests", doctests));
     jobs.push(gpu_dry_run(bundle));
     let rank = |name: &str| SLOW_FIRST.iter().position(|s| name == *s).unwrap_or(SLOW_FIRST.len());

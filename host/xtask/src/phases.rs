@@ -43,7 +43,13 @@ impl Phases {
         eprintln!("\n{:width$}  {:>7}  {:>7}  {:>8}", "phase", "start", "end", "length");
         for r in rows.iter() {
             let failed = if r.ok { "" } else { "  (failed)" };
-            eprintln!("{:width$}  {:>7}  {:>7}  {:>8}{failed}", r.name, clock(r.from), clock(r.to), clock(r.to - r.from));
+            eprintln!(
+                "{:width$}  {:>7}  {:>7}  {:>8}{failed}",
+                r.name,
+                clock(r.from),
+                clock(r.to),
+                clock(r.to - r.from)
+            );
         }
         eprintln!("{:width$}  {:>7}  {:>7}  {:>8}", "total", "", "", clock(self.start.elapsed().as_secs_f64()));
     }
