@@ -10,6 +10,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::read_dir_sorted;
+
 /// The crates whose module graph must have no circle.
 const LAYERED: [&str; 2] = ["host/trainer/src", "host/model/src"];
 pub const MAX_FN_LINES: usize = 80;
@@ -45,7 +47,7 @@ pub fn check(root: &Path) -> Result<(), String> {
 /// Top-level module -> the top-level modules its code names through `crate::`.
 fn module_graph(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>, String> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for entry in read_dir(src)? {
+    for entry in read_dir_sorted(src)? {
         let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if entry.is_dir() {
             files.insert(name, rust_files(&entry)?);
@@ -287,20 +289,10 @@ fn fn_name(line: &str) -> Option<String> {
     words.next().map(|n| n.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect())
 }
 
-fn read_dir(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| format!("reading {}: {e}", dir.display()))?
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    entries.sort();
-    Ok(entries)
-}
-
 /// `.rs` files under `dir`, leaving out build output.
 fn rust_files(dir: &Path) -> Result<Vec<PathBuf>, String> {
     let mut files = Vec::new();
-    for path in read_dir(dir)? {
+    for path in read_dir_sorted(dir)? {
         if path.is_dir() {
             if path.file_name().is_some_and(|n| n != "target") {
                 files.extend(rust_files(&path)?);

@@ -505,7 +505,7 @@ fn native_plugins() -> Result<()> {
 }
 
 /// The entries of `dir`, sorted.
-fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
         .map_err(|e| format!("reading {}: {e}", dir.display()))?
         .flatten()
