@@ -40,7 +40,7 @@ pub fn run_jobs(jobs: Vec<Job>, lanes: usize, logs: &Path, phases: &Phases) -> R
                     let next = queue.lock().expect("the queue is never poisoned").pop_front();
                     let Some(job) = next else { break };
                     let name = job.name.clone();
-                    if phases.time(&format!("  {name}"), || run_one(job, logs)).is_err() {
+                    if phases.time_cpu(&format!("  {name}"), || run_one(job, logs)).is_err() {
                         failed.lock().expect("the failures are never poisoned").push(name);
                     }
                 }
@@ -51,22 +51,49 @@ pub fn run_jobs(jobs: Vec<Job>, lanes: usize, logs: &Path, phases: &Phases) -> R
     if failed.is_empty() { Ok(()) } else { Err(format!("failed: {}", failed.join(", "))) }
 }
 
-fn run_one(mut job: Job, logs: &Path) -> Result<()> {
+/// Runs one job; the outcome, and the CPU time its processes took.
+fn run_one(mut job: Job, logs: &Path) -> (Result<()>, Option<f64>) {
     let log = logs.join(format!("{}.log", job.name.replace(['/', ' '], "-")));
     let start = Instant::now();
     let outcome = std::fs::File::create(&log)
         .and_then(|f| Ok((f.try_clone()?, f)))
         .map_err(|e| format!("creating {}: {e}", log.display()))
         .and_then(|(out, err)| {
-            job.cmd
-                .stdin(Stdio::null())
-                .stdout(out)
-                .stderr(err)
-                .status()
-                .map_err(|e| format!("cannot start {:?}: {e}", job.cmd))
-        });
-    let seconds = start.elapsed().as_secs_f64();
-    let summary = summary(&log);
+            let child = job.cmd.stdin(Stdio::null()).stdout(out).stderr(err).spawn();
+            child.map_err(|e| format!("cannot start {:?}: {e}", job.cmd))
+        })
+        .and_then(|child| wait_with_cpu(child).map_err(|e| format!("waiting for {}: {e}", job.name)));
+    let (outcome, cpu) = match outcome {
+        Ok((status, cpu)) => (Ok(status), Some(cpu)),
+        Err(e) => (Err(e), None),
+    };
+    (report(&job, outcome, start.elapsed().as_secs_f64(), &log), cpu)
+}
+
+/// Waits for `child` as `wait` does, with the CPU time it and its waited-for descendants took.
+fn wait_with_cpu(child: std::process::Child) -> std::io::Result<(std::process::ExitStatus, f64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: wait4 writes the status and the struct it is given; the child is ours and
+    // nothing else waits for it (`child` is dropped unwaited, which neither waits nor kills).
+    let usage = unsafe {
+        let mut usage = std::mem::zeroed::<libc::rusage>();
+        while libc::wait4(pid, &mut status, 0, &mut usage) < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        usage
+    };
+    drop(child);
+    Ok((std::process::ExitStatus::from_raw(status), crate::phases::cpu_seconds(&usage)))
+}
+
+/// Says how a job ended (a failed one's log tail too).
+fn report(job: &Job, outcome: Result<std::process::ExitStatus>, seconds: f64, log: &Path) -> Result<()> {
+    let summary = summary(log);
     let missing = job.expect_files.iter().find(|f| !f.is_file());
     match outcome {
         Ok(status) if status.success() && missing.is_some() => {
@@ -80,7 +107,7 @@ fn run_one(mut job: Job, logs: &Path) -> Result<()> {
         }
         Ok(status) => {
             eprintln!("FAILED {} ({seconds:.1} s, {status}){summary}; its log, {}, ends:", job.name, log.display());
-            eprintln!("{}", tail(&log, 200));
+            eprintln!("{}", tail(log, 200));
             Err(format!("{status}"))
         }
         Err(e) => {
@@ -192,6 +219,19 @@ mod tests {
         assert!(std::fs::read_to_string(logs.join("also-passes.log")).is_ok());
         assert_eq!(summary(&logs.join("passes.log")), ": test result: ok. 2 passed");
         let _ = std::fs::remove_dir_all(&logs);
+    }
+
+    /// A job's CPU time counts its own processes' (here a shell's busy loop in a grandchild),
+    /// not the wall time it waited.
+    #[test]
+    fn a_jobs_cpu_time_is_its_processes() {
+        let mut busy = Command::new("sh");
+        busy.args(["-c", "sh -c 'i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done'; sleep 0.3"]);
+        let start = Instant::now();
+        let (status, cpu) = wait_with_cpu(busy.spawn().unwrap()).unwrap();
+        let wall = start.elapsed().as_secs_f64();
+        assert!(status.success());
+        assert!(cpu > 0.05 && cpu < wall - 0.25, "cpu {cpu} s, wall {wall} s");
     }
 
     /// Each job waits for the other's mark: they pass only when both lanes run at once.
