@@ -1,19 +1,26 @@
 # Sourced by sdk/*/build.sh: checks `ENV_DIR OUT.wasm` and sets here (the SDK folder), root
 # (the repository), env_dir, out (absolute) and tools (where toolchains are installed).
-if [ $# -ne 2 ]; then
-    echo "usage: $0 ${usage:-ENV_DIR OUT.wasm}" >&2
+# `build.sh --tools-only` sets tools_only: the script installs its toolchain and stops (a
+# machine image, or a test run fetching toolchains while it compiles something else).
+tools_only=
+if [ "$#" -eq 1 ] && [ "$1" = --tools-only ]; then
+    tools_only=1
+elif [ $# -ne 2 ]; then
+    echo "usage: $0 ${usage:-ENV_DIR OUT.wasm} | --tools-only" >&2
     exit 2
-fi
-if [ ! -d "$1" ]; then
+elif [ ! -d "$1" ]; then
     echo "$1 is not a folder" >&2
     exit 2
 fi
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-env_dir=$(cd "$1" && pwd)
-out=$(realpath -m "$2")
 tools=${VAGEN_SDK_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/vagen/sdk-tools}
-mkdir -p "$tools" "$(dirname "$out")"
+mkdir -p "$tools"
+if [ -z "$tools_only" ]; then
+    env_dir=$(cd "$1" && pwd)
+    out=$(realpath -m "$2")
+    mkdir -p "$(dirname "$out")"
+fi
 
 # python_tool PACKAGE==VERSION MODULE: makes sure the PyPI package is in the tools venv
 # ($tools/python, shared by the SDKs), installing it under a lock (builds may run in

@@ -9,17 +9,18 @@
 # VAGEN_ENV, else `vagen-env` on the PATH, else target/release/vagen-env.
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"
-tool=${VAGEN_ENV:-$(command -v vagen-env || echo "$root/target/release/vagen-env")}
-if [ ! -x "$tool" ]; then
-    echo "$tool not found: install it with 'cargo install --path host/env-tool' (no libtorch needed) or set VAGEN_ENV" >&2
-    exit 2
-fi
 if [ -z "${CC:-}" ]; then
     python_tool ziglang==0.15.1 ziglang
     export ZIG_GLOBAL_CACHE_DIR=$tools/zig-cache ZIG_LOCAL_CACHE_DIR=$tools/zig-cache
     cc=("$venv/bin/python" -m ziglang cc --target=wasm32-wasi)
 else
     cc=("$CC" --target=wasm32-wasi)
+fi
+[ -z "$tools_only" ] || exit 0
+tool=${VAGEN_ENV:-$(command -v vagen-env || echo "$root/target/release/vagen-env")}
+if [ ! -x "$tool" ]; then
+    echo "$tool not found: install it with 'cargo install --path host/env-tool' (no libtorch needed) or set VAGEN_ENV" >&2
+    exit 2
 fi
 build=$(mktemp -d)
 trap 'rm -rf "$build"' EXIT

@@ -10,17 +10,6 @@
 # (componentize.mjs says how).
 set -euo pipefail
 source "$(dirname "$0")/../build-args.sh"
-if [ ! -f "$env_dir/app.js" ]; then
-    echo "$env_dir has no app.js" >&2
-    exit 2
-fi
-# An app that exports a reward function becomes a `vagen:env/reward` component (the 0.3.0
-# package); an environment keeps the 0.1.0 contract it was written against.
-if grep -q "exportReward" "$env_dir/app.js"; then
-    wit=v0.3.0 world=reward-function entry='export { reward } from "./vagen-reward.js";'
-else
-    wit=v0.1.0 world=environment entry='export { env } from "vagen";'
-fi
 for tool in node npm; do
     command -v $tool >/dev/null || { echo "$tool is needed to build JavaScript environments" >&2; exit 2; }
 done
@@ -37,7 +26,19 @@ if ! cmp -s "$here/package-lock.json" "$tools/.installed-lock.json" || [ ! -x "$
     npm install --prefix "$tools" --no-audit --no-fund --loglevel=error
     cp "$here/package-lock.json" "$tools/.installed-lock.json"
 fi
+[ -z "$tools_only" ] || exit 0
 flock -s 9
+if [ ! -f "$env_dir/app.js" ]; then
+    echo "$env_dir has no app.js" >&2
+    exit 2
+fi
+# An app that exports a reward function becomes a `vagen:env/reward` component (the 0.3.0
+# package); an environment keeps the 0.1.0 contract it was written against.
+if grep -q "exportReward" "$env_dir/app.js"; then
+    wit=v0.3.0 world=reward-function entry='export { reward } from "./vagen-reward.js";'
+else
+    wit=v0.1.0 world=environment entry='export { env } from "vagen";'
+fi
 # Everything the bundle is made of is copied into a fresh folder, named the same in every
 # build (esbuild writes each module's path, relative to its working folder, into the bundle).
 build=$(mktemp -d "$tools/build.XXXXXX")

@@ -16,7 +16,7 @@
 # everything the build read: equal for equal sources, SDK and toolchain.
 set -euo pipefail
 extra=()
-while getopts p: opt; do
+while [ "${1:-}" != --tools-only ] && getopts p: opt; do
     case $opt in
     p)
         [ -d "$OPTARG" ] || { echo "$OPTARG is not a folder" >&2; exit 2; }
@@ -28,6 +28,10 @@ done
 shift $((OPTIND - 1))
 usage="[-p DIR]... ENV_DIR OUT.wasm"
 source "$(dirname "$0")/../build-args.sh"
+toolchain=componentize-py==0.25.1
+python_tool "$toolchain" componentize_py
+deterministic_preload
+[ -z "$tools_only" ] || exit 0
 if [ ! -f "$env_dir/app.py" ]; then
     echo "$env_dir has no app.py" >&2
     exit 2
@@ -39,9 +43,6 @@ if grep -q "export_reward" "$env_dir/app.py"; then
 else
     wit=$root/wit/v0.1.0 world=environment glue=env.py
 fi
-toolchain=componentize-py==0.25.1
-python_tool "$toolchain" componentize_py
-deterministic_preload
 
 # Build from a copy: the interpreter writes __pycache__ next to what it imports (into your
 # folder, and the next build would load it), and only the copied folders are mounted

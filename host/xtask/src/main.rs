@@ -551,6 +551,17 @@ fn install_wheel(wheel: &Path) -> Result<()> {
     run(pip)
 }
 
+/// The Python, C and JavaScript SDKs' toolchains, into the user's cache as a first build
+/// would put them: downloads, done while the wheel compiles rather than inside a test.
+fn sdk_toolchains() -> Result<()> {
+    for sdk in ["python", "c", "js"] {
+        let mut cmd = Command::new("bash");
+        cmd.arg(root().join("sdk").join(sdk).join("build.sh")).arg("--tools-only");
+        run(cmd)?;
+    }
+    Ok(())
+}
+
 /// `cargo xtask test`: what the tests need, the tests, then the GPU bundle's dry run; the
 /// time of each phase is printed at the end, passed or not. Extra arguments (a test name
 /// filter, `--package`…) run just `cargo test` with them, after the same set-up.
@@ -575,7 +586,8 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
             phases.time("wheel (beside the venvs)", wheel)
         });
         let venvs = phases
-            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()));
+            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()))
+            .and_then(|_| phases.time("sdk toolchains (beside the wheel)", sdk_toolchains));
         let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
         venvs.and(wheel)
     })?;
