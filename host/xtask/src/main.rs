@@ -577,28 +577,17 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     // tests' outcome, so every test still runs when one is broken.
     let rules = phases.time("layers", || layers::check(&root()));
     setup_guest_target()?;
-    // What needs no libtorch builds while the venvs install (downloads and unpacking,
-    // mostly): the guests, the runtime's docs and the wheel (maturin first, in seconds).
+    // Maturin first (seconds), then what needs no libtorch builds while the venvs install.
     setup_maturin()?;
-    let wheel = std::thread::scope(|s| {
-        let rust = s.spawn(|| {
-            phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
-            phases.time("wheel (beside the venvs)", wheel)
-        });
-        let venvs = phases
-            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()))
-            .and_then(|_| phases.time("sdk toolchains (beside the wheel)", sdk_toolchains));
-        let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
-        venvs.and(wheel)
-    })?;
+    let wheel = phases.time_alone("set-up: the rows below, side by side", || set_up_side_by_side(phases))?;
     phases.time("wheel install", || install_wheel(&wheel))?;
     if !extra.is_empty() {
         let mut cmd = cargo();
         cmd.args(["test", "--release", "--workspace", "--exclude", "vagen-python"]).args(extra).envs(torch_env()?);
         return phases.time("cargo test (filtered)", || run(cmd)).and(rules);
     }
-    let binaries = phases.time("build", build_tests)?;
-    phases.time("native plugins", native_plugins)?;
+    let binaries = phases.time_alone("build", build_tests)?;
+    phases.time_alone("native plugins", native_plugins)?;
     // From what the build made (the bundle's own build would select fewer packages, unify
     // other features and rebuild).
     let bundle = phases.time("gpu bundle", || gpu_bundle(false))?;
@@ -612,6 +601,22 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
         (Err(a), Err(b)) => Err(format!("{a}\n{b}")),
         (rules, tests) => rules.and(tests),
     }
+}
+
+/// The guests and the wheel compile while the venvs, gloo, ManiSkill and the SDK toolchains
+/// install (downloads and unpacking, mostly); the wheel's path.
+fn set_up_side_by_side(phases: &Phases) -> Result<PathBuf> {
+    std::thread::scope(|s| {
+        let rust = s.spawn(|| {
+            phases.time("wasm plugins (beside the venvs)", || wasm_plugins(None))?;
+            phases.time("wheel (beside the venvs)", wheel)
+        });
+        let venvs = phases
+            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()))
+            .and_then(|_| phases.time("sdk toolchains (beside the wheel)", sdk_toolchains));
+        let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
+        venvs.and(wheel)
+    })
 }
 
 /// Everything the tests run, in one build (one feature set, so nothing is built twice):
@@ -638,14 +643,7 @@ fn build_tests() -> Result<Vec<suite::TestBinary>> {
 /// vagen-host) and the GPU bundle's dry run; the slow ones first, so that the lanes end
 /// together.
 fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suite::Job>> {
-    let mut torch = torch_env()?;
-    // One libtorch (OpenMP) thread per process in the test binaries: libtest already runs a
-    // binary's tests two at a time and many start `vagen-host`s, so libtorch's default of a
-    // thread per core put four spinning threads on two cores. Measured per binary on 2 cores, default → one:
-    // cli/tests/model 77 s → 32 s, trainer/tests/determinism 18 s → 10 s, train 35 s → 30 s.
-    if std::env::var_os("OMP_NUM_THREADS").is_none() {
-        torch.push(("OMP_NUM_THREADS".into(), "1".into()));
-    }
+    let torch = torch_env()?;
     let mut jobs = Vec::new();
     // A job per pytest file, so that the lanes share them out.
     for file in read_dir_sorted(&root().join("host/python/tests"))? {
@@ -664,6 +662,9 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
     for b in binaries {
         let mut cmd = Command::new(&b.executable);
         cmd.current_dir(&b.package_dir).env("CARGO_MANIFEST_DIR", &b.package_dir).envs(torch.iter().cloned());
+        if std::env::var_os("OMP_NUM_THREADS").is_none() && !WHOLE_CORES.contains(&b.name.as_str()) {
+            cmd.env("OMP_NUM_THREADS", "1");
+        }
         jobs.push(suite::Job::new(b.name, cmd));
     }
     // The embedding API's documentation builds without a warning (its example runs as a
@@ -678,6 +679,14 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
         .envs(torch.iter().cloned());
     jobs.push(suite::Job::new("doctests", doctests));
     jobs.push(gpu_dry_run(bundle));
+    for (host, guest) in BESIDE {
+        let at = |name: &str, jobs: &[suite::Job]| jobs.iter().position(|j| j.name == name);
+        if let (Some(_), Some(g)) = (at(host, &jobs), at(guest, &jobs)) {
+            let guest = jobs.remove(g);
+            let h = at(host, &jobs).expect("still listed");
+            jobs[h].beside.push(guest);
+        }
+    }
     let rank = |name: &str| SLOW_FIRST.iter().position(|s| name == *s).unwrap_or(SLOW_FIRST.len());
     jobs.sort_by_key(|j| rank(&j.name));
     Ok(jobs)
@@ -685,6 +694,21 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
 
 /// The jobs that took longest in a cold run on 2 cores (2026-11-28, one lane), longest
 /// first: they start first; the rest keep cargo's order.
+/// One libtorch (OpenMP) thread per process in the test binaries, except these: libtest runs
+/// a binary's tests two at a time and many start `vagen-host`s, so libtorch's default of a
+/// thread per core put up to four spinning threads on two cores. Measured on 2 cores, per
+/// binary, default → one thread: cli/tests/model 77 s → 32 s (29 s in the suite),
+/// trainer/tests/determinism 18 s → 10 s, train 35 s → 30 s. These two spend their time in
+/// one process at a time and are faster with both cores: vision 67 s → 95 s, first_hour
+/// 89 s → 105 s with one thread.
+const WHOLE_CORES: [&str; 2] = ["vagen-trainer/tests/vision", "vagen-host/tests/first_hour"];
+
+/// Jobs that run side by side on one lane (the second starts with the first): each leaves a
+/// core mostly idle. The dry run ran at 1.1 cores (2:50, one command at a time);
+/// `test_primitive_skill.py` at about one (2:19: ManiSkill's CPU physics and lavapipe in one
+/// worker process; its 9 s of its own CPU time are pytest's and `vagen-host`'s).
+const BESIDE: [(&str, &str); 1] = [("gpu bundle dry run", "pytest/test_primitive_skill.py")];
+
 const SLOW_FIRST: [&str; 21] = [
     "vagen-trainer/tests/vision",
     "vagen-env/tests/languages",

@@ -32,6 +32,16 @@ impl Phases {
         self.time_cpu(name, || (f(), None))
     }
 
+    /// As `time`, for a phase that runs alone (no other phase's processes end meanwhile): its
+    /// CPU time is what this process's waited-for children took while it ran.
+    pub fn time_alone<T>(&self, name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.time_cpu(name, || {
+            let before = children_cpu();
+            let out = f();
+            (out, Some(children_cpu() - before))
+        })
+    }
+
     /// As `time`, for a phase that says how much CPU time its processes took.
     pub fn time_cpu<T>(&self, name: &str, f: impl FnOnce() -> (Result<T>, Option<f64>)) -> Result<T> {
         let from = self.start.elapsed().as_secs_f64();

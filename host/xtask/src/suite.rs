@@ -18,11 +18,14 @@ pub struct Job {
     pub cmd: Command,
     /// What the command must have written for the job to pass.
     pub expect_files: Vec<PathBuf>,
+    /// Jobs started with this one, on its lane (each its own row and log): for jobs that
+    /// leave a core idle, whose CPU time is far below their wall time.
+    pub beside: Vec<Job>,
 }
 
 impl Job {
     pub fn new(name: impl Into<String>, cmd: Command) -> Self {
-        Job { name: name.into(), cmd, expect_files: Vec::new() }
+        Job { name: name.into(), cmd, expect_files: Vec::new(), beside: Vec::new() }
     }
 }
 
@@ -38,11 +41,18 @@ pub fn run_jobs(jobs: Vec<Job>, lanes: usize, logs: &Path, phases: &Phases) -> R
                 loop {
                     // Not in the loop's head: a guard there would hold the queue for the job.
                     let next = queue.lock().expect("the queue is never poisoned").pop_front();
-                    let Some(job) = next else { break };
-                    let name = job.name.clone();
-                    if phases.time_cpu(&format!("  {name}"), || run_one(job, logs)).is_err() {
-                        failed.lock().expect("the failures are never poisoned").push(name);
-                    }
+                    let Some(mut job) = next else { break };
+                    let beside = std::mem::take(&mut job.beside);
+                    std::thread::scope(|s| {
+                        for job in std::iter::once(job).chain(beside) {
+                            s.spawn(|| {
+                                let name = job.name.clone();
+                                if phases.time_cpu(&format!("  {name}"), || run_one(job, logs)).is_err() {
+                                    failed.lock().expect("the failures are never poisoned").push(name);
+                                }
+                            });
+                        }
+                    });
                 }
             });
         }
@@ -234,21 +244,37 @@ mod tests {
         assert!(cpu > 0.05 && cpu < wall - 0.25, "cpu {cpu} s, wall {wall} s");
     }
 
+    /// A shell that leaves its mark in `dir` and passes once the other's is there too.
+    fn waits_for(dir: &Path, mine: &str, theirs: &str) -> Command {
+        let mut c = Command::new("sh");
+        let script = format!(
+            "touch {d}/{mine}; for i in $(seq 100); do [ -f {d}/{theirs} ] && exit 0; sleep 0.05; done; exit 1",
+            d = dir.display()
+        );
+        c.args(["-c", &script]);
+        c
+    }
+
+    /// A job and the one beside it run at once, on one lane.
+    #[test]
+    fn a_job_beside_another_runs_with_it() {
+        let dir = std::env::temp_dir().join(format!("xtask-beside-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut a = Job::new("a", waits_for(&dir, "a", "b"));
+        a.beside.push(Job::new("b", waits_for(&dir, "b", "a")));
+        let result = run_jobs(vec![a], 1, &dir.join("logs"), &Phases::new());
+        let logged = dir.join("logs/b.log").is_file();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(result, Ok(()));
+        assert!(logged, "the job beside has its own log");
+    }
+
     /// Each job waits for the other's mark: they pass only when both lanes run at once.
     #[test]
     fn two_lanes_run_two_jobs_at_once() {
         let dir = std::env::temp_dir().join(format!("xtask-lanes-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let waits_for = |mine: &str, theirs: &str| {
-            let mut c = Command::new("sh");
-            let script = format!(
-                "touch {d}/{mine}; for i in $(seq 100); do [ -f {d}/{theirs} ] && exit 0; sleep 0.05; done; exit 1",
-                d = dir.display()
-            );
-            c.args(["-c", &script]);
-            c
-        };
-        let jobs = vec![Job::new("a", waits_for("a", "b")), Job::new("b", waits_for("b", "a"))];
+        let jobs = vec![Job::new("a", waits_for(&dir, "a", "b")), Job::new("b", waits_for(&dir, "b", "a"))];
         let result = run_jobs(jobs, 2, &dir.join("logs"), &Phases::new());
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(result, Ok(()));
