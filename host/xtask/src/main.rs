@@ -680,11 +680,11 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
     jobs.push(suite::Job::new("doctests", doctests));
     jobs.push(gpu_dry_run(bundle));
     for (host, guest) in BESIDE {
-        let at = |name: &str, jobs: &[suite::Job]| jobs.iter().position(|j| j.name == name);
-        if let (Some(_), Some(g)) = (at(host, &jobs), at(guest, &jobs)) {
-            let guest = jobs.remove(g);
-            let h = at(host, &jobs).expect("still listed");
-            jobs[h].beside.push(guest);
+        let Some(g) = jobs.iter().position(|j| j.name == guest) else { continue };
+        let guest = jobs.remove(g);
+        match jobs.iter_mut().find(|j| j.name == host) {
+            Some(host) => host.beside.push(guest),
+            None => jobs.push(guest),
         }
     }
     let rank = |name: &str| SLOW_FIRST.iter().position(|s| name == *s).unwrap_or(SLOW_FIRST.len());
