@@ -217,6 +217,13 @@ fn serve_refuses_bad_requests_with_openai_errors() {
             "messages",
             "no vision tower",
         ),
+        (
+            r#"{"messages": [{"role": "system", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]}"#.into(),
+            400,
+            "messages",
+            "images are accepted in user messages only",
+        ),
+        (format!(r#"{{{m}, "response_format": {{"type": "xml"}}}}"#), 400, "response_format", "expected"),
         (format!(r#"{{"model": "gpt-9", {m}}}"#), 404, "model", "not served here"),
         (format!(r#"{{{m}, "user": "{}"}}"#, "x".repeat(2 << 20)), 413, "", "larger than 1 MiB"),
         // Counted a piece at a time, refused long before its whole is tokenised.
@@ -239,7 +246,10 @@ fn serve_refuses_bad_requests_with_openai_errors() {
         }
     }
     // Harmless fields are accepted; a huge max_tokens is capped at the context's room.
-    let (got, v) = post(&server.url, &format!(r#"{{{m}, "user": "u", "max_tokens": 1000000000, "seed": 1}}"#));
+    let (got, v) = post(
+        &server.url,
+        &format!(r#"{{{m}, "user": "u", "max_tokens": 1000000000, "seed": 1, "response_format": {{"type": "text"}}}}"#),
+    );
     assert_eq!(got, 200, "{v}");
 }
 

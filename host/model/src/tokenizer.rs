@@ -40,6 +40,23 @@ impl Tokenizer {
         self.inner.id_to_token(id)
     }
 
+    /// The bytes token `id` stands for, which may be part of a character (OpenAI's
+    /// `logprobs.bytes`): an added token's content, a byte-level BPE token's characters
+    /// mapped back to their bytes, else its decoded text. `None` for an id past the vocabulary.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        if let Some(added) = self.inner.get_added_tokens_decoder().get(&id) {
+            return Some(added.content.as_bytes().to_vec());
+        }
+        let piece = self.inner.id_to_token(id)?;
+        if matches!(self.inner.get_decoder(), Some(tokenizers::DecoderWrapper::ByteLevel(_))) {
+            let bytes: Option<Vec<u8>> = piece.chars().map(byte_level_byte).collect();
+            if let Some(bytes) = bytes {
+                return Some(bytes);
+            }
+        }
+        self.inner.decode(&[id], false).ok().map(String::into_bytes)
+    }
+
     /// Ids the tokenizer can produce, added tokens included.
     #[cfg(test)]
     pub(crate) fn inner(&self) -> &tokenizers::Tokenizer {
@@ -56,5 +73,47 @@ impl Tokenizer {
 
     pub fn to_json(&self) -> Result<String> {
         self.inner.to_string(true).map_err(|e| Error::Tokenizer(e.to_string()))
+    }
+}
+
+/// The byte a byte-level BPE character stands for (GPT-2's table, which the `tokenizers`
+/// crate keeps private): printable Latin-1 bytes are themselves, and the other 68 bytes are
+/// U+0100 onwards in byte order.
+fn byte_level_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+    let code = u32::from(c);
+    if code < 0x100 {
+        return printable(code).then_some(code as u8);
+    }
+    let others = (0u32..=0xFF).filter(|&b| !printable(b));
+    others.enumerate().find(|&(i, _)| 0x100 + i as u32 == code).map(|(_, b)| b as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_byte_table_covers_every_byte_once() {
+        let mut seen = std::collections::HashSet::new();
+        for code in 0u32..0x200 {
+            if let Some(b) = char::from_u32(code).and_then(byte_level_byte) {
+                assert!(seen.insert(b), "byte {b} twice");
+            }
+        }
+        assert_eq!(seen.len(), 256);
+        assert_eq!(byte_level_byte('\u{120}'), Some(b' '), "Ġ is the space");
+        assert_eq!(byte_level_byte('a'), Some(b'a'));
+    }
+
+    #[test]
+    fn token_bytes_join_to_the_text_even_inside_a_character() {
+        let tokenizer = crate::default_model::text_tokenizer().unwrap();
+        for text in ["Go left, then down.", "über — 北京 √ x", "<|im_end|>"] {
+            let ids = tokenizer.encode(text).unwrap();
+            let bytes: Vec<u8> = ids.iter().flat_map(|&t| tokenizer.token_bytes(t).unwrap()).collect();
+            assert_eq!(bytes, text.as_bytes(), "{text:?} as {ids:?}");
+        }
+        assert_eq!(tokenizer.token_bytes(u32::MAX), None);
     }
 }

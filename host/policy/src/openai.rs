@@ -31,6 +31,9 @@ pub struct ChatRequest {
     pub seed: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
+    /// With `stream`: `include_usage` adds a last chunk with no choices and the usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_options: Option<StreamOptions>,
     /// Return each sampled token's log-prob.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<bool>,
@@ -40,6 +43,12 @@ pub struct ChatRequest {
     /// Every other field, for the server to accept (harmless ones) or refuse by name.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include_usage: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,6 +127,10 @@ pub struct Choice {
     /// sampled (`serve`'s answers always carry them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// Our extension: the bytes of a character the answer stopped inside (a length cut),
+    /// which `content` leaves out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_bytes: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,6 +176,9 @@ pub struct ChatChunk {
     pub created: u64,
     pub model: String,
     pub choices: Vec<ChunkChoice>,
+    /// Only on the last chunk of a stream asked with `include_usage` (whose `choices` is empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -174,6 +190,9 @@ pub struct ChunkChoice {
     pub logprobs: Option<ChoiceLogprobs>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_ids: Option<Vec<u32>>,
+    /// As [`Choice::partial_bytes`], on a choice's last chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partial_bytes: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -111,3 +111,105 @@ def test_what_the_server_does_not_implement_is_refused_by_name(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(**{**ASK, "model": "gpt-4o"})
     assert e.value.body["code"] == "model_not_found"
+
+
+def test_a_streamed_answer_with_include_usage_ends_with_the_whole_answers_usage(client):
+    args = dict(ASK, temperature=1.0, seed=5, n=2)
+    whole = client.chat.completions.create(**args)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **args))
+    last = chunks[-1]
+    assert last.choices == [] and last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens, last.usage.total_tokens) == (
+        whole.usage.prompt_tokens,
+        whole.usage.completion_tokens,
+        whole.usage.total_tokens,
+    )
+    assert all(c.usage is None for c in chunks[:-1])
+    # Without the option, no usage chunk.
+    assert all(c.choices for c in client.chat.completions.create(stream=True, **args))
+
+
+def test_response_format_text_is_accepted_and_json_refused_with_the_reason(client):
+    r = client.chat.completions.create(response_format={"type": "text"}, temperature=0, **ASK)
+    assert r.choices[0].finish_reason in ("stop", "length")
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}, **ASK
+        )
+    assert e.value.body["param"] == "response_format" and "constrain" in e.value.body["message"]
+
+
+def test_models_retrieve_and_unknown_routes_answer_as_openai_does(client):
+    assert client.models.retrieve("vagen-default").id == "vagen-default"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.body["code"] == "model_not_found"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.completions.create(model="vagen-default", prompt="Hi")
+    assert "/v1/completions" in e.value.body["message"] and e.value.body["type"] == "invalid_request_error"
+
+
+def test_logprob_bytes_are_each_tokens_own_and_join_to_the_text(client):
+    r = client.chat.completions.create(temperature=1.0, seed=8, logprobs=True, top_logprobs=2, **ASK)
+    choice = r.choices[0]
+    entries = choice.logprobs.content
+    assert all(e.bytes for e in entries), "every token has its bytes"
+    # The text, then the end-of-turn token's own bytes when the answer ended there.
+    joined = b"".join(bytes(e.bytes) for e in entries).decode("utf-8", errors="replace")
+    assert joined.startswith(choice.message.content)
+    for e in entries:
+        if not e.token.startswith("bytes:"):
+            assert bytes(e.bytes).decode("utf-8") == e.token
+        assert all(t.bytes for t in e.top_logprobs)
+
+
+@pytest.fixture(scope="module")
+def vl_client():
+    server = subprocess.Popen(
+        [str(HOST), "serve", "--port", "0", "--device", "cpu", "--model", "default-vl", "--served-name", "vl"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = server.stdout.readline()
+        assert line.startswith("listening on "), line
+        yield openai.OpenAI(base_url=f"{line.split()[-1]}/v1", api_key="not-needed", max_retries=0)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _picture(fmt):
+    """A 64x48 picture of grey 16-pixel blocks, which each format stores exactly (JPEG too:
+    grey has no chroma to lose, and flat blocks aligned to its 16-pixel units keep only DC)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    img = Image.new("RGB", (64, 48))
+    for x in range(0, 64, 16):
+        for y in range(0, 48, 16):
+            g = (x * 3 + y * 5) % 256
+            img.paste((g, g, g), (x, y, x + 16, y + 16))
+    buf = io.BytesIO()
+    options = {"jpeg": dict(quality=100, subsampling=0), "webp": dict(lossless=True)}.get(fmt, {})
+    img.save(buf, format=fmt.upper(), **options)
+    return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode()}"
+
+
+def test_jpeg_webp_and_gif_images_answer_as_the_same_picture_in_png(vl_client):
+    def ask(fmt, role="user"):
+        content = [{"type": "text", "text": "What is here?"}, {"type": "image_url", "image_url": {"url": _picture(fmt)}}]
+        return vl_client.chat.completions.create(
+            model="vl", messages=[{"role": role, "content": content}], max_tokens=6, temperature=0
+        )
+
+    png = ask("png").choices[0]
+    for fmt in ("jpeg", "webp", "gif"):
+        other = ask(fmt).choices[0]
+        assert (other.token_ids, other.message.content) == (png.token_ids, png.message.content), fmt
+    with pytest.raises(openai.BadRequestError) as e:
+        ask("png", role="system")
+    assert "user messages only" in e.value.body["message"]

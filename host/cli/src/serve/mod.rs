@@ -8,11 +8,13 @@
 //! `seed` … `seed + 3`); `n` completions share the prompt's prefill (the engine's prefix
 //! sharing); `logprobs` are the sampled tokens' under the temperature-scaled distribution
 //! they were drawn from; every choice carries its `token_ids` (our extension). Fields we do
-//! not implement (`tools`, `response_format`, …) are refused by name, never ignored; every
-//! error, 404 and 413 included, has OpenAI's JSON shape. Bodies come typed
+//! not implement (`tools`, JSON `response_format`, …) are refused by name, never ignored;
+//! every error, on every route (404, 405 and 413 included), has OpenAI's JSON shape. Bodies come typed
 //! (`vagen_policy::openai`, shared with the judge's client).
 
+mod request;
 mod stream;
+mod tokens;
 
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result};
@@ -21,7 +23,6 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use base64::Engine as _;
 use clap::Args;
 use serde_json::{Value, json};
 use std::num::NonZeroUsize;
@@ -29,13 +30,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use request::job;
+use tokens::{TokenText, answer_text, token_text};
 use vagen_model::{
-    Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, IMAGE_MARKER, Image, Message,
-    Model,
+    Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, Image, Message, Model, Tokenizer,
 };
 use vagen_policy::openai::{
-    AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, Content, ErrorBody, ErrorDetail, Part,
-    TokenLogprob, TopLogprob, Usage,
+    AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ErrorBody, ErrorDetail, TokenLogprob,
+    TopLogprob, Usage,
 };
 
 #[derive(Args)]
@@ -120,11 +122,13 @@ struct Answer {
     finish: FinishReason,
     prompt_tokens: usize,
     token_ids: Vec<u32>,
-    /// Each sampled token's text, for `logprobs`.
-    tokens: Vec<String>,
+    /// Each sampled token's text and bytes, for `logprobs`.
+    tokens: Vec<TokenText>,
     logprobs: Vec<f32>,
-    /// At each position, the `top_logprobs` most likely tokens' texts and log-probs.
-    top: Vec<Vec<(String, f32)>>,
+    /// At each position, the `top_logprobs` most likely tokens and their log-probs.
+    top: Vec<Vec<(TokenText, f32)>>,
+    /// The bytes of a character the answer was cut inside (`text` leaves them out).
+    partial: Option<Vec<u8>>,
 }
 
 struct Shared {
@@ -186,8 +190,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     });
     let app = Router::new()
         .route("/v1/models", get(models))
+        .route("/v1/models/{id}", get(one_model))
         .route("/v1/chat/completions", post(chat))
         .route("/stats", get(stats))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(wrong_method)
         .with_state(shared);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(async move {
@@ -309,14 +316,14 @@ impl Worker {
             match job.reply {
                 Replier::Stream(events) => {
                     for (a, route) in mine {
-                        let _ = events.send(stream_end(a, route));
+                        let _ = events.send(stream_end(&self.model.tokenizer, a, route));
                     }
                 }
                 Replier::Whole(reply) => {
                     let k = job.top_logprobs;
                     let answer = mine
                         .into_iter()
-                        .map(|(a, _)| self.whole_answer(a.map_err(|e| e.to_string())?, k))
+                        .map(|(a, _)| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
                         .collect::<Result<Vec<_>, String>>();
                     let _ = reply.send(answer);
                 }
@@ -326,24 +333,22 @@ impl Worker {
 
     /// A completion answered whole, with each token's text and its `k` most likely
     /// alternatives (for `logprobs`).
-    fn whole_answer(&self, a: ChatAnswer, k: usize) -> Result<Answer, String> {
-        let text = |t: u32| self.model.tokenizer.decode(&[t]).map_err(|e| e.to_string());
-        let tokens = a.generation.token_ids.iter().map(|&t| text(t)).collect::<Result<Vec<_>, _>>()?;
-        let top = a
-            .generation
-            .top
-            .iter()
-            .map(|at| at.iter().take(k).map(|&(t, l)| Ok((text(t)?, l))).collect())
-            .collect::<Result<Vec<Vec<_>>, String>>()?;
-        Ok(Answer {
-            text: a.generation.text,
+    fn whole_answer(&self, a: ChatAnswer, k: usize) -> Answer {
+        let tokenizer = &self.model.tokenizer;
+        let tokens = a.generation.token_ids.iter().map(|&t| token_text(tokenizer, t)).collect();
+        let top =
+            a.generation.top.iter().map(|at| at.iter().take(k).map(|&(t, l)| (token_text(tokenizer, t), l)).collect()).collect();
+        let (text, partial) = answer_text(tokenizer, &a.generation);
+        Answer {
+            text,
+            partial,
             finish: a.generation.finish,
             prompt_tokens: a.prompt_tokens,
             token_ids: a.generation.token_ids,
             tokens,
             logprobs: a.generation.logprobs,
             top,
-        })
+        }
     }
 }
 
@@ -378,13 +383,18 @@ fn routes_of(jobs: &[Job]) -> Vec<stream::Route> {
 
 /// A streamed completion's last event: the text its route has not sent yet and why it
 /// ended, or why it failed.
-fn stream_end(answer: Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
+fn stream_end(tokenizer: &Tokenizer, answer: Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
     match answer {
-        Ok(a) => stream::Event::End {
-            choice: route.choice,
-            rest: stream::rest_of(&a.generation.text, route.sent),
-            finish: a.generation.finish,
-        },
+        Ok(a) => {
+            let (text, partial) = answer_text(tokenizer, &a.generation);
+            stream::Event::End {
+                choice: route.choice,
+                rest: stream::rest_of(&text, route.sent),
+                finish: a.generation.finish,
+                partial,
+                usage: (a.prompt_tokens, a.generation.token_ids.len()),
+            }
+        }
         Err(e) => stream::Event::Failed(e.to_string()),
     }
 }
@@ -392,7 +402,10 @@ fn stream_end(answer: Result<ChatAnswer, ChatError>, route: &stream::Route) -> s
 /// An error in OpenAI's shape; `param` names the request field at fault.
 fn error_with(status: StatusCode, message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Response {
     let kind = match status {
-        StatusCode::BAD_REQUEST | StatusCode::NOT_FOUND | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
+        StatusCode::BAD_REQUEST
+        | StatusCode::NOT_FOUND
+        | StatusCode::METHOD_NOT_ALLOWED
+        | StatusCode::PAYLOAD_TOO_LARGE => "invalid_request_error",
         StatusCode::SERVICE_UNAVAILABLE => "overloaded_error",
         StatusCode::REQUEST_TIMEOUT => "timeout_error",
         _ => "server_error",
@@ -410,16 +423,6 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     error_with(status, message, None, None)
 }
 
-/// A request refused for one of its fields.
-struct Refused {
-    param: &'static str,
-    message: String,
-}
-
-fn refused(param: &'static str, message: impl Into<String>) -> Refused {
-    Refused { param, message: message.into() }
-}
-
 fn now() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
@@ -430,10 +433,38 @@ pub(crate) fn fresh_seed() -> u64 {
     std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
+fn model_object(id: &str) -> Value {
+    json!({ "id": id, "object": "model", "created": 0, "owned_by": "vagen" })
+}
+
 async fn models(State(s): State<Arc<Shared>>) -> Json<Value> {
-    let data: Vec<Value> =
-        s.names.iter().map(|id| json!({ "id": id, "object": "model", "created": 0, "owned_by": "vagen" })).collect();
+    let data: Vec<Value> = s.names.iter().map(|id| model_object(id)).collect();
     Json(json!({ "object": "list", "data": data }))
+}
+
+/// `GET /v1/models/{id}` (the client's `models.retrieve`).
+async fn one_model(State(s): State<Arc<Shared>>, axum::extract::Path(id): axum::extract::Path<String>) -> Response {
+    if s.names.contains(&id) {
+        return Json(model_object(&id)).into_response();
+    }
+    let message = format!("The model {id:?} does not exist (served: {})", s.names.join(", "));
+    error_with(StatusCode::NOT_FOUND, message, Some("model"), Some("model_not_found"))
+}
+
+/// A route this server does not have (`/v1/completions`, `/v1/embeddings`, …), answered as
+/// OpenAI answers one: a 404 with an error object, not an empty body.
+async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let message = format!(
+        "Unknown request URL: {method} {}. This server has GET /v1/models, GET /v1/models/{{id}} and POST \
+         /v1/chat/completions.",
+        uri.path()
+    );
+    error_with(StatusCode::NOT_FOUND, message, None, Some("unknown_url"))
+}
+
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    let message = format!("{method} is not allowed on {}", uri.path());
+    error_with(StatusCode::METHOD_NOT_ALLOWED, message, None, Some("method_not_allowed"))
 }
 
 /// The adapter a request's `model` names: 0 for the base (or no name), else the adapter's
@@ -452,99 +483,6 @@ async fn stats(State(s): State<Arc<Shared>>) -> Json<Value> {
     }))
 }
 
-/// Fields of OpenAI's request that change what is generated and that this server does not
-/// implement: refused, never ignored.
-const NOT_IMPLEMENTED: &[&str] = &[
-    "tools",
-    "tool_choice",
-    "functions",
-    "function_call",
-    "response_format",
-    "logit_bias",
-    "audio",
-    "modalities",
-    "prediction",
-    "web_search_options",
-    "reasoning_effort",
-];
-
-/// Fields that do not change the answer, accepted and not used.
-const IGNORED: &[&str] = &["user", "metadata", "store", "stream_options", "service_tier", "parallel_tool_calls"];
-
-/// The request's messages (text with `<image>` markers) and images, or what is wrong.
-fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<Message>, Vec<Image>), Refused> {
-    if r.messages.is_empty() {
-        return Err(refused("messages", "messages is empty"));
-    }
-    let mut images = vec![];
-    let mut out = vec![];
-    for (i, m) in r.messages.iter().enumerate() {
-        // `developer` is OpenAI's newer name for `system`.
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            other => {
-                return Err(refused(
-                    "messages",
-                    format!("messages[{i}].role {other:?}: only system, developer, user and assistant are served"),
-                ));
-            }
-        };
-        let text = match &m.content {
-            Content::Text(s) => s.clone(),
-            Content::Empty => String::new(),
-            Content::Parts(parts) => {
-                let mut text = String::new();
-                for (k, p) in parts.iter().enumerate() {
-                    match p {
-                        Part::Text { text: t } => text.push_str(t),
-                        Part::ImageUrl { image_url } => {
-                            if !vision {
-                                return Err(refused(
-                                    "messages",
-                                    format!(
-                                        "messages[{i}].content[{k}]: this model has no vision tower; send text only"
-                                    ),
-                                ));
-                            }
-                            let image = decode_image(&image_url.url, max_pixels)
-                                .map_err(|e| refused("messages", format!("messages[{i}].content[{k}]: {e}")))?;
-                            images.push(image);
-                            text.push_str(IMAGE_MARKER);
-                        }
-                    }
-                }
-                text
-            }
-        };
-        out.push(Message::new(role, text));
-    }
-    Ok((out, images))
-}
-
-/// A `data:image/...;base64,` URL as an RGB image (no URL is fetched), refused from its
-/// header when it has more than `max_pixels`.
-fn decode_image(url: &str, max_pixels: u64) -> Result<Image, String> {
-    let data = url
-        .strip_prefix("data:")
-        .and_then(|r| r.split_once(";base64,"))
-        .map(|(_, d)| d)
-        .ok_or("only data:image/...;base64 URLs are accepted (the server fetches nothing)")?;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64: {e}"))?;
-    let reader = || {
-        image::ImageReader::new(std::io::Cursor::new(&bytes))
-            .with_guessed_format()
-            .map_err(|e| format!("not an image: {e}"))
-    };
-    let (w, h) = reader()?.into_dimensions().map_err(|e| format!("not an image: {e}"))?;
-    if u64::from(w) * u64::from(h) > max_pixels {
-        return Err(format!("a {w}x{h} image has more than {max_pixels} pixels (--max-image-pixels)"));
-    }
-    let img = reader()?.decode().map_err(|e| format!("not an image: {e}"))?.to_rgb8();
-    Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
-}
-
 /// A request in the server: its completions counted in the queue until it is answered or
 /// its client leaves, and then marked gone (rows still running stop).
 struct Pending {
@@ -558,60 +496,6 @@ impl Drop for Pending {
         self.count.fetch_sub(self.n, Ordering::SeqCst);
         self.gone.store(true, Ordering::SeqCst);
     }
-}
-
-/// What the worker generates for `r`, or the field that refuses it.
-fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Job, Refused> {
-    for (key, value) in &r.other {
-        if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
-            if !value.is_null() {
-                return Err(refused(name, format!("{name}: not supported by this server")));
-            }
-        } else if let Some(&name) = ["frequency_penalty", "presence_penalty"].iter().find(|n| **n == key.as_str()) {
-            if !(value.is_null() || value.as_f64() == Some(0.0)) {
-                return Err(refused(name, format!("{name}: only 0 is supported")));
-            }
-        } else if !IGNORED.contains(&key.as_str()) {
-            return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
-        }
-    }
-    let (messages, images) = read_messages(r, s.has_vision, s.max_image_pixels)?;
-    let n = r.n.unwrap_or(1);
-    if !(1..=s.max_batch as i64).contains(&n) {
-        return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));
-    }
-    let temperature = r.temperature.unwrap_or(1.0);
-    if !(temperature.is_finite() && (0.0..=2.0).contains(&temperature)) {
-        return Err(refused("temperature", format!("temperature {temperature}: must be in [0, 2]")));
-    }
-    let top_p = r.top_p.unwrap_or(1.0);
-    if !(top_p > 0.0 && top_p <= 1.0) {
-        return Err(refused("top_p", format!("top_p {top_p}: must be in (0, 1]")));
-    }
-    let (param, asked) = match (r.max_completion_tokens, r.max_tokens) {
-        (Some(m), _) => ("max_completion_tokens", Some(m)),
-        (None, m) => ("max_tokens", m),
-    };
-    // Past the context's room, capped there (`answer_chats`).
-    let max_tokens = match asked {
-        None => 256,
-        Some(m) if m >= 1 => usize::try_from(m).unwrap_or(usize::MAX),
-        Some(m) => return Err(refused(param, format!("{param} {m}: must be at least 1"))),
-    };
-    let top_logprobs = match r.top_logprobs {
-        None | Some(0) => 0,
-        Some(k @ 1..=20) if r.logprobs == Some(true) => k as usize,
-        Some(k @ 1..=20) => return Err(refused("top_logprobs", format!("top_logprobs {k}: needs logprobs = true"))),
-        Some(k) => return Err(refused("top_logprobs", format!("top_logprobs {k}: must be from 0 to 20"))),
-    };
-    let stop = r.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
-    if stop.len() > 4 {
-        return Err(refused("stop", format!("stop: {} strings, at most 4", stop.len())));
-    }
-    let base = r.seed.unwrap_or_else(fresh_seed);
-    let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
-    let gone = Arc::new(AtomicBool::new(false));
-    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, top_logprobs, adapter, reply, gone })
 }
 
 /// The body, at most `limit` bytes. A larger one is read on and dropped up to `drain`
@@ -668,7 +552,8 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
     let id = format!("chatcmpl-{:x}", fresh_seed());
     let logprobs = r.logprobs == Some(true);
     if let Some(events) = events {
-        let frame = stream::Frame { id, model, choices: n, logprobs };
+        let include_usage = r.stream_options.and_then(|o| o.include_usage) == Some(true);
+        let frame = stream::Frame { id, model, choices: n, logprobs, include_usage };
         return stream::body(frame, events, pending);
     }
     let answer = whole.expect("a whole answer is awaited");
@@ -732,6 +617,7 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
             finish_reason: Some(finish_reason(a.finish).into()),
             logprobs: logprobs.then(|| token_logprobs(&a)),
             token_ids: Some(a.token_ids),
+            partial_bytes: a.partial,
         })
         .collect();
     let usage = Usage { prompt_tokens, completion_tokens, total_tokens: prompt_tokens + completion_tokens };
@@ -752,13 +638,13 @@ fn token_logprobs(a: &Answer) -> ChoiceLogprobs {
     ChoiceLogprobs { content }
 }
 
-/// One token's `logprobs` entry (`bytes`: its text's UTF-8; a token that ends inside a
-/// character decodes to U+FFFD).
-fn logprob_entry(token: &str, logprob: f32, top: Option<&Vec<(String, f32)>>) -> TokenLogprob {
+/// One token's `logprobs` entry: its text and raw bytes (part of a character for some
+/// tokens), and its alternatives'.
+fn logprob_entry(token: &TokenText, logprob: f32, top: Option<&Vec<(TokenText, f32)>>) -> TokenLogprob {
     let top_logprobs = top
         .into_iter()
         .flatten()
-        .map(|(t, l)| TopLogprob { token: t.clone(), logprob: *l, bytes: t.as_bytes().to_vec() })
+        .map(|(t, l)| TopLogprob { token: t.text.clone(), logprob: *l, bytes: t.bytes.clone() })
         .collect();
-    TokenLogprob { token: token.to_string(), logprob, bytes: token.as_bytes().to_vec(), top_logprobs }
+    TokenLogprob { token: token.text.clone(), logprob, bytes: token.bytes.clone(), top_logprobs }
 }

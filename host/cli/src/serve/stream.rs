@@ -9,17 +9,19 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use super::tokens::{TokenText, token_text};
 use vagen_model::{FinishReason, Sampled, Tokenizer, Watch};
-use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail};
+use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, Usage};
 
 /// What a streamed request hears from the worker.
 pub(super) enum Event {
-    /// A token of choice `choice` (`token`: its own text, for `logprobs`), and the text it
-    /// completes (empty while a character is incomplete, or held back while it could still
-    /// be part of a stop string).
-    Token { choice: usize, id: u32, token: String, logprob: f32, text: String, top: Vec<(String, f32)> },
-    /// Choice `choice` ended: the text not yet sent, and why it ended.
-    End { choice: usize, rest: String, finish: FinishReason },
+    /// A token of choice `choice` (`token`: its own text and bytes, for `logprobs`), and the
+    /// text it completes (empty while a character is incomplete, or held back while it
+    /// could still be part of a stop string).
+    Token { choice: usize, id: u32, token: TokenText, logprob: f32, text: String, top: Vec<(TokenText, f32)> },
+    /// Choice `choice` ended: the text not yet sent, why it ended, the bytes of a character
+    /// it was cut inside, and its (prompt, completion) token counts.
+    End { choice: usize, rest: String, finish: FinishReason, partial: Option<Vec<u8>>, usage: (usize, usize) },
     /// No answer (its prompt was refused, or the generation failed).
     Failed(String),
 }
@@ -61,13 +63,8 @@ pub(super) fn watch(routes: Arc<Mutex<Vec<Route>>>, tokenizer: Tokenizer, eos: V
                 r.ids.push(s.token);
             }
             let text = fresh_text(&tokenizer, &r.ids, &mut r.sent, hold);
-            let top = s
-                .top
-                .iter()
-                .take(r.top_logprobs)
-                .map(|&(t, l)| (tokenizer.decode(&[t]).unwrap_or_default(), l))
-                .collect();
-            let token = tokenizer.decode(&[s.token]).unwrap_or_default();
+            let top = s.top.iter().take(r.top_logprobs).map(|&(t, l)| (token_text(&tokenizer, t), l)).collect();
+            let token = token_text(&tokenizer, s.token);
             let event = Event::Token { choice: r.choice, id: s.token, token, logprob: s.logprob, text, top };
             if events.send(event).is_err() {
                 r.gone.store(true, Ordering::SeqCst);
@@ -107,22 +104,35 @@ pub(super) struct Frame {
     pub model: String,
     pub choices: usize,
     pub logprobs: bool,
+    /// End with a chunk of no choices holding the usage (`stream_options.include_usage`).
+    pub include_usage: bool,
 }
 
 impl Frame {
     fn event(&self, choice: ChunkChoice) -> String {
+        self.sse(vec![choice], None)
+    }
+
+    fn sse(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> String {
         let c = ChatChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk".into(),
             created: super::now(),
             model: self.model.clone(),
-            choices: vec![choice],
+            choices,
+            usage,
         };
         format!("data: {}\n\n", serde_json::to_string(&c).expect("plain data"))
     }
 
+    /// The usage chunk, as the whole answer counts it: the prompt once, every choice's tokens.
+    fn usage(&self, prompt_tokens: usize, completion_tokens: usize) -> String {
+        let total_tokens = prompt_tokens + completion_tokens;
+        self.sse(vec![], Some(Usage { prompt_tokens, completion_tokens, total_tokens }))
+    }
+
     fn chunk(&self, index: usize, delta: Delta, finish: Option<String>) -> ChunkChoice {
-        ChunkChoice { index, delta, finish_reason: finish, logprobs: None, token_ids: None }
+        ChunkChoice { index, delta, finish_reason: finish, logprobs: None, token_ids: None, partial_bytes: None }
     }
 
     /// The events of one worker event, in order.
@@ -135,12 +145,13 @@ impl Frame {
                 let delta = Delta { role: None, content: Some(text) };
                 vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
             }
-            Event::End { choice, rest, finish } => {
+            Event::End { choice, rest, finish, partial, usage: _ } => {
                 let mut out = vec![];
                 if !rest.is_empty() {
                     out.push(self.event(self.chunk(choice, Delta { role: None, content: Some(rest) }, None)));
                 }
-                out.push(self.event(self.chunk(choice, Delta::default(), Some(super::finish_reason(finish).into()))));
+                let last = self.chunk(choice, Delta::default(), Some(super::finish_reason(finish).into()));
+                out.push(self.event(ChunkChoice { partial_bytes: partial, ..last }));
                 out
             }
             Event::Failed(message) => {
@@ -152,6 +163,14 @@ impl Frame {
     }
 }
 
+/// A stream's choices ended so far and their token counts.
+#[derive(Default)]
+struct Tally {
+    ended: usize,
+    prompt: usize,
+    completion: usize,
+}
+
 /// The response: each choice's role, then events as the worker sends them, `[DONE]` once
 /// every choice ended. `guard` lives as long as the body: a client that leaves drops it,
 /// which marks the request gone and frees its rows at the next decode step.
@@ -161,12 +180,12 @@ pub(super) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Ev
             frame.event(frame.chunk(i, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None))
         })
         .collect();
-    let state = (frame, events, guard, first, 0usize, false);
+    let state = (frame, events, guard, first, Tally::default(), false);
     let stream =
-        futures_util::stream::unfold(state, |(frame, mut events, guard, mut queue, mut ended, done)| async move {
+        futures_util::stream::unfold(state, |(frame, mut events, guard, mut queue, mut tally, done)| async move {
             loop {
                 if let Some(next) = queue.pop_front() {
-                    return Some((Ok::<_, std::convert::Infallible>(next), (frame, events, guard, queue, ended, done)));
+                    return Some((Ok::<_, std::convert::Infallible>(next), (frame, events, guard, queue, tally, done)));
                 }
                 if done {
                     return None;
@@ -174,17 +193,22 @@ pub(super) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Ev
                 let Some(event) = events.recv().await else {
                     let message = "the generation thread dropped the request".to_string();
                     queue.extend(frame.frames(Event::Failed(message)));
-                    return queue.pop_front().map(|n| (Ok(n), (frame, events, guard, VecDeque::new(), ended, true)));
+                    return queue.pop_front().map(|n| (Ok(n), (frame, events, guard, VecDeque::new(), tally, true)));
                 };
                 let failed = matches!(event, Event::Failed(_));
-                ended += usize::from(matches!(event, Event::End { .. }));
+                if let Event::End { usage: (prompt, completion), .. } = event {
+                    tally = Tally { ended: tally.ended + 1, prompt, completion: tally.completion + completion };
+                }
                 queue.extend(frame.frames(event));
-                if failed || ended == frame.choices {
+                if failed || tally.ended == frame.choices {
                     if !failed {
+                        if frame.include_usage {
+                            queue.push_back(frame.usage(tally.prompt, tally.completion));
+                        }
                         queue.push_back("data: [DONE]\n\n".into());
                     }
                     let next = queue.pop_front().expect("just queued");
-                    return Some((Ok(next), (frame, events, guard, queue, ended, true)));
+                    return Some((Ok(next), (frame, events, guard, queue, tally, true)));
                 }
             }
         });

@@ -1,0 +1,193 @@
+//! Reading a chat-completions request: which fields are served, ignored or refused, the
+//! messages and their images (counted, sized from their headers, then decoded), and the
+//! [`Job`] the worker generates.
+
+use super::{Job, Replier, Shared, fresh_seed};
+use base64::Engine as _;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use vagen_model::{IMAGE_MARKER, Image, Message};
+use vagen_policy::openai::{ChatRequest, Content, Part};
+
+/// Fields of OpenAI's request that change what is generated and that this server does not
+/// implement: refused, never ignored.
+pub(super) const NOT_IMPLEMENTED: &[&str] = &[
+    "tools",
+    "tool_choice",
+    "functions",
+    "function_call",
+    "logit_bias",
+    "audio",
+    "modalities",
+    "prediction",
+    "web_search_options",
+    "reasoning_effort",
+];
+
+/// Fields that do not change the answer, accepted and not used.
+pub(super) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
+
+/// The request's messages (text with `<image>` markers) and images, or what is wrong.
+fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<Message>, Vec<Image>), Refused> {
+    if r.messages.is_empty() {
+        return Err(refused("messages", "messages is empty"));
+    }
+    let mut images = vec![];
+    let mut out = vec![];
+    for (i, m) in r.messages.iter().enumerate() {
+        // `developer` is OpenAI's newer name for `system`.
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" => "assistant",
+            other => {
+                return Err(refused(
+                    "messages",
+                    format!("messages[{i}].role {other:?}: only system, developer, user and assistant are served"),
+                ));
+            }
+        };
+        let text = match &m.content {
+            Content::Text(s) => s.clone(),
+            Content::Empty => String::new(),
+            Content::Parts(parts) => {
+                let mut text = String::new();
+                for (k, p) in parts.iter().enumerate() {
+                    match p {
+                        Part::Text { text: t } => text.push_str(t),
+                        Part::ImageUrl { image_url } => {
+                            if role != "user" {
+                                return Err(refused(
+                                    "messages",
+                                    format!("messages[{i}].content[{k}]: images are accepted in user messages only"),
+                                ));
+                            }
+                            if !vision {
+                                return Err(refused(
+                                    "messages",
+                                    format!(
+                                        "messages[{i}].content[{k}]: this model has no vision tower; send text only"
+                                    ),
+                                ));
+                            }
+                            let image = decode_image(&image_url.url, max_pixels)
+                                .map_err(|e| refused("messages", format!("messages[{i}].content[{k}]: {e}")))?;
+                            images.push(image);
+                            text.push_str(IMAGE_MARKER);
+                        }
+                    }
+                }
+                text
+            }
+        };
+        out.push(Message::new(role, text));
+    }
+    Ok((out, images))
+}
+
+/// A `data:image/...;base64,` URL as an RGB image (no URL is fetched), refused from its
+/// header when it has more than `max_pixels`.
+fn decode_image(url: &str, max_pixels: u64) -> Result<Image, String> {
+    let data = url
+        .strip_prefix("data:")
+        .and_then(|r| r.split_once(";base64,"))
+        .map(|(_, d)| d)
+        .ok_or("only data:image/...;base64 URLs are accepted (the server fetches nothing)")?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64: {e}"))?;
+    let reader = || {
+        image::ImageReader::new(std::io::Cursor::new(&bytes))
+            .with_guessed_format()
+            .map_err(|e| format!("not an image: {e}"))
+    };
+    let (w, h) = reader()?.into_dimensions().map_err(|e| format!("not an image: {e}"))?;
+    if u64::from(w) * u64::from(h) > max_pixels {
+        return Err(format!("a {w}x{h} image has more than {max_pixels} pixels (--max-image-pixels)"));
+    }
+    let img = reader()?.decode().map_err(|e| format!("not an image: {e}"))?.to_rgb8();
+    Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
+}
+
+/// What the worker generates for `r`, or the field that refuses it.
+pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Job, Refused> {
+    for (key, value) in &r.other {
+        if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
+            if !value.is_null() {
+                return Err(refused(name, format!("{name}: not supported by this server")));
+            }
+        } else if key == "response_format" {
+            response_format(value)?;
+        } else if let Some(&name) = ["frequency_penalty", "presence_penalty"].iter().find(|n| **n == key.as_str()) {
+            if !(value.is_null() || value.as_f64() == Some(0.0)) {
+                return Err(refused(name, format!("{name}: only 0 is supported")));
+            }
+        } else if !IGNORED.contains(&key.as_str()) {
+            return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
+        }
+    }
+    let (messages, images) = read_messages(r, s.has_vision, s.max_image_pixels)?;
+    let n = r.n.unwrap_or(1);
+    if !(1..=s.max_batch as i64).contains(&n) {
+        return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));
+    }
+    let temperature = r.temperature.unwrap_or(1.0);
+    if !(temperature.is_finite() && (0.0..=2.0).contains(&temperature)) {
+        return Err(refused("temperature", format!("temperature {temperature}: must be in [0, 2]")));
+    }
+    let top_p = r.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(refused("top_p", format!("top_p {top_p}: must be in (0, 1]")));
+    }
+    let (param, asked) = match (r.max_completion_tokens, r.max_tokens) {
+        (Some(m), _) => ("max_completion_tokens", Some(m)),
+        (None, m) => ("max_tokens", m),
+    };
+    // Past the context's room, capped there (`answer_chats`).
+    let max_tokens = match asked {
+        None => 256,
+        Some(m) if m >= 1 => usize::try_from(m).unwrap_or(usize::MAX),
+        Some(m) => return Err(refused(param, format!("{param} {m}: must be at least 1"))),
+    };
+    let top_logprobs = match r.top_logprobs {
+        None | Some(0) => 0,
+        Some(k @ 1..=20) if r.logprobs == Some(true) => k as usize,
+        Some(k @ 1..=20) => return Err(refused("top_logprobs", format!("top_logprobs {k}: needs logprobs = true"))),
+        Some(k) => return Err(refused("top_logprobs", format!("top_logprobs {k}: must be from 0 to 20"))),
+    };
+    let stop = r.stop.as_ref().map(|s| s.strings()).unwrap_or_default();
+    if stop.len() > 4 {
+        return Err(refused("stop", format!("stop: {} strings, at most 4", stop.len())));
+    }
+    let base = r.seed.unwrap_or_else(fresh_seed);
+    let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
+    let gone = Arc::new(AtomicBool::new(false));
+    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, top_logprobs, adapter, reply, gone })
+}
+
+/// A request refused for one of its fields.
+pub(super) struct Refused {
+    pub param: &'static str,
+    pub message: String,
+}
+
+fn refused(param: &'static str, message: impl Into<String>) -> Refused {
+    Refused { param, message: message.into() }
+}
+
+
+/// `response_format`: `text` (the default) is what every answer is; JSON output is refused
+/// rather than promised, since nothing here constrains sampling to valid JSON.
+fn response_format(value: &Value) -> Result<(), Refused> {
+    match value.get("type").and_then(Value::as_str) {
+        _ if value.is_null() => Ok(()),
+        Some("text") => Ok(()),
+        Some(kind @ ("json_object" | "json_schema")) => Err(refused(
+            "response_format",
+            format!(
+                "response_format {kind}: not supported (this server does not constrain sampling to JSON); ask for \
+                 JSON in the prompt and validate it, or leave response_format out"
+            ),
+        )),
+        _ => Err(refused("response_format", "response_format: expected {\"type\": \"text\"}")),
+    }
+}
