@@ -1,6 +1,9 @@
 //! `vagen._native`: the runtime's plugins, instances and pools for Python. The Gymnasium
 //! classes are Python (`python/vagen`); this module moves observations across and lets go of
-//! the GIL while plugins run, so vector envs step on native threads.
+//! the GIL while plugins run, so vector envs step on native threads; and the rollout's
+//! prompt pieces (`prompter.rs`) for `vagen.Prompter`.
+
+mod prompter;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -347,6 +350,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativePlugin>()?;
     m.add_class::<NativeEnv>()?;
     m.add_class::<NativePool>()?;
+    m.add_function(wrap_pyfunction!(prompter::prompter, m)?)?;
+    m.add_function(wrap_pyfunction!(prompter::read_toml, m)?)?;
+    m.add_class::<prompter::NativePrompter>()?;
     let py = m.py();
     for (name, ty) in [
         ("VagenError", py.get_type::<VagenError>()),

@@ -4,7 +4,8 @@
 use crate::config::{EpisodeShape, History, RolloutConfig};
 use crate::failure::{FailedCall, Failure};
 use crate::policy::{AnswerOrigin, Policy, PolicyError, Request, Response};
-use crate::{Format, Parsed, parse};
+use crate::prompter::feedback;
+use crate::{Format, Parsed};
 use serde::Serialize;
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -284,22 +285,15 @@ impl<'a> Play<'a> {
             let mut obs = env.reset(seeds[i])?;
             let system = env.system_prompt()?;
             if config.describe_state {
-                obs.text = with_description(config, &obs.text, env.describe_state()?);
+                obs.text = config.shown_observation(&obs.text, Some(&env.describe_state()?));
             }
             Ok((system, obs))
         });
-        let example = self.manifest.action_names.first().cloned().unwrap_or_else(|| "...".into());
-        let instructions = config.format.instructions(&example);
         for (e, start) in self.episodes.iter_mut().zip(starts) {
             match start {
                 Ok((system, obs)) => {
-                    let system = config.system_prompt.as_deref().unwrap_or(&system);
-                    e.traj.system = if config.instructions && !instructions.is_empty() {
-                        format!("{system}\n\n{instructions}")
-                    } else {
-                        system.to_string()
-                    };
-                    let user = user_message(config, None, &obs.text);
+                    e.traj.system = config.system_message(&system, &self.manifest);
+                    let user = config.user_message(None, &obs.text);
                     e.current = Some(Shown { user, observation: obs.text, images: shared(obs.images) });
                 }
                 Err(err) => e.traj.failure = Some(Failure::new(FailedCall::Reset, &err)),
@@ -409,22 +403,14 @@ impl<'a> Play<'a> {
         for ((i, _), response) in asked.iter().zip(responses) {
             let e = &mut self.episodes[*i];
             let space = &e.space;
-            let per_turn = match (shape.max_actions_per_turn, space.max_actions_per_turn as usize) {
-                (None, m) => m,
-                (Some(c), 0) => c.get(),
-                (Some(c), m) => c.get().min(m),
-            };
-            let mut p = parse(&response.text, config.format, &space.action_separator, per_turn);
+            let mut p = config.read_answer(&response.text, space, shape.max_actions_per_turn);
             if let Some(limit) = shape.max_actions_per_episode {
                 let left = limit.get().saturating_sub(e.actions_sent);
                 p.actions.truncate(left);
             }
             e.actions_sent += p.actions.len();
             // Without a format the env gets the text as written, its own separators included.
-            out.step[*i] = Some(match config.format {
-                Format::Raw => response.text.clone(),
-                _ => p.step_answer(&separator_with_space(space)),
-            });
+            out.step[*i] = Some(config.step_answer(&response.text, &p, space));
             out.parsed[*i] = Some(p);
         }
         out
@@ -451,7 +437,7 @@ impl<'a> Play<'a> {
             for (r, state) in results.iter_mut().zip(states) {
                 match (r, state) {
                     (Some(Ok(step)), Some(Ok(text))) => {
-                        step.observation.text = with_description(self.config, &step.observation.text, text)
+                        step.observation.text = self.config.shown_observation(&step.observation.text, Some(&text))
                     }
                     (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
                     _ => {}
@@ -494,19 +480,13 @@ impl<'a> Play<'a> {
                 }
                 Ok(step) => step,
             };
-            let extra = config.format_reward.extra_actions_invalid && p.extra_actions > 0;
-            let all_valid = !p.actions.is_empty() && step.valid_actions as usize == p.actions.len() && !extra;
-            let format_reward = match config.format {
-                Format::Raw => 0.0,
-                _ if p.format_ok && all_valid => config.format_reward.bonus,
-                _ => config.format_reward.penalty,
-            };
+            let format_reward = config.format_reward(&p, step.valid_actions);
             (e.traj.done, e.traj.success) = (step.done, step.success);
             let out_of_actions = self.shape.max_actions_per_episode.is_some_and(|m| e.actions_sent >= m.get());
             let next = step.observation;
             if !step.done && !out_of_actions {
                 let feedback = feedback(&p, step.valid_actions, step.effective_actions);
-                let user = user_message(config, Some(feedback), &next.text);
+                let user = config.user_message(Some(feedback), &next.text);
                 e.current = Some(Shown { user, observation: next.text, images: shared(next.images) });
             } else {
                 (e.traj.end_observation, e.traj.end_images) = (next.text, shared(next.images));
@@ -561,44 +541,6 @@ struct Shown {
 
 fn shared(images: Vec<Image>) -> Vec<Arc<Image>> {
     images.into_iter().map(Arc::new).collect()
-}
-
-/// The instance's separator as the random policy writes it (", " for ","), so answers
-/// read naturally in logs.
-fn separator_with_space(a: &ActionSpace) -> String {
-    let s = a.action_separator.trim();
-    if s.is_empty() { a.action_separator.clone() } else { format!("{s} ") }
-}
-
-/// The observation text with the state description after it, or instead of it.
-fn with_description(config: &RolloutConfig, observation: &str, description: String) -> String {
-    if config.observation_text { format!("{observation}\n{description}") } else { description }
-}
-
-/// A user turn: the feedback on the last answer and the reminder where the config keeps
-/// them, around the observation.
-fn user_message(config: &RolloutConfig, feedback: Option<String>, observation: &str) -> String {
-    let feedback = feedback.filter(|_| config.feedback);
-    let reminder = config.reminder.then(|| config.format.reminder()).filter(|r| !r.is_empty());
-    feedback.into_iter().chain([observation.to_string()]).chain(reminder).collect::<Vec<_>>().join("\n")
-}
-
-/// What the next user turn says about the last answer, before the new observation.
-fn feedback(p: &Parsed, valid: u32, effective: u32) -> String {
-    if p.actions.is_empty() {
-        return if p.answer.is_none() {
-            "Your response had no <answer>; no action was executed.".into()
-        } else {
-            "Your answer held no action; no action was executed.".into()
-        };
-    }
-    let n = p.actions.len();
-    let mut s =
-        format!("Your actions: {} ({valid} of {n} valid, {effective} changed the state).", p.actions.join(", "));
-    if !p.format_ok {
-        s.push_str(" Your response did not follow the format.");
-    }
-    s
 }
 
 /// The turns the history window keeps.

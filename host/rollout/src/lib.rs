@@ -1,7 +1,8 @@
 //! Multi-turn rollouts: env observations into model prompts, model text back into env
 //! actions, and the token layout training needs.
 //!
-//! - [`Format`] and [`parse`]: the reasoning formats and the response parser.
+//! - [`Format`] and [`parse`]: the reasoning formats and the response parser; the prompt's
+//!   pieces are [`RolloutConfig`]'s (`system_message`, `user_message`, `read_answer`, …).
 //! - [`Policy`]: random, oracle, noisy-oracle, scripted and exploring policies behind one
 //!   batch interface (the model's is `vagen_policy::ModelPolicy`); each answer says who
 //!   wrote it ([`AnswerOrigin`]).
@@ -20,6 +21,7 @@ mod layout;
 mod noisy;
 mod parse;
 mod policy;
+mod prompter;
 
 pub use config::{EpisodeShape, FormatReward, History, RolloutConfig};
 pub use driver::{RolloutError, RolloutMetrics, RolloutTotals, Trajectory, Truncation, TurnRecord, metrics, rollout};
@@ -33,6 +35,7 @@ pub use layout::{
 };
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
+pub use prompter::feedback;
 pub use policy::{
     AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
     ScriptedPolicy,

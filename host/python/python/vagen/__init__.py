@@ -6,13 +6,13 @@
     obs, reward, terminated, truncated, info = env.step("Right, Down")
 
 `make_vec` steps many instances together on native threads; `register(path, id)` makes a
-plugin a Gymnasium id (the reference plugins are registered as `vagen/FrozenLake-v0`, ...
-when `VAGEN_PLUGIN_PATH` names a folder holding them); `check`, `fuzz` and `inspect`
+plugin a Gymnasium id, and `gym.make("vagen/Plugin-v0", path=...)` makes any plugin file
+without one; the reference plugins are `vagen/FrozenLake-v0`, ... (found when made, in the
+folders of `VAGEN_PLUGIN_PATH`); `gym.make_vec(id, n)` gives the native `VectorEnv`;
+`Prompter` builds the prompts and reads the answers as training does; `check`, `fuzz` and `inspect`
 are `vagen-host`'s plugin toolbox. Every plugin error is a `VagenError` subclass naming
 what happened (`PluginTimeout`, `PluginOutOfMemory`, `PluginTrap`, `BadConfig`, ...).
 """
-
-import os as _os
 
 from ._native import (
     BadConfig,
@@ -28,7 +28,8 @@ from ._native import (
     VagenError,
 )
 from ._plugin import AnyText
-from .env import REFERENCE_IDS, Env, make, register, register_reference
+from .env import REFERENCE_IDS, Env, find_reference, make, register, register_reference
+from .prompter import Prompter
 from .tools import check, fuzz, inspect
 from .vector import VectorEnv, make_vec
 
@@ -45,9 +46,11 @@ __all__ = [
     "PluginOutOfMemory",
     "PluginTimeout",
     "PluginTrap",
+    "Prompter",
     "VagenError",
     "VectorEnv",
     "check",
+    "find_reference",
     "fuzz",
     "inspect",
     "make",
@@ -56,5 +59,3 @@ __all__ = [
     "register_reference",
     "REFERENCE_IDS",
 ]
-
-register_reference([p for p in _os.environ.get("VAGEN_PLUGIN_PATH", "").split(_os.pathsep) if p])

@@ -203,6 +203,11 @@ class Layout:
         return obs
 
 
+def reset_info():
+    """The step keys as they stand before the first step, so reset's info has them too."""
+    return {"success": False, "valid_actions": 0, "effective_actions": 0, "metrics": {}, "turn": 0}
+
+
 def step_info(success, valid, effective, metrics, turn):
     return {
         "success": bool(success),

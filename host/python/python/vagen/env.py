@@ -20,9 +20,10 @@ class Env(gym.Env):
     after the plugin's turn limit (`max_turns`). `reset(seed=s)` hands `s` to the plugin as
     is, so the episode is the one `vagen-host run --seed s` plays.
 
-    `info` holds `success`, `valid_actions`, `effective_actions`, `metrics` and `turn`, and
-    with `extras` (the default) `describe_state` and, for plugins with an oracle, `oracle`
-    (one more plugin call each per step). Reset's info also has `system_prompt`.
+    `info` holds `success`, `valid_actions`, `effective_actions`, `metrics` and `turn` (at
+    reset: False, 0, 0, {} and 0), and with `extras` (the default) `describe_state` and, for
+    plugins with an oracle, `oracle` (one more plugin call each per step). Reset's info also
+    has `system_prompt` and `seed`.
     """
 
     # Turn-based: render_fps is only the pace at which recorded frames are played back.
@@ -87,7 +88,7 @@ class Env(gym.Env):
         plugin_seed = seed if seed is not None else int(self.np_random.integers(0, 2**63))
         self._last = self._layout.observation(self._native.reset(plugin_seed))
         self._turn = 0
-        info = {"system_prompt": self.system_prompt, "seed": plugin_seed}
+        info = {"system_prompt": self.system_prompt, "seed": plugin_seed, **_plugin.reset_info()}
         self._add_extras(info)
         return self._last, info
 
@@ -128,8 +129,12 @@ def _remake(path, config, limits, kwargs):
     return make(path, config, limits, **kwargs)
 
 
+# Any plugin file by keyword, without registering it first:
+# `gym.make("vagen/Plugin-v0", path="x.wasm", config=...)`, and
+# `gym.make_vec("vagen/Plugin-v0", n, path="x.wasm")` for the native vector env.
 ENV_ID = "vagen/Plugin-v0"
-gym.register(id=ENV_ID, entry_point="vagen.env:Env")
+_VECTOR = "vagen.vector:VectorEnv"
+gym.register(id=ENV_ID, entry_point="vagen.env:Env", vector_entry_point=_VECTOR)
 
 # The reference plugins' stable ids, by file name.
 REFERENCE_IDS = {
@@ -150,13 +155,15 @@ def register(path, id, config=None, limits=None, **kwargs):
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such plugin file")
-    gym.register(id=id, entry_point="vagen.env:Env", kwargs={"path": str(path), "config": config, "limits": limits, **kwargs})
+    gym.registry.pop(id, None)
+    kwargs = {"path": str(path), "config": config, "limits": limits, **kwargs}
+    gym.register(id=id, entry_point="vagen.env:Env", vector_entry_point=_VECTOR, kwargs=kwargs)
 
 
 def register_reference(folders):
     """Registers each reference plugin found in `folders` (the first one found wins) under
-    its stable id (`REFERENCE_IDS`); returns the ids registered. At import, the folders of
-    the `VAGEN_PLUGIN_PATH` environment variable (separated by `os.pathsep`) are searched."""
+    its stable id (`REFERENCE_IDS`), in place of the search that `make` does otherwise;
+    returns the ids registered."""
     done = []
     for name, env_id in REFERENCE_IDS.items():
         for folder in folders:
@@ -166,6 +173,44 @@ def register_reference(folders):
                 done.append(env_id)
                 break
     return done
+
+
+def find_reference(name):
+    """The reference plugin `name` (`frozenlake`, ...): the first `NAME.wasm` in the folders
+    of `VAGEN_PLUGIN_PATH` (separated by `os.pathsep`), read now, not at import; else the
+    error that says where it looked and what to set."""
+    value = os.environ.get("VAGEN_PLUGIN_PATH", "")
+    folders = [f for f in value.split(os.pathsep) if f]
+    for folder in folders:
+        candidate = Path(folder) / f"{name}.wasm"
+        if candidate.is_file():
+            return candidate
+    where = f"in VAGEN_PLUGIN_PATH={value!r}" if folders else "because VAGEN_PLUGIN_PATH is not set"
+    raise FileNotFoundError(
+        f"{REFERENCE_IDS[name]}: {name}.wasm was not found {where}. Set VAGEN_PLUGIN_PATH to a folder "
+        f"holding the reference plugins (`cargo xtask plugins` builds them into target/plugins), or "
+        f"make the env from its file: vagen.make('path/to/{name}.wasm')"
+    )
+
+
+def _reference_env(reference, **kwargs):
+    return make(find_reference(reference), **kwargs)
+
+
+def _reference_vector_env(reference, num_envs, **kwargs):
+    from .vector import VectorEnv
+
+    return VectorEnv(find_reference(reference), num_envs, **kwargs)
+
+
+# The reference ids exist from import on; each finds its file when it is made.
+for _name, _id in REFERENCE_IDS.items():
+    gym.register(
+        id=_id,
+        entry_point="vagen.env:_reference_env",
+        vector_entry_point="vagen.env:_reference_vector_env",
+        kwargs={"reference": _name},
+    )
 
 
 def make(path, config=None, limits=None, **kwargs):

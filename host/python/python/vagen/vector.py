@@ -170,7 +170,7 @@ class VectorEnv(GymVectorEnv):
         return seed
 
     def _reset_info(self, i, extra):
-        info = {"system_prompt": self.system_prompt, "seed": self._seeds[i]}
+        info = {"system_prompt": self.system_prompt, "seed": self._seeds[i], **_plugin.reset_info()}
         self._add_extras(info, extra)
         return info
 
