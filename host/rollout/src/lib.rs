@@ -35,10 +35,10 @@ pub use layout::{
 };
 pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
-pub use prompter::feedback;
 pub use policy::{
     AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
     ScriptedPolicy,
 };
+pub use prompter::feedback;
 /// The env's RGB8 image, as policies receive it, and the conversation they answer.
 pub use vagen_abi::{IMAGE_MARKER, Image, Message};

@@ -15,7 +15,11 @@ impl RolloutConfig {
         let example = manifest.action_names.first().map_or("...", String::as_str);
         let instructions = self.format.instructions(example);
         let system = self.system_prompt.as_deref().unwrap_or(env_system);
-        if self.instructions && !instructions.is_empty() { format!("{system}\n\n{instructions}") } else { system.into() }
+        if self.instructions && !instructions.is_empty() {
+            format!("{system}\n\n{instructions}")
+        } else {
+            system.into()
+        }
     }
 
     /// The observation as the policy reads it: the env's text, with its state description

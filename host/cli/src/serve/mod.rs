@@ -24,13 +24,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
+use request::job;
 use serde_json::{Value, json};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use request::job;
 use tokens::{TokenText, answer_text, token_text};
 use vagen_model::{
     Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, Image, Message, Model, Tokenizer,
@@ -336,8 +336,12 @@ impl Worker {
     fn whole_answer(&self, a: ChatAnswer, k: usize) -> Answer {
         let tokenizer = &self.model.tokenizer;
         let tokens = a.generation.token_ids.iter().map(|&t| token_text(tokenizer, t)).collect();
-        let top =
-            a.generation.top.iter().map(|at| at.iter().take(k).map(|&(t, l)| (token_text(tokenizer, t), l)).collect()).collect();
+        let top = a
+            .generation
+            .top
+            .iter()
+            .map(|at| at.iter().take(k).map(|&(t, l)| (token_text(tokenizer, t), l)).collect())
+            .collect();
         let (text, partial) = answer_text(tokenizer, &a.generation);
         Answer {
             text,

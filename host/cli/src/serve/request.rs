@@ -174,7 +174,6 @@ fn refused(param: &'static str, message: impl Into<String>) -> Refused {
     Refused { param, message: message.into() }
 }
 
-
 /// `response_format`: `text` (the default) is what every answer is; JSON output is refused
 /// rather than promised, since nothing here constrains sampling to valid JSON.
 fn response_format(value: &Value) -> Result<(), Refused> {

@@ -2,6 +2,7 @@
 //! it to its request's event channel (the server-sent-event body reads from it) and stops
 //! the rows of clients that left before the next decode step.
 
+use super::tokens::{TokenText, token_text};
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -9,7 +10,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use super::tokens::{TokenText, token_text};
 use vagen_model::{FinishReason, Sampled, Tokenizer, Watch};
 use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, Usage};
 
