@@ -5,11 +5,10 @@ scores. VAGEN_HOST names the vagen-host binary."""
 import json
 import subprocess
 
-import openai
 import pytest
 
 import vagen
-from test_serve import HOST, ROOT
+from test_serve import HOST, ROOT, serving
 from test_vagen import plugin
 
 # The CPU demo's prompt settings (one sequence per turn, state descriptions), and one with
@@ -42,8 +41,9 @@ def config(tmp_path, text, name):
     return path
 
 
-def evaluate(path, out):
-    cmd = [str(HOST), "eval", "--config", str(path), "--model", "default", "--device", "cpu", "--out", str(out), "--json"]
+def evaluate(path, out, model="default"):
+    """`eval --config`'s figures and episodes."""
+    cmd = [str(HOST), "eval", "--config", str(path), "--model", str(model), "--device", "cpu", "--out", str(out), "--json"]
     metrics = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
     return metrics, [json.loads(line) for line in out.read_text().splitlines()]
 
@@ -87,23 +87,9 @@ def trained(tmp_path_factory):
 
 def test_a_loop_with_the_served_checkpoint_answers_and_scores_as_eval(tmp_path, trained):
     path, checkpoint = trained
-    cmd = [str(HOST), "eval", "--config", str(path), "--model", str(checkpoint), "--device", "cpu"]
-    metrics = json.loads(subprocess.run(cmd + ["--out", str(tmp_path / "e.jsonl"), "--json"], capture_output=True, text=True, check=True).stdout)
-    episodes = [json.loads(line) for line in (tmp_path / "e.jsonl").read_text().splitlines()]
-    server = subprocess.Popen(
-        [str(HOST), "serve", "--port", "0", "--device", "cpu", "--model", str(checkpoint), "--served-name", "m"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("listening on "), line
-        client = openai.OpenAI(base_url=f"{line.split()[-1]}/v1", api_key="not-needed", max_retries=0)
+    metrics, episodes = evaluate(path, tmp_path / "e.jsonl", checkpoint)
+    with serving("--model", str(checkpoint), "--served-name", "m") as client:
         successes = play(vagen.Prompter.from_config(path), client, episodes)
-    finally:
-        server.kill()
-        server.wait()
     assert metrics["success"] > 0, "the checkpoint wins some episodes: a score to reproduce"
     assert abs(sum(successes) / len(successes) - metrics["success"]) <= 0.01
 

@@ -1,6 +1,7 @@
 """`vagen-host serve` answers the official `openai` client: chat completions, streamed and
 not, and its errors. VAGEN_HOST names the vagen-host binary."""
 
+import contextlib
 import os
 import subprocess
 from pathlib import Path
@@ -12,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[3]
 HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-host"))
 
 
-@pytest.fixture(scope="module")
-def client():
+@contextlib.contextmanager
+def serving(*args):
+    """An official client of `vagen-host serve ARGS` on a free port, stopped after."""
     server = subprocess.Popen(
-        [str(HOST), "serve", "--port", "0", "--device", "cpu", "--served-name", "vagen-default"],
+        [str(HOST), "serve", "--port", "0", "--device", "cpu", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -23,11 +25,16 @@ def client():
     try:
         line = server.stdout.readline()
         assert line.startswith("listening on "), line
-        base = line.split()[-1]
-        yield openai.OpenAI(base_url=f"{base}/v1", api_key="not-needed", max_retries=0)
+        yield openai.OpenAI(base_url=f"{line.split()[-1]}/v1", api_key="not-needed", max_retries=0)
     finally:
         server.kill()
         server.wait()
+
+
+@pytest.fixture(scope="module")
+def client():
+    with serving("--served-name", "vagen-default") as c:
+        yield c
 
 
 def test_models_lists_the_served_name(client):
@@ -166,19 +173,8 @@ def test_logprob_bytes_are_each_tokens_own_and_join_to_the_text(client):
 
 @pytest.fixture(scope="module")
 def vl_client():
-    server = subprocess.Popen(
-        [str(HOST), "serve", "--port", "0", "--device", "cpu", "--model", "default-vl", "--served-name", "vl"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield openai.OpenAI(base_url=f"{line.split()[-1]}/v1", api_key="not-needed", max_retries=0)
-    finally:
-        server.kill()
-        server.wait()
+    with serving("--model", "default-vl", "--served-name", "vl") as c:
+        yield c
 
 
 def _picture(fmt):
