@@ -121,13 +121,32 @@ def test_registration_by_id_and_the_reference_plugins_stable_ids():
     env = gym.make("vagen/FrozenLake-v0")
     obs, _ = env.reset(seed=0)
     assert data_equivalence(obs, vagen.make(plugin("frozenlake")).reset(seed=0)[0], exact=True)
-    # At import, from VAGEN_PLUGIN_PATH.
-    code = "import gymnasium as gym, vagen; print(gym.make('vagen/Sokoban-v0').unwrapped.manifest['name'])"
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**os.environ, "VAGEN_PLUGIN_PATH": str(PLUGINS)},
-        capture_output=True,
-        text=True,
-        check=True,
+    # In a fresh interpreter: found through VAGEN_PLUGIN_PATH when made (set after the
+    # import too); without it, an error that names the variable.
+    code = (
+        "import os, gymnasium as gym, vagen\n"
+        "try:\n    gym.make('vagen/Sokoban-v0')\nexcept FileNotFoundError as e:\n    print(e)\n"
+        f"os.environ['VAGEN_PLUGIN_PATH'] = {str(PLUGINS)!r}\n"
+        "print(gym.make('vagen/Sokoban-v0').unwrapped.manifest['name'])"
     )
-    assert out.stdout.strip() == "sokoban"
+    env = {k: v for k, v in os.environ.items() if k != "VAGEN_PLUGIN_PATH"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    refused, made = out.stdout.strip().splitlines()
+    assert "VAGEN_PLUGIN_PATH is not set" in refused and "sokoban.wasm" in refused
+    assert made == "sokoban"
+
+
+def test_make_vec_reaches_the_native_vector_env_and_reset_info_has_the_step_keys(monkeypatch):
+    monkeypatch.setenv("VAGEN_PLUGIN_PATH", str(PLUGINS))
+    vec = gym.make_vec("vagen/FrozenLake-v0", 4, vectorization_mode="vector_entry_point")
+    assert isinstance(vec, vagen.VectorEnv) and vec.num_envs == 4
+    assert isinstance(gym.make_vec("vagen/FrozenLake-v0", 2), vagen.VectorEnv), "the default mode"
+    any_file = gym.make_vec("vagen/Plugin-v0", 2, path=str(plugin("bandit")))
+    assert isinstance(any_file, vagen.VectorEnv) and any_file.manifest["name"] == "bandit"
+    _, info = vec.reset(seed=0)
+    step_info = vec.step(["Left"] * 4)[4]
+    _, one = gym.make("vagen/FrozenLake-v0").reset(seed=0)
+    for key in ("success", "valid_actions", "effective_actions", "metrics", "turn"):
+        assert key in info and key in one, key
+    assert not one["success"] and one["turn"] == 0 and one["metrics"] == {}
+    assert set(step_info) >= {"success", "valid_actions", "turn"}
