@@ -40,6 +40,9 @@ pub fn launch(n: usize, args: &[String], timeout: Duration) -> Result<()> {
         .port();
     let _store = Store::connect("127.0.0.1", port, true, 0, timeout, None)
         .context("hosting the rendezvous store for --nproc")?;
+    // The ranks' keys live under a secret of this launch: the store listens on loopback,
+    // but any local user could reach it.
+    let token = format!("{:016x}{:016x}", crate::serve::fresh_seed(), crate::serve::fresh_seed());
     let exe = std::env::current_exe().context("finding this program to start the ranks")?;
     let mut children: Vec<Option<Child>> = Vec::new();
     for rank in 0..n {
@@ -53,6 +56,7 @@ pub fn launch(n: usize, args: &[String], timeout: Duration) -> Result<()> {
             .env("MASTER_PORT", port.to_string())
             .env("TORCHELASTIC_USE_AGENT_STORE", "True")
             .env("TORCHELASTIC_RESTART_COUNT", "0")
+            .env("VAGEN_JOB_TOKEN", &token)
             .spawn()
             .with_context(|| format!("starting rank {rank}"));
         match child {

@@ -17,6 +17,10 @@ pub struct TrainArgs {
     /// Continue the run in this folder from its last complete checkpoint.
     #[arg(long, value_name = "RUN_DIR", conflicts_with = "config")]
     resume: Option<PathBuf>,
+    /// Start a new run in `--run-dir` even though it holds one (e.g. one killed before its
+    /// first checkpoint): the old folder is moved aside whole, to `RUN_DIR.previous-K`.
+    #[arg(long, requires = "config")]
+    restart: bool,
     /// Override a config field, e.g. `--set optim.actor_lr=1e-5` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     overrides: Vec<String>,
@@ -55,6 +59,11 @@ impl TrainArgs {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
             PathBuf::from("runs").join(stem)
         });
+        let main = rdzv.as_ref().is_none_or(|r| r.rank == 0);
+        if self.restart && main && run_dir.join("config.toml").exists() {
+            let aside = vagen_trainer::set_run_aside(&run_dir)?;
+            eprintln!("--restart: the earlier run in {} is now {}", run_dir.display(), aside.display());
+        }
         Trainer::new_ranked(cfg, &run_dir, rdzv.as_ref())
     }
 

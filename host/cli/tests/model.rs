@@ -408,7 +408,7 @@ fn an_adapter_generates_over_its_base_and_merge_lora_writes_the_same_model_whole
     assert!(merged.join("model.safetensors").is_file() && !merged.join("adapter_config.json").exists());
     assert_eq!(generate(merged.to_str().unwrap(), &[]), adapted, "merged, the same greedy answer");
     let o = host(&["merge-lora", "--base", &fixture("tiny-qwen2"), "--adapter", dir, "--out", dir]);
-    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("its own input"));
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("is the adapter folder"));
 }
 
 /// A run that cannot learn says why, once: here every answer is cut at a 2-token cap, so
@@ -436,4 +436,155 @@ fn a_run_whose_answers_are_cut_at_the_cap_warns_once_naming_the_cause() {
     assert_eq!(err.matches("answers were cut at rollout.max_new_tokens = 2 tokens").count(), 1, "{err}");
     assert_eq!(err.matches("had zero advantage everywhere").count(), 1, "{err}");
     assert!(err.contains("answers cut at rollout.max_new_tokens = 2 all score alike"), "{err}");
+}
+
+/// Runs `args` and returns its output and its peak resident memory (MiB), read from the
+/// kernel's accounting of that one child (`wait4`).
+fn host_measured(args: &[&str]) -> (Output, f64) {
+    use std::io::Read;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut v = vec![];
+        out.read_to_end(&mut v).unwrap();
+        v
+    });
+    let mut stderr = vec![];
+    err.read_to_end(&mut stderr).unwrap();
+    let stdout = reader.join().unwrap();
+    let (mut status, mut usage): (libc::c_int, libc::rusage) = (0, unsafe { std::mem::zeroed() });
+    // SAFETY: wait4 writes only the status and the struct it is given, for our own child.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t);
+    use std::os::unix::process::ExitStatusExt;
+    let output = Output { status: std::process::ExitStatus::from_raw(status), stdout, stderr };
+    (output, usage.ru_maxrss as f64 / 1024.0)
+}
+
+/// An adapter config whose rank the file's tensors do not have is refused before a byte is
+/// allocated for it (issue 61: r = 10⁹ aborted with a backtrace; r = 10⁵ took 1.19 GB first).
+#[test]
+fn an_adapter_config_with_a_rank_its_tensors_lack_is_refused_before_allocating() {
+    let adapter = adapter();
+    let dir = adapter.path().to_str().unwrap();
+    let (o, baseline) =
+        host_measured(&["generate", "--model", &fixture("tiny-qwen2"), "--adapter", dir, "--prompt", "x"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let config_path = adapter.path().join("adapter_config.json");
+    let config: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config_path).unwrap()).unwrap();
+    for r in [1_000_000_000u64, 100_000] {
+        let mut bad = config.clone();
+        bad["r"] = r.into();
+        std::fs::write(&config_path, bad.to_string()).unwrap();
+        let (o, peak) =
+            host_measured(&["generate", "--model", &fixture("tiny-qwen2"), "--adapter", dir, "--prompt", "x"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "a clean error, not an abort: {err}");
+        assert!(err.contains(&format!("r = {r}, but")) && !err.contains("backtrace"), "{err}");
+        assert!(peak < baseline + 100.0, "r = {r}: peak {peak:.0} MiB against {baseline:.0} MiB for a good adapter");
+        let o = host(&["serve", "--model", &fixture("tiny-qwen2"), "--lora", &format!("x={dir}"), "--port", "0"]);
+        assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // A training config's rank is bounded by the layers it adapts.
+    let mut model = vagen_model::Model::load(Path::new(&fixture("tiny-qwen2")), Default::default()).unwrap();
+    let huge = vagen_model::LoraConfig { r: std::num::NonZeroUsize::new(1 << 30).unwrap(), ..Default::default() };
+    let e = model.attach_lora(&huge, 0).unwrap_err().to_string();
+    assert!(e.contains("larger than any adapted layer"), "{e}");
+}
+
+/// `merge-lora --out` never lands on its inputs, however it is spelled, nor over a folder
+/// that holds files unless told to (issue 61: a link to the base overwrote its weights).
+#[test]
+fn merge_lora_refuses_an_out_that_is_or_is_inside_an_input_and_replaces_only_with_force() {
+    let adapter = adapter();
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    for f in std::fs::read_dir(fixture("tiny-qwen2")).unwrap() {
+        let f = f.unwrap().path();
+        std::fs::copy(&f, base.join(f.file_name().unwrap())).unwrap();
+    }
+    let weights_before = std::fs::read(base.join("model-00001-of-00004.safetensors")).unwrap();
+    std::os::unix::fs::symlink(&base, work.path().join("link")).unwrap();
+    let merge = |out: &Path, extra: &[&str]| {
+        let mut args = vec!["merge-lora", "--base", base.to_str().unwrap(), "--adapter"];
+        args.extend([adapter.path().to_str().unwrap(), "--out", out.to_str().unwrap()]);
+        args.extend(extra);
+        host(&args)
+    };
+    let refused = [
+        (work.path().join("link"), "the base folder"),
+        (work.path().join("base/../base"), "the base folder"),
+        (work.path().join("link/sub/new"), "lies inside the base folder"),
+        (adapter.path().join("merged"), "lies inside the adapter folder"),
+    ];
+    for (out, says) in refused {
+        let o = merge(&out, &["--force"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(says), "{}: {err}", out.display());
+    }
+    assert_eq!(std::fs::read(base.join("model-00001-of-00004.safetensors")).unwrap(), weights_before);
+    let busy = work.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    std::fs::write(busy.join("notes.txt"), "mine").unwrap();
+    let o = merge(&busy, &[]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--force"));
+    assert!(busy.join("notes.txt").exists(), "nothing replaced without --force");
+    let o = merge(&busy, &["--force"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(busy.join("model.safetensors").is_file() && !busy.join("notes.txt").exists());
+    let leftovers: Vec<_> = std::fs::read_dir(work.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(leftovers.iter().all(|n| !n.to_string_lossy().starts_with(".merge-lora-")), "{leftovers:?}");
+}
+
+/// A run killed before its first checkpoint (issue 61: the folder "already holds a run",
+/// and `--resume` has "no complete checkpoint": the user had to delete it by hand). Both
+/// messages now name `--restart`, which moves the old run aside and starts again.
+#[test]
+fn a_run_killed_before_its_first_checkpoint_is_started_again_with_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    std::fs::write(
+        &config,
+        format!(
+            "[env]\nplugin = {:?}\ngroups = 1\ngroup_size = 2\nmax_turns = 2\nval_episodes = 2\n\
+             [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 4\nper_turn = true\n\
+             [schedule]\nsteps = 1\neval_every = 0\n[sft]\nsteps = 100000\nepisodes_per_step = 1\nsave_every = 0\n",
+            plugin.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("run");
+    let (config, run_dir) = (config.to_str().unwrap(), run.to_str().unwrap());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
+        .args(["train", "--config", config, "--run-dir", run_dir])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(wait_for(&run.join("metrics.jsonl"), &mut child), "the run started SFT");
+    child.kill().unwrap(); // SIGKILL, during SFT
+    child.wait().unwrap();
+    let again = host(&["train", "--config", config, "--run-dir", run_dir]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("before its first complete checkpoint") && err.contains("--restart"),
+        "{err}"
+    );
+    let resumed = host(&["train", "--resume", run_dir]);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(!resumed.status.success() && err.contains("--restart"), "{err}");
+    let restarted = host(&["train", "--config", config, "--run-dir", run_dir, "--restart", "--set", "sft.steps=1"]);
+    let err = String::from_utf8_lossy(&restarted.stderr);
+    assert!(restarted.status.success(), "{err}");
+    let aside = dir.path().join("run.previous-1");
+    assert!(err.contains(aside.to_str().unwrap()), "{err}");
+    assert!(aside.join("config.toml").is_file() && aside.join("metrics.jsonl").is_file(), "the old run kept whole");
+    assert!(run.join("checkpoints/step-000001/state.json").is_file());
 }

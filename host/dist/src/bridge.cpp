@@ -36,10 +36,13 @@ static int fail(char** err, const char* what) {
   return 1;
 }
 
+// c10's errors carry a C++ stack trace in what(); the message alone goes to the user.
 #define VD_TRY(...)                                   \
   try {                                               \
     __VA_ARGS__;                                      \
     return 0;                                         \
+  } catch (const c10::Error& e) {                     \
+    return fail(err, e.what_without_backtrace());     \
   } catch (const std::exception& e) {                 \
     return fail(err, e.what());                       \
   } catch (...) {                                     \
@@ -49,13 +52,16 @@ static int fail(char** err, const char* what) {
 // Meets the others at host:port. `server`: this process hosts the store (rank 0 when no
 // launcher does, or the launcher); `wait`: every rank counts itself in and the server waits
 // for that many (0: no count, as clients of a launcher's store);
-// `prefix`: keys live under it (torchrun's agent store is shared by every restart).
+// `prefix`: keys live under it (torchrun's agent store is shared by every restart);
+// `listen_fd` (a server's, or -1): a socket the caller bound to the interface the store must
+// listen on (c10d's own binds every interface).
 int vd_store_new(const char* host, int port, int server, int wait, int64_t timeout_ms, const char* prefix,
-                 vd_store** out, char** err) {
+                 int listen_fd, vd_store** out, char** err) {
   VD_TRY({
     c10d::TCPStoreOptions o;
     o.port = static_cast<uint16_t>(port);
     o.isServer = server != 0;
+    if (listen_fd >= 0) o.masterListenFd = listen_fd;
     if (wait > 0) o.numWorkers = static_cast<size_t>(wait);
     o.waitWorkers = wait > 0;
     o.timeout = std::chrono::milliseconds(timeout_ms);

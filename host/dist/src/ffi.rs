@@ -23,6 +23,7 @@ unsafe extern "C" {
         wait: c_int,
         timeout_ms: i64,
         prefix: *const c_char,
+        listen_fd: c_int,
         out: *mut *mut vd_store,
         err: *mut *mut c_char,
     ) -> c_int;

@@ -29,6 +29,8 @@ unsafe impl Sync for Store {}
 impl Store {
     /// Connects, or hosts the store when `server`. With `wait` > 0 every caller counts itself
     /// in and the server waits up to `timeout` until `wait` have (0: a launcher's store).
+    /// A server listens on `host`'s interface only (loopback when `host` is); a client that
+    /// reaches something at `host:port` which never answers gives up after `timeout`.
     pub fn connect(
         host: &str,
         port: u16,
@@ -37,23 +39,54 @@ impl Store {
         timeout: Duration,
         prefix: Option<&str>,
     ) -> Result<Self, CommError> {
-        let host = CString::new(host).map_err(|_| comm("store")("the address holds a NUL byte".into()))?;
-        let prefix = CString::new(prefix.unwrap_or("")).map_err(|_| comm("store")("NUL in prefix".into()))?;
-        let mut out = std::ptr::null_mut();
-        call(|err| unsafe {
-            ffi::vd_store_new(
-                host.as_ptr(),
-                port as c_int,
-                server as c_int,
-                wait as c_int,
-                timeout.as_millis() as i64,
-                prefix.as_ptr(),
-                &mut out,
-                err,
-            )
+        let cstr = |s: &str, what: &str| CString::new(s).map_err(|_| comm("store")(format!("NUL in the {what}")));
+        let (host_c, prefix_c) = (cstr(host, "address")?, cstr(prefix.unwrap_or(""), "prefix")?);
+        let listen_fd = match server {
+            true => {
+                use std::os::fd::IntoRawFd;
+                let listener = std::net::TcpListener::bind((host, port))
+                    .map_err(|e| comm("hosting the rendezvous store")(format!("binding {host}:{port}: {e}")))?;
+                listener.into_raw_fd()
+            }
+            false => -1,
+        };
+        let connect = move || {
+            let mut out = std::ptr::null_mut();
+            call(|err| unsafe {
+                ffi::vd_store_new(
+                    host_c.as_ptr(),
+                    port as c_int,
+                    server as c_int,
+                    wait as c_int,
+                    timeout.as_millis() as i64,
+                    prefix_c.as_ptr(),
+                    listen_fd,
+                    &mut out,
+                    err,
+                )
+            })
+            .map(|()| Store(NonNull::new(out).expect("the bridge returns a store on success")))
+            .map_err(comm("connecting to the rendezvous store"))
+        };
+        if server {
+            return connect();
+        }
+        // c10d's client waits without end for a listener that accepts and never answers:
+        // the connection runs on its own thread, given `timeout` and a little more.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("store-connect".into())
+            .spawn(move || {
+                let _ = tx.send(connect());
+            })
+            .map_err(|e| comm("connecting to the rendezvous store")(e.to_string()))?;
+        rx.recv_timeout(timeout + Duration::from_secs(2)).unwrap_or_else(|_| {
+            Err(comm("connecting to the rendezvous store")(format!(
+                "{host}:{port} did not answer within {} s (timeout_s): is MASTER_ADDR/MASTER_PORT the store \
+                 of rank 0 or the launcher?",
+                timeout.as_secs_f64()
+            )))
         })
-        .map_err(comm("connecting to the rendezvous store"))?;
-        Ok(Store(NonNull::new(out).expect("the bridge returns a store on success")))
     }
 
     pub fn set(&self, key: &str, value: &[u8]) -> Result<(), CommError> {

@@ -75,9 +75,13 @@ impl Ranks {
             (Backend::Auto, Device::Cuda(_)) => true,
             _ => false,
         };
+        let token = rdzv.job_token.as_deref();
         let store = match &rdzv.agent_store {
-            Some(prefix) => Store::connect(&rdzv.addr, rdzv.port, false, 0, timeout, Some(prefix))?,
-            None => Store::connect(&rdzv.addr, rdzv.port, rdzv.rank == 0, rdzv.world, timeout, None)?,
+            Some(agent) => {
+                let prefix = token.map_or_else(|| agent.clone(), |t| format!("{agent}/{t}"));
+                Store::connect(&rdzv.addr, rdzv.port, false, 0, timeout, Some(&prefix))?
+            }
+            None => Store::connect(&rdzv.addr, rdzv.port, rdzv.rank == 0, rdzv.world, timeout, token)?,
         };
         let store = Arc::new(store);
         let cpu = ProcessGroup::new(Library::Gloo, &store, rdzv.rank, rdzv.world, timeout)?;

@@ -17,6 +17,10 @@ pub struct Rendezvous {
     /// The store is the launcher's (torchrun's agent, `--nproc`'s parent): every rank
     /// connects to it as a client, its keys under this prefix (one per restart).
     pub agent_store: Option<String>,
+    /// `VAGEN_JOB_TOKEN`: a secret every rank of the job shares, under which its keys live,
+    /// so that someone who reaches the store but does not know it writes keys no rank reads
+    /// (`--nproc` draws one; set the same on every node of a multi-node job).
+    pub job_token: Option<String>,
     /// Which variables gave it, for messages.
     pub source: &'static str,
 }
@@ -79,7 +83,9 @@ impl Rendezvous {
         let agent_store = get("TORCHELASTIC_USE_AGENT_STORE")
             .filter(|v| v.eq_ignore_ascii_case("true"))
             .map(|_| format!("/worker/attempt_{}", get("TORCHELASTIC_RESTART_COUNT").unwrap_or_else(|| "0".into())));
-        Ok(Some(Rendezvous { rank, world, local_rank: local.unwrap_or(rank), addr, port, agent_store, source }))
+        let job_token = get("VAGEN_JOB_TOKEN").filter(|t| !t.is_empty());
+        let local_rank = local.unwrap_or(rank);
+        Ok(Some(Rendezvous { rank, world, local_rank, addr, port, agent_store, job_token, source }))
     }
 }
 

@@ -22,6 +22,7 @@ fn on_ranks<T: Send + 'static>(world: usize, f: impl Fn(Ranks) -> T + Send + Syn
                     addr: "127.0.0.1".into(),
                     port,
                     agent_store: None,
+                    job_token: None,
                     source: "test",
                 };
                 let cfg = DistributedConfig { timeout_s: 30.0, ..Default::default() };
@@ -86,6 +87,7 @@ fn a_rank_that_never_joins_is_a_timeout_naming_the_store() {
         addr: "127.0.0.1".into(),
         port: free_port(),
         agent_store: None,
+        job_token: None,
         source: "test",
     };
     let cfg = DistributedConfig { timeout_s: 2.0, ..Default::default() };
@@ -93,4 +95,75 @@ fn a_rank_that_never_joins_is_a_timeout_naming_the_store() {
     let e = Ranks::join(&rdzv, &cfg, Device::Cpu).err().expect("no store to meet at").to_string();
     assert!(start.elapsed() < Duration::from_secs(30), "{:?}", start.elapsed());
     assert!(e.contains("rendezvous store"), "{e}");
+}
+
+/// Issue 61: the store of an env-var launch listened on every interface. It listens on
+/// MASTER_ADDR's only (here loopback's 127.0.0.1, so 127.0.0.2 finds nothing).
+#[test]
+fn a_hosted_store_listens_on_its_address_only() {
+    use vagen_dist::Store;
+    let port = free_port();
+    let _store = Store::connect("127.0.0.1", port, true, 0, Duration::from_secs(5), None).unwrap();
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    let other = std::net::TcpStream::connect(("127.0.0.2", port));
+    assert!(other.is_err(), "the store answers on 127.0.0.2 too: it listens on every interface");
+}
+
+/// Issue 61: a rank whose MASTER_PORT accepts and never answers hung past `timeout_s`, and
+/// printed a C++ stack trace when the listener closed. It gives up in time, in one line.
+#[test]
+fn a_store_that_accepts_and_never_answers_is_given_up_within_the_timeout() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = std::thread::spawn(move || listener.incoming().take(8).flatten().collect::<Vec<_>>());
+    let started = std::time::Instant::now();
+    let err = vagen_dist::Store::connect("127.0.0.1", port, false, 0, Duration::from_secs(2), None)
+        .err()
+        .expect("nothing answered");
+    let took = started.elapsed();
+    let text = err.to_string();
+    assert!(took < Duration::from_secs(8), "gave up after {took:?}");
+    assert!(!text.contains("frame #") && !text.contains("Exception raised from"), "a C++ trace: {text}");
+    assert!(text.lines().count() <= 2, "{text}");
+    drop(held);
+}
+
+/// Issue 61: a stranger who reached the store wrote a rank's error key and stopped the run.
+/// With the job's token, the keys the ranks read are out of its reach: the run goes on.
+#[test]
+fn a_stranger_without_the_job_token_cannot_stop_the_ranks() {
+    let port = free_port();
+    let handles: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let rdzv = Rendezvous {
+                    rank,
+                    world: 2,
+                    local_rank: rank,
+                    addr: "127.0.0.1".into(),
+                    port,
+                    agent_store: None,
+                    job_token: Some("secret-of-this-job".into()),
+                    source: "test",
+                };
+                let cfg = DistributedConfig { timeout_s: 30.0, ..Default::default() };
+                let ranks = Ranks::join(&rdzv, &cfg, Device::Cpu).unwrap();
+                ranks.barrier("joined").unwrap();
+                if rank == 0 {
+                    let stranger =
+                        vagen_dist::Store::connect("127.0.0.1", port, false, 0, Duration::from_secs(5), None).unwrap();
+                    for k in 0..2 {
+                        stranger.set(&format!("err/{k}"), b"forged by a stranger").unwrap();
+                    }
+                }
+                // Long enough for the watchdogs (a beat each 200 ms) to read any error key.
+                std::thread::sleep(Duration::from_secs(2));
+                ranks.barrier("after").unwrap();
+                ranks.finish();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
 }

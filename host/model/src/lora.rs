@@ -390,8 +390,22 @@ fn install(
     mut put: impl FnMut(&mut Linear, Lora),
 ) -> Result<usize> {
     config.check()?;
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c6f_7261);
     let r = config.r.get() as i64;
+    // Past every targeted layer's smaller side a rank adds nothing (the product is already
+    // full rank) but memory: refused before anything is allocated.
+    let widest = sites
+        .iter()
+        .filter(|s| config.targets(&s.hf_name))
+        .filter_map(|s| s.layer.weight.size().iter().copied().min())
+        .max()
+        .unwrap_or(0);
+    if r > widest && widest > 0 {
+        return Err(Error::Invalid(format!(
+            "lora.r = {r}: larger than any adapted layer's smaller side ({widest}), which is the most \
+             a low-rank update can use"
+        )));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x6c6f_7261);
     let mut used = vec![false; if let Targets::Names(n) = &config.target_modules { n.len() } else { 0 }];
     let mut count = 0;
     let device = root.device();
@@ -544,11 +558,39 @@ pub(crate) fn read_config(dir: &Path) -> Result<(LoraConfig, AdapterMeta)> {
     LoraConfig::from_peft_json(&json, &path)
 }
 
-/// An adapter folder's config and tensors.
+/// An adapter folder's config and tensors, the config's rank checked against the tensors'
+/// before anything is allocated for it (a config's `r` sizes every adapter a model
+/// attaches: one of 10⁹ over tensors of rank 4 asked for a terabyte).
 pub(crate) fn read_folder(dir: &Path) -> Result<(LoraConfig, AdapterMeta, Named)> {
     let (config, meta) = read_config(dir)?;
-    let tensors = crate::weights::read_file(&dir.join(ADAPTER_WEIGHTS))?;
+    let weights = dir.join(ADAPTER_WEIGHTS);
+    let tensors = crate::weights::read_file(&weights)?;
+    check_rank(&config, &tensors).map_err(|message| Error::Config { path: dir.join(ADAPTER_CONFIG), message })?;
     Ok((config, meta, tensors))
+}
+
+/// The saved A and B matrices' rank (A: `[r, in]`, B: `[out, r]`) is the config's `r`; an
+/// adapter file holds at least one pair.
+fn check_rank(config: &LoraConfig, tensors: &Named) -> std::result::Result<(), String> {
+    let r = config.r.get() as i64;
+    let mut pairs = 0;
+    for (name, t) in tensors {
+        let rank = if name.ends_with(".lora_A.weight") {
+            t.size().first().copied()
+        } else if name.ends_with(".lora_B.weight") {
+            t.size().get(1).copied()
+        } else {
+            continue;
+        };
+        pairs += usize::from(name.ends_with(".lora_A.weight"));
+        if rank != Some(r) {
+            return Err(format!("r = {r}, but {name} has shape {:?} (rank {})", t.size(), rank.unwrap_or(0)));
+        }
+    }
+    if pairs == 0 {
+        return Err(format!("{ADAPTER_WEIGHTS} holds no lora_A / lora_B matrices"));
+    }
+    Ok(())
 }
 
 /// Whether `dir` holds an adapter rather than a whole model.

@@ -322,3 +322,166 @@ def test_train_runs_rl_steps_on_an_openenv_server(tmp_path):
         assert out.returncode == 0, out.stderr[-3000:]
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any(m.get("step") == 2 for m in metrics), metrics[-1]
+
+
+class HostileServer:
+    """An OpenEnv server that describes itself as `serve-env` does (its /schema and /metadata
+    replayed) and then misbehaves on its WebSocket: `images` answers reset with 40 pictures of
+    4096x4096 (the limit is 16), `drip` sends a whole reply one byte every half second,
+    `ping` sends pings and never a reply. A raw socket, so the bytes are paced at will."""
+
+    def __init__(self, described, reply, mode):
+        self.described, self.reply, self.mode = described, reply, mode
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.base = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.stop.set()
+        self.sock.close()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn):
+        import hashlib
+
+        with conn:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = conn.recv(4096)
+                if not chunk:
+                    return
+                head += chunk
+            lines = head.decode().split("\r\n")
+            path = lines[0].split()[1]
+            headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+            if path in self.described:
+                body = json.dumps(self.described[path]).encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                conn.sendall(f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode() + body)
+                return
+            key = headers["sec-websocket-key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+            accept = base64.b64encode(hashlib.sha1(key.encode()).digest()).decode()
+            conn.sendall(
+                b"HTTP/1.1 101 Switching Protocols\r\nupgrade: websocket\r\nconnection: Upgrade\r\n"
+                + f"sec-websocket-accept: {accept}\r\n\r\n".encode()
+            )
+            conn.recv(65536)  # the client's reset frame
+            frame = ws_frame(0x1, self.reply.encode())
+            while not self.stop.is_set():
+                if self.mode == "ping":
+                    conn.sendall(ws_frame(0x9, b"x"))
+                    time.sleep(0.5)
+                elif self.mode == "drip":
+                    for b in frame:
+                        conn.sendall(bytes([b]))
+                        time.sleep(0.5)
+                else:
+                    conn.sendall(frame)
+                    conn.recv(65536)
+                    return
+
+
+def ws_frame(opcode, payload):
+    n = len(payload)
+    if n < 126:
+        head = bytes([0x80 | opcode, n])
+    elif n < 1 << 16:
+        head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+    return head + payload
+
+
+def run_measured(cmd, timeout=60):
+    """`cmd`'s exit code, output, seconds and peak resident memory (MiB, from wait4)."""
+    started = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    chunks = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.time() - started > timeout:
+            proc.kill()
+            os.wait4(proc.pid, 0)
+            raise AssertionError(f"{cmd} ran past {timeout} s")
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    reader.join(5)
+    return proc.returncode, b"".join(chunks).decode(errors="replace"), time.time() - started, usage.ru_maxrss / 1024
+
+
+def test_a_hostile_openenv_server_cannot_stretch_a_call_or_make_us_decode_past_the_image_limit(tmp_path):
+    # What serve-env says of itself, and one real reset reply to distort.
+    with serve_env(PLUGINS / "frozenlake.wasm", "--config", PICTURED) as base:
+        described = {p: requests.get(f"{base}{p}", timeout=10).json() for p in ("/schema", "/metadata")}
+        with connect(base.replace("http", "ws") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
+            reply = json.loads(ws.recv())
+    buf = io.BytesIO()
+    Image.new("RGB", (4096, 4096)).save(buf, format="PNG")
+    huge = "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode()
+    flooded = json.loads(json.dumps(reply))
+    flooded["data"]["observation"]["images"] = [huge] * 40
+    env_tool = HOST.parent / "vagen-env"
+    for mode, body, says in (
+        ("images", json.dumps(flooded), "40 images (limit 16)"),
+        ("drip", json.dumps(reply), "timeout"),
+        ("ping", json.dumps(reply), "timeout"),
+    ):
+        server = HostileServer(described, body, mode)
+        try:
+            spec = f"openenv+{server.base}?timeout_s=3&retries=0"
+            code, out, seconds, peak = run_measured([str(env_tool), "run", "--plugin", spec, "--episodes", "1"])
+        finally:
+            server.close()
+        assert code != 0 and says in out, (mode, out)
+        assert seconds < 20, f"{mode}: {seconds:.0f} s for a 3 s timeout"
+        if mode == "images":
+            assert peak < 400, f"peak {peak:.0f} MiB: the pictures were decoded"
+
+
+def test_one_client_holds_its_share_of_http_episodes_and_only_it_continues_them():
+    import http.client
+    from websockets.exceptions import ConnectionClosed
+
+    def reset_from(source, port, body):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(source, 0))
+        c.request("POST", "/reset", json.dumps(body), {"content-type": "application/json"})
+        r = c.getresponse()
+        return r.status, json.loads(r.read())
+
+    with serve_env(PLUGINS / "frozenlake.wasm", "--max-envs", "8") as base:
+        port = int(base.rsplit(":", 1)[1])
+        # A client that never sends its ids back: two episodes (8 / 4), then 429.
+        codes = [reset_from("127.0.0.2", port, {"seed": i})[0] for i in range(10)]
+        assert codes == [200, 200] + [429] * 8, codes
+        status, flooded = reset_from("127.0.0.2", port, {"seed": 0})
+        assert status == 429 and "--max-episodes-per-client" in flooded["detail"], flooded
+        # Everyone else still gets places, and a known id is no key to another's episode.
+        status, mine = reset_from("127.0.0.1", port, {"seed": 5})
+        assert status == 200, mine
+        theirs = requests.post(f"{base}/reset", json={"seed": 1}, timeout=30)  # from 127.0.0.1 too
+        assert theirs.status_code == 200
+        with GenericEnvClient(base_url=base).sync() as ws_client:
+            assert ws_client.reset(seed=3).observation["seed"] == 3
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=("127.0.0.3", 0))
+        c.request("POST", "/step", json.dumps({"action": {"answer": "Left"}, "episode_id": mine["observation"]["episode_id"]}), {"content-type": "application/json"})
+        r = c.getresponse()
+        assert r.status == 404, r.read()
+        # A frame past the cap ends the session with close code 1009, not a dropped socket.
+        with connect(base.replace("http://", "ws://") + "/ws", max_size=None) as ws:
+            ws.send("x" * (3 << 20))
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value

@@ -253,6 +253,7 @@ mod tests {
                         addr: "127.0.0.1".into(),
                         port,
                         agent_store: None,
+                        job_token: None,
                         source: "test",
                     };
                     let ranks = Ranks::join(&rdzv, &Default::default(), tch::Device::Cpu).unwrap();

@@ -4,7 +4,7 @@
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Hosts a judge may reach beyond this machine's loopback, and the environment variable
 /// holding the API key sent to them.
@@ -16,7 +16,7 @@ pub struct JudgeAccess {
 }
 
 /// `judge.toml` in the user's config folder: `api_key_env = "NAME"`, `hosts = ["..."]`.
-#[derive(Deserialize, Default)]
+#[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 struct UserFile {
     api_key_env: Option<String>,
@@ -30,8 +30,7 @@ impl JudgeAccess {
     pub fn from_user(key_env: Option<String>, hosts: Vec<String>) -> Result<Self> {
         let mut access = match user_file() {
             Some(path) if path.is_file() => {
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                let f: UserFile = toml::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
+                let f = read_user_file(&path)?;
                 JudgeAccess { key_env: f.api_key_env, hosts: f.hosts }
             }
             _ => JudgeAccess::default(),
@@ -59,6 +58,32 @@ impl JudgeAccess {
     pub fn key(&self) -> Option<String> {
         self.key_env.as_ref().and_then(|name| std::env::var(name).ok()).filter(|k| !k.is_empty())
     }
+}
+
+/// The user file, trusted only when no one but its owner (this user) can have written it or
+/// swapped it: neither it nor its folder writable by group or others, both owned by this
+/// user, as ssh treats `~/.ssh/config` (a writable file could name any host and key).
+fn read_user_file(path: &Path) -> Result<UserFile> {
+    use std::os::unix::fs::MetadataExt;
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok();
+    let folder = path.parent().unwrap_or(Path::new("."));
+    for p in [path, folder] {
+        let m = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+        let mode = m.mode() & 0o777;
+        if mode & 0o022 != 0 {
+            bail!(
+                "{}: mode {mode:03o} lets others than its owner write it, so it cannot say which hosts and key a \
+                 judge may use; `chmod go-w {}` (as ssh requires of its config)",
+                p.display(),
+                p.display()
+            );
+        }
+        if me.is_some_and(|me| m.uid() != me && m.uid() != 0) {
+            bail!("{}: owned by user {}, not by you; a judge trusts only your own file", p.display(), m.uid());
+        }
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("reading {}", path.display()))
 }
 
 fn user_file() -> Option<PathBuf> {
@@ -114,5 +139,26 @@ mod tests {
         let some = JudgeAccess { key_env: None, hosts: vec!["api.example.com".into()] };
         assert!(some.check("https://api.example.com/v1").is_ok());
         assert!(some.check("https://api.example.com.evil.test/v1").is_err());
+    }
+
+    #[test]
+    fn a_user_file_others_can_write_is_refused_naming_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("vagen");
+        std::fs::create_dir(&folder).unwrap();
+        let file = folder.join("judge.toml");
+        std::fs::write(&file, "api_key_env = \"K\"\nhosts = [\"api.example.com\"]\n").unwrap();
+        let set = |p: &Path, mode: u32| std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+        set(&folder, 0o755);
+        set(&file, 0o644);
+        assert_eq!(read_user_file(&file).unwrap().hosts, ["api.example.com"]);
+        set(&file, 0o666);
+        let e = read_user_file(&file).unwrap_err().to_string();
+        assert!(e.contains("mode 666") && e.contains("chmod go-w"), "{e}");
+        set(&file, 0o600);
+        set(&folder, 0o777);
+        let e = read_user_file(&file).unwrap_err().to_string();
+        assert!(e.contains("mode 777") && e.contains(&folder.display().to_string()), "{e}");
     }
 }

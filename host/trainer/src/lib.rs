@@ -62,6 +62,7 @@ pub use policy_loss::{
     Behaviour, KlKind, KlPenalty, OffPolicy, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss,
 };
 pub use rollout_section::{RolloutSection, SequenceConfig};
+pub use run_lock::set_aside as set_run_aside;
 pub use setup::load_model;
 pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};
 pub use train::Trainer;

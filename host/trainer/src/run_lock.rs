@@ -89,6 +89,24 @@ pub(crate) fn check_new_run_folder(run_dir: &Path) -> Result<()> {
     )
 }
 
+/// Moves the run in `run_dir` aside, whole, to a sibling `NAME.previous-K` (the first K
+/// free), so a new run can start there: for a run that stopped before its first complete
+/// checkpoint, which `--resume` cannot continue. Refused while a live trainer holds it.
+pub fn set_aside(run_dir: &Path) -> Result<std::path::PathBuf> {
+    if !run_dir.join("config.toml").is_file() {
+        bail!("--restart: {} holds no run to set aside", run_dir.display());
+    }
+    let lock = RunLock::acquire(run_dir)?;
+    let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
+    let parent = run_dir.parent().unwrap_or(Path::new("."));
+    let aside =
+        (1..).map(|k| parent.join(format!("{name}.previous-{k}"))).find(|p| !p.exists()).expect("some number is free");
+    std::fs::rename(run_dir, &aside)
+        .with_context(|| format!("moving {} aside to {}", run_dir.display(), aside.display()))?;
+    drop(lock);
+    Ok(aside)
+}
+
 fn is_run_entry(name: &str) -> bool {
     RUN_ENTRIES.contains(&name) || (name.starts_with("failure-") && name.ends_with(".json"))
 }

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
-use request::job;
+use request::{ImageLimits, job};
 use serde_json::{Value, json};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -69,6 +69,13 @@ pub struct ServeArgs {
     /// can decode to gigabytes).
     #[arg(long, default_value = "16777216")]
     max_image_pixels: u64,
+    /// Images one request may hold, counted before any is read.
+    #[arg(long, default_value = "8")]
+    max_images: usize,
+    /// Pixels of all of a request's images together, from their headers before decoding
+    /// (each decodes to 3 bytes a pixel, and the tower's work grows with them).
+    #[arg(long, default_value = "33554432")]
+    max_request_pixels: u64,
     /// Completions waiting or being generated at most; past it a request is answered 503
     /// with `Retry-After` instead of queueing without bound.
     #[arg(long, default_value = "256")]
@@ -136,7 +143,7 @@ struct Shared {
     names: Vec<String>,
     max_body: usize,
     max_batch: usize,
-    max_image_pixels: u64,
+    images: ImageLimits,
     max_queue: usize,
     read_timeout: Duration,
     /// Completions waiting or being generated now.
@@ -179,7 +186,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         names,
         max_body,
         max_batch: a.max_batch.get(),
-        max_image_pixels: a.max_image_pixels,
+        images: ImageLimits {
+            per_request: a.max_images,
+            pixels_per_image: a.max_image_pixels,
+            pixels_per_request: a.max_request_pixels,
+        },
         max_queue: a.max_queue.get(),
         read_timeout: Duration::from_secs(a.read_timeout_s),
         queued: Arc::new(AtomicUsize::new(0)),
@@ -232,7 +243,7 @@ async fn accept(
     use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
     let open = Arc::new(tokio::sync::Semaphore::new(max_connections));
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
             // Out of descriptors or a connection reset before it was accepted: the next.
             Err(_) => {
@@ -244,7 +255,9 @@ async fn accept(
             drop(stream);
             continue;
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        // The peer's address, for handlers that ask (`ConnectInfo`: serve-env's episodes).
+        let app = app.clone().layer(axum::Extension(axum::extract::ConnectInfo(peer)));
+        let service = hyper_util::service::TowerToHyperService::new(app);
         tokio::spawn(async move {
             let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             builder.http1().timer(TokioTimer::new()).header_read_timeout(header_timeout);
@@ -286,6 +299,7 @@ impl Worker {
                 let (batch, rest): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| key(j) == k);
                 jobs = rest;
                 self.generate(batch);
+                give_back_memory();
             }
         }
     }
@@ -353,6 +367,17 @@ impl Worker {
             logprobs: a.generation.logprobs,
             top,
         }
+    }
+}
+
+/// Returns the heap a generation freed to the system: glibc keeps it in its arenas, so a
+/// request of large pictures (gigabytes of pixels and activations) left the server that
+/// large for good.
+fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory at the top of the heaps and arenas.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

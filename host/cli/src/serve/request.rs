@@ -28,12 +28,32 @@ pub(super) const NOT_IMPLEMENTED: &[&str] = &[
 /// Fields that do not change the answer, accepted and not used.
 pub(super) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
 
+/// How many pictures a request may hold and how large they may be, checked from the
+/// request and the images' headers before any is decoded (a 49 KB PNG decodes to 50 MB).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ImageLimits {
+    pub per_request: usize,
+    pub pixels_per_image: u64,
+    pub pixels_per_request: u64,
+}
+
 /// The request's messages (text with `<image>` markers) and images, or what is wrong.
-fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<Message>, Vec<Image>), Refused> {
+fn read_messages(r: &ChatRequest, vision: bool, limits: ImageLimits) -> Result<(Vec<Message>, Vec<Image>), Refused> {
     if r.messages.is_empty() {
         return Err(refused("messages", "messages is empty"));
     }
-    let mut images = vec![];
+    let count = r
+        .messages
+        .iter()
+        .filter_map(|m| if let Content::Parts(p) = &m.content { Some(p) } else { None })
+        .flatten()
+        .filter(|p| matches!(p, Part::ImageUrl { .. }))
+        .count();
+    if count > limits.per_request {
+        let message = format!("{count} images: at most {} per request (--max-images)", limits.per_request);
+        return Err(refused("messages", message));
+    }
+    let mut pending = vec![];
     let mut out = vec![];
     for (i, m) in r.messages.iter().enumerate() {
         // `developer` is OpenAI's newer name for `system`.
@@ -57,23 +77,14 @@ fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<
                     match p {
                         Part::Text { text: t } => text.push_str(t),
                         Part::ImageUrl { image_url } => {
+                            let at = |e: String| refused("messages", format!("messages[{i}].content[{k}]: {e}"));
                             if role != "user" {
-                                return Err(refused(
-                                    "messages",
-                                    format!("messages[{i}].content[{k}]: images are accepted in user messages only"),
-                                ));
+                                return Err(at("images are accepted in user messages only".into()));
                             }
                             if !vision {
-                                return Err(refused(
-                                    "messages",
-                                    format!(
-                                        "messages[{i}].content[{k}]: this model has no vision tower; send text only"
-                                    ),
-                                ));
+                                return Err(at("this model has no vision tower; send text only".into()));
                             }
-                            let image = decode_image(&image_url.url, max_pixels)
-                                .map_err(|e| refused("messages", format!("messages[{i}].content[{k}]: {e}")))?;
-                            images.push(image);
+                            pending.push(Encoded::read(&image_url.url, limits.pixels_per_image).map_err(at)?);
                             text.push_str(IMAGE_MARKER);
                         }
                     }
@@ -83,29 +94,51 @@ fn read_messages(r: &ChatRequest, vision: bool, max_pixels: u64) -> Result<(Vec<
         };
         out.push(Message::new(role, text));
     }
+    let pixels: u64 = pending.iter().map(|e| e.pixels).sum();
+    if pixels > limits.pixels_per_request {
+        let message = format!(
+            "the images hold {pixels} pixels: at most {} per request (--max-request-pixels)",
+            limits.pixels_per_request
+        );
+        return Err(refused("messages", message));
+    }
+    let images =
+        pending.into_iter().map(Encoded::decode).collect::<Result<Vec<_>, _>>().map_err(|e| refused("messages", e))?;
     Ok((out, images))
 }
 
-/// A `data:image/...;base64,` URL as an RGB image (no URL is fetched), refused from its
-/// header when it has more than `max_pixels`.
-fn decode_image(url: &str, max_pixels: u64) -> Result<Image, String> {
-    let data = url
-        .strip_prefix("data:")
-        .and_then(|r| r.split_once(";base64,"))
-        .map(|(_, d)| d)
-        .ok_or("only data:image/...;base64 URLs are accepted (the server fetches nothing)")?;
-    let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64: {e}"))?;
-    let reader = || {
-        image::ImageReader::new(std::io::Cursor::new(&bytes))
-            .with_guessed_format()
-            .map_err(|e| format!("not an image: {e}"))
-    };
-    let (w, h) = reader()?.into_dimensions().map_err(|e| format!("not an image: {e}"))?;
-    if u64::from(w) * u64::from(h) > max_pixels {
-        return Err(format!("a {w}x{h} image has more than {max_pixels} pixels (--max-image-pixels)"));
+/// An image as sent: its file's bytes and its size, read from the header.
+struct Encoded {
+    bytes: Vec<u8>,
+    pixels: u64,
+}
+
+impl Encoded {
+    /// A `data:image/...;base64,` URL (no URL is fetched; PNG, JPEG, WebP or GIF), refused
+    /// from its header when it has more than `max_pixels`.
+    fn read(url: &str, max_pixels: u64) -> Result<Self, String> {
+        let data = url
+            .strip_prefix("data:")
+            .and_then(|r| r.split_once(";base64,"))
+            .map(|(_, d)| d)
+            .ok_or("only data:image/...;base64 URLs are accepted (the server fetches nothing)")?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(data).map_err(|e| format!("bad base64: {e}"))?;
+        let (w, h) = reader(&bytes)?.into_dimensions().map_err(|e| format!("not an image: {e}"))?;
+        let pixels = u64::from(w) * u64::from(h);
+        if pixels > max_pixels {
+            return Err(format!("a {w}x{h} image has more than {max_pixels} pixels (--max-image-pixels)"));
+        }
+        Ok(Encoded { bytes, pixels })
     }
-    let img = reader()?.decode().map_err(|e| format!("not an image: {e}"))?.to_rgb8();
-    Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
+
+    fn decode(self) -> Result<Image, String> {
+        let img = reader(&self.bytes)?.decode().map_err(|e| format!("not an image: {e}"))?.to_rgb8();
+        Ok(Image { width: img.width(), height: img.height(), rgb: img.into_raw() })
+    }
+}
+
+fn reader(bytes: &[u8]) -> Result<image::ImageReader<std::io::Cursor<&[u8]>>, String> {
+    image::ImageReader::new(std::io::Cursor::new(bytes)).with_guessed_format().map_err(|e| format!("not an image: {e}"))
 }
 
 /// What the worker generates for `r`, or the field that refuses it.
@@ -125,7 +158,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
-    let (messages, images) = read_messages(r, s.has_vision, s.max_image_pixels)?;
+    let (messages, images) = read_messages(r, s.has_vision, s.images)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
         return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));

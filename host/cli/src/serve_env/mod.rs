@@ -17,7 +17,7 @@ mod ws;
 
 use crate::serve::{listen, read_body};
 use anyhow::{Context, Result};
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,6 +26,7 @@ use clap::Args;
 use play::{Refusal, Served, Slot};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -50,6 +51,11 @@ pub struct ServeEnvArgs {
     /// session gets openenv-core's `CAPACITY_REACHED` (HTTP: 503).
     #[arg(long, default_value = "128")]
     max_envs: NonZeroUsize,
+    /// HTTP episodes one client address may hold at once (default: a quarter of
+    /// `--max-envs`), so a client that never sends its episode ids back cannot take every
+    /// place; past it a `/reset` gets 429.
+    #[arg(long)]
+    max_episodes_per_client: Option<NonZeroUsize>,
     /// An instance untouched this long is dropped (its WebSocket closed).
     #[arg(long, default_value_t = 300)]
     idle_timeout_s: u64,
@@ -80,6 +86,7 @@ pub struct Shared {
     /// Instances alive: HTTP episodes and WebSocket sessions.
     live: AtomicUsize,
     max_envs: usize,
+    per_client: usize,
     idle: Duration,
     max_body: usize,
     read_timeout: Duration,
@@ -88,6 +95,8 @@ pub struct Shared {
 struct Episode {
     slot: Arc<Mutex<Slot>>,
     last: Arc<Mutex<Instant>>,
+    /// The address that reset it: only it continues it (an id is no key).
+    owner: IpAddr,
 }
 
 impl Shared {
@@ -144,6 +153,7 @@ pub fn serve_env(a: ServeEnvArgs) -> Result<()> {
         episodes: Mutex::new(HashMap::new()),
         live: AtomicUsize::new(0),
         max_envs: a.max_envs.get(),
+        per_client: a.max_episodes_per_client.map_or((a.max_envs.get() / 4).max(1), NonZeroUsize::get),
         idle: Duration::from_secs(a.idle_timeout_s.max(1)),
         max_body: max_answer_bytes + (64 << 10),
         read_timeout: Duration::from_secs(a.read_timeout_s),
@@ -238,7 +248,12 @@ async fn object_body(s: &Shared, request: axum::extract::Request) -> Result<Map<
     }
 }
 
-fn episode_of(s: &Shared, id: Option<&Value>, route: &str) -> Result<(Arc<Mutex<Slot>>, Arc<Mutex<Instant>>), Refusal> {
+fn episode_of(
+    s: &Shared,
+    id: Option<&Value>,
+    route: &str,
+    client: IpAddr,
+) -> Result<(Arc<Mutex<Slot>>, Arc<Mutex<Instant>>), Refusal> {
     let id = match id {
         Some(Value::String(id)) => id,
         None | Some(Value::Null) => {
@@ -253,7 +268,7 @@ fn episode_of(s: &Shared, id: Option<&Value>, route: &str) -> Result<(Arc<Mutex<
         Some(other) => return Err(Refusal::invalid(format!("episode_id must be a string, not {other}"))),
     };
     let episodes = s.episodes.lock().expect("not poisoned");
-    let e = episodes.get(id).ok_or_else(|| {
+    let e = episodes.get(id).filter(|e| e.owner == client).ok_or_else(|| {
         Refusal::new(
             StatusCode::NOT_FOUND,
             "UNKNOWN_EPISODE",
@@ -267,13 +282,20 @@ fn episode_of(s: &Shared, id: Option<&Value>, route: &str) -> Result<(Arc<Mutex<
     Ok((e.slot.clone(), e.last.clone()))
 }
 
-async fn reset(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
+async fn reset(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: axum::extract::Request,
+) -> Response {
     let args = match object_body(&s, request).await {
         Ok(a) => a,
         Err(r) => return r.into_response(),
     };
+    let client = peer.ip();
     let existing = match args.get("episode_id") {
-        Some(Value::String(id)) => s.episodes.lock().expect("not poisoned").get(id).map(|e| e.slot.clone()),
+        Some(Value::String(id)) => {
+            s.episodes.lock().expect("not poisoned").get(id).filter(|e| e.owner == client).map(|e| e.slot.clone())
+        }
         _ => None,
     };
     let (slot, new) = match existing {
@@ -283,6 +305,14 @@ async fn reset(State(s): State<Arc<Shared>>, request: axum::extract::Request) ->
                 Ok(p) => p,
                 Err(r) => return r.into_response(),
             };
+            let held = s.episodes.lock().expect("not poisoned").values().filter(|e| e.owner == client).count();
+            if held >= s.per_client {
+                let message = format!(
+                    "{client} holds {held} HTTP episodes, the most one client may (--max-episodes-per-client): send \
+                     an episode_id back to reset one of them, or wait for idle ones to go (--idle-timeout-s)"
+                );
+                return Refusal::new(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_EPISODES", message).into_response();
+            }
             let id = format!("episode-{:016x}", crate::serve::fresh_seed());
             let shared = s.clone();
             match tokio::task::spawn_blocking(move || Slot::new(&shared.served, id)).await.expect("no panic") {
@@ -308,7 +338,7 @@ async fn reset(State(s): State<Arc<Shared>>, request: axum::extract::Request) ->
         drop(episodes);
         tokio::task::spawn_blocking(move || drop(slot));
     } else if new {
-        let episode = Episode { slot, last: Arc::new(Mutex::new(Instant::now())) };
+        let episode = Episode { slot, last: Arc::new(Mutex::new(Instant::now())), owner: client };
         if let Some(replaced) = episodes.insert(id, episode) {
             drop(replaced);
             s.live.fetch_sub(1, Ordering::SeqCst);
@@ -322,7 +352,11 @@ async fn reset(State(s): State<Arc<Shared>>, request: axum::extract::Request) ->
     }
 }
 
-async fn step(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> Response {
+async fn step(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    request: axum::extract::Request,
+) -> Response {
     let body = match object_body(&s, request).await {
         Ok(b) => b,
         Err(r) => return r.into_response(),
@@ -338,7 +372,7 @@ async fn step(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         return Refusal::invalid("/step needs an action: {\"action\": {\"answer\": TEXT}, \"episode_id\": ID}")
             .into_response();
     };
-    let (slot, last) = match episode_of(&s, body.get("episode_id"), "/step") {
+    let (slot, last) = match episode_of(&s, body.get("episode_id"), "/step", peer.ip()) {
         Ok(e) => e,
         Err(r) => return r.into_response(),
     };
@@ -351,9 +385,13 @@ async fn step(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
     }
 }
 
-async fn state(State(s): State<Arc<Shared>>, Query(q): Query<HashMap<String, String>>) -> Response {
+async fn state(
+    State(s): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
     let id = q.get("episode_id").map(|v| Value::String(v.clone()));
-    let (slot, _) = match episode_of(&s, id.as_ref(), "/state") {
+    let (slot, _) = match episode_of(&s, id.as_ref(), "/state", peer.ip()) {
         Ok(e) => e,
         Err(r) => return r.into_response(),
     };

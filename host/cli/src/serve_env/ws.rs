@@ -11,12 +11,14 @@ use axum::response::Response;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 
-/// Frames larger than this end the connection (tungstenite's check); an answer over
-/// `--max-action-kib` but under it gets an `ACTION_TOO_LARGE` frame and the session goes on.
-const MAX_FRAME_BYTES: usize = 64 << 20;
+/// Frames past the largest request body by more than this end the session with close code
+/// 1009 (tungstenite's check); an answer over `--max-action-kib` but under it gets an
+/// `ACTION_TOO_LARGE` frame and the session goes on.
+const FRAME_SLACK_BYTES: usize = 1 << 20;
 
 pub async fn upgrade(State(s): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
-    ws.max_message_size(MAX_FRAME_BYTES).max_frame_size(MAX_FRAME_BYTES).on_upgrade(move |socket| session(s, socket))
+    let cap = s.max_body + FRAME_SLACK_BYTES;
+    ws.max_message_size(cap).max_frame_size(cap).on_upgrade(move |socket| session(s, socket))
 }
 
 async fn session(s: Arc<Shared>, mut socket: WebSocket) {
@@ -39,6 +41,11 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
                     Refusal::new(axum::http::StatusCode::REQUEST_TIMEOUT, "SESSION_TIMEOUT", message),
                 )
                 .await;
+                break;
+            }
+            Ok(Some(Err(e))) if is_too_big(&e) => {
+                let reason = format!("a frame past {} bytes", s.max_body + FRAME_SLACK_BYTES);
+                let _ = socket.send(Message::Close(Some(CloseFrame { code: 1009, reason: reason.into() }))).await;
                 break;
             }
             Ok(None) | Ok(Some(Err(_))) => break,
@@ -133,4 +140,11 @@ async fn send(socket: &mut WebSocket, v: Value) -> Result<(), axum::Error> {
 async fn refuse_and_close(mut socket: WebSocket, r: Refusal) {
     let _ = send(&mut socket, error_frame(r)).await;
     let _ = socket.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+}
+
+/// tungstenite's refusal of a frame or message over the cap (its `Capacity` error, which
+/// axum passes on as text).
+fn is_too_big(e: &axum::Error) -> bool {
+    let text = e.to_string();
+    text.contains("Space limit exceeded") || text.contains("too long") || text.contains("too big")
 }

@@ -231,7 +231,13 @@ impl OpenEnvEnv {
                 .join("\n"),
         });
         if d.vagen {
-            for url in fields.get("images").and_then(Value::as_array).into_iter().flatten() {
+            let urls = fields.get("images").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            // Counted before any is decoded: each may hold up to `max_image_pixels`.
+            let max = self.shared.limits.max_images;
+            if urls.len() > max {
+                return Err(Error::Malformed { call, detail: format!("{} images (limit {max})", urls.len()) });
+            }
+            for url in urls {
                 let url = url.as_str().ok_or_else(|| malformed("an image that is not a string".into()))?;
                 let image = from_data_url(url, self.shared.limits.max_image_pixels).map_err(malformed)?;
                 observation.images.push(image);

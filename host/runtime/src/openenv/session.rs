@@ -18,7 +18,40 @@ pub(crate) enum Failure {
 }
 
 pub(crate) struct Session {
-    socket: WebSocket<TcpStream>,
+    socket: WebSocket<Deadlined>,
+    /// How long a call may take in all, however the server paces its bytes.
+    timeout: Duration,
+}
+
+/// The connection, each read given only what is left of the call's deadline: a server that
+/// drips a reply a byte at a time, or pings forever, cannot stretch a call past
+/// `timeout_s` (a per-read timeout restarts with every byte).
+struct Deadlined {
+    stream: TcpStream,
+    deadline: Option<std::time::Instant>,
+}
+
+impl std::io::Read for Deadlined {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(deadline) = self.deadline {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            self.stream.set_read_timeout(Some(left))?;
+        }
+        self.stream.read(buf)
+    }
+}
+
+impl std::io::Write for Deadlined {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 impl Session {
@@ -47,8 +80,9 @@ impl Session {
                 Ok(stream) => {
                     stream.set_read_timeout(Some(timeout)).and_then(|()| stream.set_write_timeout(Some(timeout))).ok();
                     stream.set_nodelay(true).ok();
-                    return match tungstenite::client(ws_url, stream) {
-                        Ok((socket, _)) => Ok(Session { socket }),
+                    let deadlined = Deadlined { stream, deadline: Some(std::time::Instant::now() + timeout) };
+                    return match tungstenite::client(ws_url, deadlined) {
+                        Ok((socket, _)) => Ok(Session { socket, timeout }),
                         Err(tungstenite::HandshakeError::Failure(e)) => Err(format!("the WebSocket handshake: {e}")),
                         Err(tungstenite::HandshakeError::Interrupted(_)) => {
                             Err("the WebSocket handshake timed out".into())
@@ -64,6 +98,7 @@ impl Session {
     /// Sends `message` and reads the one frame that answers it.
     pub(crate) fn call(&mut self, message: &Value) -> Result<Value, Failure> {
         let transport = |e: tungstenite::Error| Failure::Transport(describe(e));
+        self.socket.get_mut().deadline = Some(std::time::Instant::now() + self.timeout);
         self.socket.send(Message::text(message.to_string())).map_err(transport)?;
         loop {
             let frame = self.socket.read().map_err(transport)?;
@@ -104,7 +139,7 @@ impl Session {
         if self.socket.send(Message::text(r#"{"type":"close"}"#)).is_err() {
             return;
         }
-        let _ = self.socket.get_mut().set_read_timeout(Some(Duration::from_secs(1)));
+        self.socket.get_mut().deadline = Some(std::time::Instant::now() + Duration::from_secs(1));
         let until = std::time::Instant::now() + Duration::from_secs(1);
         while std::time::Instant::now() < until {
             match self.socket.read() {
@@ -122,7 +157,7 @@ fn describe(e: tungstenite::Error) -> String {
         tungstenite::Error::Io(io)
             if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
         {
-            "no reply within the timeout (timeout_s)".into()
+            "no whole reply within the timeout (timeout_s)".into()
         }
         tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed => {
             "the server closed the session".into()

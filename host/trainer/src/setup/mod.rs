@@ -64,8 +64,17 @@ fn build(cfg: TrainConfig, run_dir: &Path, ranks: Ranks) -> Result<Parts> {
     let lock = match ranks.is_main() {
         true => {
             if run_dir.join("config.toml").exists() {
+                if crate::checkpoint::complete(run_dir)?.is_empty() {
+                    bail!(
+                        "{} holds a run that stopped before its first complete checkpoint, so --resume has \
+                         nothing to continue: start it again with --restart (its files are kept aside, in \
+                         a sibling folder), or choose another --run-dir",
+                        run_dir.display()
+                    );
+                }
                 bail!(
-                    "{} already holds a run: resume it with --resume, or choose another --run-dir",
+                    "{} already holds a run: resume it with --resume, start it again with --restart (its \
+                     files are kept aside), or choose another --run-dir",
                     run_dir.display()
                 );
             }

@@ -43,7 +43,13 @@ pub(crate) fn resume_ranked(
         }
     }
     if refused.is_empty() {
-        bail!("{} has no complete checkpoint to resume from", run_dir.display());
+        bail!(
+            "{} has no complete checkpoint to resume from (the run stopped before its first): start it again \
+             with `train --config {} --run-dir {} --restart`, which keeps its files aside",
+            run_dir.display(),
+            run_dir.join("config.toml").display(),
+            run_dir.display()
+        );
     }
     bail!("no checkpoint of {} loads: {}", run_dir.display(), refused.join("; "))
 }
