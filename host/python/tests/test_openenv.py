@@ -350,6 +350,12 @@ class HostileServer:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn):
+        try:
+            self._play(conn)
+        except OSError:
+            pass  # the client gave up (the point of drip and ping)
+
+    def _play(self, conn):
         import hashlib
 
         with conn:
@@ -400,10 +406,11 @@ def ws_frame(opcode, payload):
     return head + payload
 
 
-def run_measured(cmd, timeout=60):
-    """`cmd`'s exit code, output, seconds and peak resident memory (MiB, from wait4)."""
+def run_measured(cmd, cwd, timeout=60):
+    """`cmd`'s exit code, output, seconds and peak resident memory (MiB, from wait4), run in
+    `cwd` (a failed run writes its reproducer there)."""
     started = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=cwd)
     chunks = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()), daemon=True)
     reader.start()
@@ -442,7 +449,7 @@ def test_a_hostile_openenv_server_cannot_stretch_a_call_or_make_us_decode_past_t
         server = HostileServer(described, body, mode)
         try:
             spec = f"openenv+{server.base}?timeout_s=3&retries=0"
-            code, out, seconds, peak = run_measured([str(env_tool), "run", "--plugin", spec, "--episodes", "1"])
+            code, out, seconds, peak = run_measured([str(env_tool), "run", "--plugin", spec, "--episodes", "1"], tmp_path)
         finally:
             server.close()
         assert code != 0 and says in out, (mode, out)
