@@ -45,8 +45,7 @@ pub fn dist_check(a: DistCheckArgs) -> Result<()> {
         Some(r) => r,
         None => {
             let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-            let (addr, source) = ("127.0.0.1".to_string(), "a world of one");
-            Rendezvous { rank: 0, world: 1, local_rank: 0, addr, port, agent_store: None, job_token: None, source }
+            Rendezvous::local(0, 1, port, "a world of one")
         }
     };
     let device = match a.device.as_str() {

@@ -39,6 +39,13 @@ pub enum RendezvousError {
 pub const DEFAULT_PORT: u16 = 29500;
 
 impl Rendezvous {
+    /// Rank `rank` of `world` on this machine, meeting at `127.0.0.1:port` with no launcher
+    /// (a world of one, tests), named `source` in messages.
+    pub fn local(rank: usize, world: usize, port: u16, source: &'static str) -> Self {
+        let addr = "127.0.0.1".to_string();
+        Rendezvous { rank, world, local_rank: rank, addr, port, agent_store: None, job_token: None, source }
+    }
+
     /// `None` outside any launcher (or in a world of one): a single process.
     pub fn from_env() -> Result<Option<Self>, RendezvousError> {
         Self::from_vars(&|name| std::env::var(name).ok().filter(|v| !v.is_empty()))

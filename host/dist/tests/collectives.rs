@@ -15,16 +15,7 @@ fn on_ranks<T: Send + 'static>(world: usize, f: impl Fn(Ranks) -> T + Send + Syn
     let handles: Vec<_> = (0..world)
         .map(|rank| {
             std::thread::spawn(move || {
-                let rdzv = Rendezvous {
-                    rank,
-                    world,
-                    local_rank: rank,
-                    addr: "127.0.0.1".into(),
-                    port,
-                    agent_store: None,
-                    job_token: None,
-                    source: "test",
-                };
+                let rdzv = Rendezvous::local(rank, world, port, "test");
                 let cfg = DistributedConfig { timeout_s: 30.0, ..Default::default() };
                 f(Ranks::join(&rdzv, &cfg, Device::Cpu).unwrap())
             })
@@ -80,16 +71,7 @@ fn one_rank_needs_no_group() {
 #[test]
 fn a_rank_that_never_joins_is_a_timeout_naming_the_store() {
     // Rank 1 of 2 alone: rank 0 hosts the store and never comes.
-    let rdzv = Rendezvous {
-        rank: 1,
-        world: 2,
-        local_rank: 1,
-        addr: "127.0.0.1".into(),
-        port: free_port(),
-        agent_store: None,
-        job_token: None,
-        source: "test",
-    };
+    let rdzv = Rendezvous::local(1, 2, free_port(), "test");
     let cfg = DistributedConfig { timeout_s: 2.0, ..Default::default() };
     let start = std::time::Instant::now();
     let e = Ranks::join(&rdzv, &cfg, Device::Cpu).err().expect("no store to meet at").to_string();
@@ -137,14 +119,8 @@ fn a_stranger_without_the_job_token_cannot_stop_the_ranks() {
         .map(|rank| {
             std::thread::spawn(move || {
                 let rdzv = Rendezvous {
-                    rank,
-                    world: 2,
-                    local_rank: rank,
-                    addr: "127.0.0.1".into(),
-                    port,
-                    agent_store: None,
                     job_token: Some("secret-of-this-job".into()),
-                    source: "test",
+                    ..Rendezvous::local(rank, 2, port, "test")
                 };
                 let cfg = DistributedConfig { timeout_s: 30.0, ..Default::default() };
                 let ranks = Ranks::join(&rdzv, &cfg, Device::Cpu).unwrap();

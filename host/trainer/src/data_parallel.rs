@@ -246,16 +246,7 @@ mod tests {
         let threads: Vec<_> = (0..2usize)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let rdzv = vagen_dist::Rendezvous {
-                        rank,
-                        world: 2,
-                        local_rank: rank,
-                        addr: "127.0.0.1".into(),
-                        port,
-                        agent_store: None,
-                        job_token: None,
-                        source: "test",
-                    };
+                    let rdzv = vagen_dist::Rendezvous::local(rank, 2, port, "test");
                     let ranks = Ranks::join(&rdzv, &Default::default(), tch::Device::Cpu).unwrap();
                     let f = (Kind::Float, tch::Device::Cpu);
                     let sizes = [BUCKET, 10, 7, 5];
