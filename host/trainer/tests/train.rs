@@ -251,7 +251,7 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
     let cfg = parse(&good, &["schedule.steps=0"]).unwrap();
     Trainer::new(cfg.clone(), dir.path()).unwrap();
     let err = Trainer::new(cfg, dir.path()).err().unwrap().to_string();
-    assert!(err.contains("already holds a run"), "{err}");
+    assert!(err.contains("holds a run") && err.contains("--restart"), "{err}");
 }
 
 #[test]
