@@ -260,6 +260,8 @@ fn serve_refuses_an_image_bomb_before_decoding_and_a_request_past_its_queue_with
         "default-vl",
         "--max-image-pixels",
         "10000",
+        "--max-server-pixels",
+        "6000",
         "--max-queue",
         "1",
         "--batch-wait-ms",
@@ -275,6 +277,20 @@ fn serve_refuses_an_image_bomb_before_decoding_and_a_request_past_its_queue_with
     let (status, v) = post(&server.url, &body.to_string());
     assert_eq!(status, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("200x200 image has more than 10000 pixels"), "{v}");
+    // Two 64² pictures fit a request but not the server's budget of decoded pixels: 503.
+    let two = with_images(&[black_png(64), black_png(64)]);
+    let mut r = ureq::post(&format!("{}/chat/completions", server.url))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .header("content-type", "application/json")
+        .send(&two)
+        .unwrap();
+    assert_eq!((r.status().as_u16(), r.headers().get("retry-after").unwrap().to_str().unwrap()), (503, "1"));
+    let v: serde_json::Value = r.body_mut().read_json().unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("--max-server-pixels 6000"), "{v}");
+    assert_eq!(post(&server.url, &with_images(&[black_png(64)])).0, 200, "one fits, and its share comes back");
+    assert_eq!(post(&server.url, &with_images(&[black_png(64)])).0, 200);
     // The first request holds the only place while it waits for company (1.5 s).
     let ask = r#"{"messages": [{"role": "user", "content": "Where?"}], "max_tokens": 2}"#;
     std::thread::scope(|s| {

@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Args;
-use request::{ImageLimits, job};
+use request::{ImageLimits, PixelBudget, PixelHold, job};
 use serde_json::{Value, json};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
@@ -76,6 +76,10 @@ pub struct ServeArgs {
     /// (each decodes to 3 bytes a pixel, and the tower's work grows with them).
     #[arg(long, default_value = "33554432")]
     max_request_pixels: u64,
+    /// Pixels of decoded pictures all requests in the server hold at once; a request past
+    /// it is answered 503 with `Retry-After` (default: four requests' worth).
+    #[arg(long, default_value = "134217728")]
+    max_server_pixels: u64,
     /// Completions waiting or being generated at most; past it a request is answered 503
     /// with `Retry-After` instead of queueing without bound.
     #[arg(long, default_value = "256")]
@@ -112,6 +116,8 @@ struct Job {
     reply: Replier,
     /// Set when the client left: its rows stop at the next decode step.
     gone: Arc<AtomicBool>,
+    /// The pictures' share of the server's pixel budget, held until the job is done.
+    _pixels: Option<PixelHold>,
 }
 
 /// Where a job's answer goes: whole, or token by token.
@@ -144,6 +150,7 @@ struct Shared {
     max_body: usize,
     max_batch: usize,
     images: ImageLimits,
+    pixels: Arc<PixelBudget>,
     max_queue: usize,
     read_timeout: Duration,
     /// Completions waiting or being generated now.
@@ -191,6 +198,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             pixels_per_image: a.max_image_pixels,
             pixels_per_request: a.max_request_pixels,
         },
+        pixels: PixelBudget::new(a.max_server_pixels),
         max_queue: a.max_queue.get(),
         read_timeout: Duration::from_secs(a.read_timeout_s),
         queued: Arc::new(AtomicUsize::new(0)),
@@ -567,7 +575,12 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
     };
     let job = match job(&r, &s, adapter, reply) {
         Ok(j) => j,
-        Err(e) => return error_with(StatusCode::BAD_REQUEST, e.message, Some(e.param), None),
+        Err(e) if e.status == StatusCode::SERVICE_UNAVAILABLE => {
+            let mut response = error_with(e.status, e.message, Some(e.param), Some("busy"));
+            response.headers_mut().insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+            return response;
+        }
+        Err(e) => return error_with(e.status, e.message, Some(e.param), None),
     };
     let n = job.seeds.len();
     if let Some(refusal) = enqueue(&s, n) {

@@ -3,10 +3,11 @@
 //! [`Job`] the worker generates.
 
 use super::{Job, Replier, Shared, fresh_seed};
+use axum::http::StatusCode;
 use base64::Engine as _;
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use vagen_model::{IMAGE_MARKER, Image, Message};
 use vagen_policy::openai::{ChatRequest, Content, Part};
 
@@ -37,8 +38,45 @@ pub(super) struct ImageLimits {
     pub pixels_per_request: u64,
 }
 
-/// The request's messages (text with `<image>` markers) and images, or what is wrong.
-fn read_messages(r: &ChatRequest, vision: bool, limits: ImageLimits) -> Result<(Vec<Message>, Vec<Image>), Refused> {
+/// Pixels of decoded pictures the server holds at once, over every request in it: a request
+/// takes its share before decoding and gives it back when it is answered or dropped.
+pub(super) struct PixelBudget {
+    held: AtomicU64,
+    pub max: u64,
+}
+
+/// A request's share of the [`PixelBudget`], returned when dropped.
+pub(super) struct PixelHold {
+    budget: Arc<PixelBudget>,
+    pixels: u64,
+}
+
+impl PixelBudget {
+    pub fn new(max: u64) -> Arc<Self> {
+        Arc::new(PixelBudget { held: AtomicU64::new(0), max })
+    }
+
+    fn take(self: &Arc<Self>, pixels: u64) -> Option<PixelHold> {
+        let fits = |held: u64| held.checked_add(pixels).filter(|&h| h <= self.max);
+        self.held.fetch_update(Ordering::SeqCst, Ordering::SeqCst, fits).ok()?;
+        Some(PixelHold { budget: self.clone(), pixels })
+    }
+}
+
+impl Drop for PixelHold {
+    fn drop(&mut self) {
+        self.budget.held.fetch_sub(self.pixels, Ordering::SeqCst);
+    }
+}
+
+/// The request's messages (text with `<image>` markers), images and their hold on the
+/// server's pixel budget, or what is wrong.
+fn read_messages(
+    r: &ChatRequest,
+    vision: bool,
+    limits: ImageLimits,
+    budget: &Arc<PixelBudget>,
+) -> Result<(Vec<Message>, Vec<Image>, Option<PixelHold>), Refused> {
     if r.messages.is_empty() {
         return Err(refused("messages", "messages is empty"));
     }
@@ -102,9 +140,22 @@ fn read_messages(r: &ChatRequest, vision: bool, limits: ImageLimits) -> Result<(
         );
         return Err(refused("messages", message));
     }
+    let hold = match pixels {
+        0 => None,
+        _ => Some(budget.take(pixels).ok_or_else(|| Refused {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            ..refused(
+                "messages",
+                format!(
+                    "the server holds as many pictures as it may (--max-server-pixels {}): try again shortly",
+                    budget.max
+                ),
+            )
+        })?),
+    };
     let images =
         pending.into_iter().map(Encoded::decode).collect::<Result<Vec<_>, _>>().map_err(|e| refused("messages", e))?;
-    Ok((out, images))
+    Ok((out, images, hold))
 }
 
 /// An image as sent: its file's bytes and its size, read from the header.
@@ -158,7 +209,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
-    let (messages, images) = read_messages(r, s.has_vision, s.images)?;
+    let (messages, images, pixels) = read_messages(r, s.has_vision, s.images, &s.pixels)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
         return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));
@@ -194,17 +245,31 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
     let base = r.seed.unwrap_or_else(fresh_seed);
     let seeds = (0..n as u64).map(|i| base.wrapping_add(i)).collect();
     let gone = Arc::new(AtomicBool::new(false));
-    Ok(Job { messages, images, max_tokens, temperature, top_p, stop, seeds, top_logprobs, adapter, reply, gone })
+    Ok(Job {
+        messages,
+        images,
+        max_tokens,
+        temperature,
+        top_p,
+        stop,
+        seeds,
+        top_logprobs,
+        adapter,
+        reply,
+        gone,
+        _pixels: pixels,
+    })
 }
 
 /// A request refused for one of its fields.
 pub(super) struct Refused {
+    pub status: StatusCode,
     pub param: &'static str,
     pub message: String,
 }
 
 fn refused(param: &'static str, message: impl Into<String>) -> Refused {
-    Refused { param, message: message.into() }
+    Refused { status: StatusCode::BAD_REQUEST, param, message: message.into() }
 }
 
 /// `response_format`: `text` (the default) is what every answer is; JSON output is refused
