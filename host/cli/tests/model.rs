@@ -442,6 +442,8 @@ fn a_run_whose_answers_are_cut_at_the_cap_warns_once_naming_the_cause() {
 /// kernel's accounting of that one child (`wait4`).
 fn host_measured(args: &[&str]) -> (Output, f64) {
     use std::io::Read;
+    // Reaped by wait4 below, which `Child::wait` cannot give the rusage of.
+    #[allow(clippy::zombie_processes)]
     let mut child = Command::new(env!("CARGO_BIN_EXE_vagen-host"))
         .args(args)
         .stdout(std::process::Stdio::piped())

@@ -69,14 +69,21 @@ impl Drop for PixelHold {
     }
 }
 
-/// The request's messages (text with `<image>` markers), images and their hold on the
-/// server's pixel budget, or what is wrong.
+/// A request's messages (text with `<image>` markers), its images and their hold on the
+/// server's pixel budget.
+struct Messages {
+    messages: Vec<Message>,
+    images: Vec<Image>,
+    pixels: Option<PixelHold>,
+}
+
+/// The request's messages and images, or what is wrong.
 fn read_messages(
     r: &ChatRequest,
     vision: bool,
     limits: ImageLimits,
     budget: &Arc<PixelBudget>,
-) -> Result<(Vec<Message>, Vec<Image>, Option<PixelHold>), Refused> {
+) -> Result<Messages, Refused> {
     if r.messages.is_empty() {
         return Err(refused("messages", "messages is empty"));
     }
@@ -155,7 +162,7 @@ fn read_messages(
     };
     let images =
         pending.into_iter().map(Encoded::decode).collect::<Result<Vec<_>, _>>().map_err(|e| refused("messages", e))?;
-    Ok((out, images, hold))
+    Ok(Messages { messages: out, images, pixels: hold })
 }
 
 /// An image as sent: its file's bytes and its size, read from the header.
@@ -209,7 +216,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
-    let (messages, images, pixels) = read_messages(r, s.has_vision, s.images, &s.pixels)?;
+    let Messages { messages, images, pixels } = read_messages(r, s.has_vision, s.images, &s.pixels)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
         return Err(refused("n", format!("n {n}: must be a whole number from 1 to {} (--max-batch)", s.max_batch)));

@@ -248,12 +248,10 @@ async fn object_body(s: &Shared, request: axum::extract::Request) -> Result<Map<
     }
 }
 
-fn episode_of(
-    s: &Shared,
-    id: Option<&Value>,
-    route: &str,
-    client: IpAddr,
-) -> Result<(Arc<Mutex<Slot>>, Arc<Mutex<Instant>>), Refusal> {
+/// An HTTP episode's instance and the time it was last touched.
+type Playing = (Arc<Mutex<Slot>>, Arc<Mutex<Instant>>);
+
+fn episode_of(s: &Shared, id: Option<&Value>, route: &str, client: IpAddr) -> Result<Playing, Refusal> {
     let id = match id {
         Some(Value::String(id)) => id,
         None | Some(Value::Null) => {
