@@ -117,7 +117,7 @@ struct Job {
     /// Set when the client left: its rows stop at the next decode step.
     gone: Arc<AtomicBool>,
     /// The pictures' share of the server's pixel budget, held until the job is done.
-    _pixels: Option<PixelHold>,
+    pixels: Option<PixelHold>,
 }
 
 /// Where a job's answer goes: whole, or token by token.
@@ -335,6 +335,9 @@ impl Worker {
         let mut answers = answered.answers.into_iter().zip(routes.iter());
         for job in jobs {
             let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
+            // The pictures' share goes back before the answer: a client that asks again at
+            // once finds it free.
+            drop(job.pixels);
             match job.reply {
                 Replier::Stream(events) => {
                     for (a, route) in mine {

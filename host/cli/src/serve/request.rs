@@ -264,7 +264,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
         adapter,
         reply,
         gone,
-        _pixels: pixels,
+        pixels,
     })
 }
 
