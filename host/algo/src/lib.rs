@@ -3,7 +3,8 @@
 //! One input contract for every estimator ([`Trajectory`]: token rewards, values, loss and
 //! advantage masks, turn ends, group id) and one output ([`Advantages`]). Estimators are an
 //! enum with stable kebab-case names ([`Estimator`]); formulas follow RAGEN / VAGEN as set
-//! out in the design notes' REFERENCE.md.
+//! out in the design notes' REFERENCE.md. Evaluation's figures over several samples per
+//! problem: [`pass_at_k`] (unbiased, Chen et al. 2021) and [`wilson_interval`].
 
 mod error;
 mod estimator;
@@ -13,6 +14,7 @@ mod gigpo;
 mod group;
 mod input;
 mod normalize;
+mod pass_at_k;
 mod stats;
 
 pub use error::AlgoError;
@@ -20,3 +22,4 @@ pub use estimator::{AdvantageConfig, Advantages, Estimator, WhiteningPopulation,
 pub use filter::{FilterConfig, FilterKeep, Filtered, GroupStats, filter_groups};
 pub use input::Trajectory;
 pub use normalize::{NormMethod, normalize_scores};
+pub use pass_at_k::{mean_pass_at_k, pass_at_k, wilson_interval};

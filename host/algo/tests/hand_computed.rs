@@ -285,3 +285,22 @@ fn estimator_names_are_stable_kebab_case() {
     assert_eq!((c.estimator, c.lambda_turn), (Estimator::BiLevelGae, Some(0.9)));
     assert!(serde_json::from_str::<AdvantageConfig>(r#"{"estimater": "gae"}"#).is_err());
 }
+
+#[test]
+fn pass_at_k_by_hand() {
+    use vagen_algo::{mean_pass_at_k, pass_at_k, wilson_interval};
+    // 2 of 5 succeed: pass@1 is the rate; pass@2 = 1 − C(3,2)/C(5,2) = 1 − 3/10.
+    assert!((pass_at_k(5, 2, 1).unwrap() - 0.4).abs() < 1e-15);
+    assert!((pass_at_k(5, 2, 2).unwrap() - 0.7).abs() < 1e-15);
+    assert_eq!(pass_at_k(5, 2, 4).unwrap(), 1.0, "4 draws from 3 failures must include a success");
+    assert_eq!(pass_at_k(5, 0, 5).unwrap(), 0.0);
+    assert!((mean_pass_at_k(&[(5, 2), (5, 0)], 2).unwrap() - 0.35).abs() < 1e-15);
+    assert!(pass_at_k(5, 6, 1).is_err() && pass_at_k(5, 2, 0).is_err() && pass_at_k(5, 2, 6).is_err());
+    assert!(mean_pass_at_k(&[], 1).is_err());
+    // Wilson, 95 %: 0 of 10 is [0, 0.2775], not the empty interval of mean ± z·se.
+    let (lo, hi) = wilson_interval(0, 10, 1.96).unwrap();
+    assert!(lo == 0.0 && (hi - 0.277_5).abs() < 1e-4, "{lo} {hi}");
+    let (lo, hi) = wilson_interval(5, 10, 1.96).unwrap();
+    assert!((lo - 0.236_6).abs() < 1e-4 && (hi - 0.763_4).abs() < 1e-4, "{lo} {hi}");
+    assert!(wilson_interval(1, 0, 1.96).is_err() && wilson_interval(1, 2, f64::NAN).is_err());
+}

@@ -131,3 +131,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// pass@k grows with k and with the successes, is the success rate at k = 1, and is 1
+    /// when every k-subset must hold a success.
+    #[test]
+    fn pass_at_k_is_monotone_and_exact_at_its_ends(n in 1usize..200, c_frac in 0.0f64..=1.0, k_frac in 0.0f64..=1.0) {
+        use vagen_algo::pass_at_k;
+        let c = ((n as f64) * c_frac).round() as usize;
+        let k = 1 + ((n - 1) as f64 * k_frac).round() as usize;
+        let p = pass_at_k(n, c, k).unwrap();
+        prop_assert!((0.0..=1.0).contains(&p));
+        prop_assert!((pass_at_k(n, c, 1).unwrap() - c as f64 / n as f64).abs() < 1e-12);
+        if k < n {
+            prop_assert!(pass_at_k(n, c, k + 1).unwrap() >= p - 1e-12);
+        }
+        if c < n {
+            prop_assert!(pass_at_k(n, c + 1, k).unwrap() >= p - 1e-12);
+        }
+        if n - c < k {
+            prop_assert_eq!(p, 1.0);
+        }
+    }
+}

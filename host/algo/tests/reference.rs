@@ -2,7 +2,9 @@
 //! batches, through the committed fixture it writes.
 
 use serde_json::Value;
-use vagen_algo::{AdvantageConfig, NormMethod, Trajectory, compute_advantages, normalize_scores};
+use vagen_algo::{
+    AdvantageConfig, NormMethod, Trajectory, compute_advantages, normalize_scores, pass_at_k, wilson_interval,
+};
 
 fn fixture() -> Value {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/advantages.json");
@@ -93,5 +95,24 @@ fn reward_normalisation_agrees_with_the_python_reference() {
         let keys: Vec<u64> = case["keys"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
         let got = normalize_scores(&floats(&case["scores"]), &keys, method).unwrap();
         agree(&got, &floats(&case["expected"]), &format!("normalisation case {n} ({method:?})"));
+    }
+}
+
+#[test]
+fn pass_at_k_and_wilson_intervals_agree_with_the_exact_python_reference() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/pass_at_k.json");
+    let f: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture exists")).unwrap();
+    let cases = f["pass_at_k"].as_array().unwrap();
+    assert!(cases.len() >= 100);
+    let u = |v: &Value| v.as_u64().unwrap() as usize;
+    for case in cases {
+        let (n, c, k) = (u(&case["n"]), u(&case["c"]), u(&case["k"]));
+        let want = case["expected"].as_f64().unwrap();
+        let got = pass_at_k(n, c, k).unwrap();
+        assert!((got - want).abs() <= 1e-12, "pass@{k} of {c}/{n}: rust {got}, python {want}");
+    }
+    for case in f["wilson"].as_array().unwrap() {
+        let (lo, hi) = wilson_interval(u(&case["successes"]), u(&case["trials"]), case["z"].as_f64().unwrap()).unwrap();
+        agree(&[lo, hi], &floats(&case["expected"]), "wilson interval");
     }
 }

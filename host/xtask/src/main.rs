@@ -335,6 +335,7 @@ fn print_env() {
 fn fixtures() -> Result<()> {
     for script in [
         "host/algo/reference/advantages.py",
+        "host/algo/reference/pass_at_k.py",
         "host/model/reference/make_fixtures.py",
         "host/model/reference/make_vl_fixtures.py",
     ] {
