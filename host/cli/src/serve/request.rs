@@ -113,32 +113,55 @@ fn read_messages(
                 ));
             }
         };
-        let text = match &m.content {
-            Content::Text(s) => s.clone(),
-            Content::Empty => String::new(),
-            Content::Parts(parts) => {
-                let mut text = String::new();
-                for (k, p) in parts.iter().enumerate() {
-                    match p {
-                        Part::Text { text: t } => text.push_str(t),
-                        Part::ImageUrl { image_url } => {
-                            let at = |e: String| refused("messages", format!("messages[{i}].content[{k}]: {e}"));
-                            if role != "user" {
-                                return Err(at("images are accepted in user messages only".into()));
-                            }
-                            if !vision {
-                                return Err(at("this model has no vision tower; send text only".into()));
-                            }
-                            pending.push(Encoded::read(&image_url.url, limits.pixels_per_image).map_err(at)?);
-                            text.push_str(IMAGE_MARKER);
-                        }
-                    }
-                }
-                text
-            }
-        };
+        let text = message_text(i, &m.content, role, vision, limits, &mut pending)?;
         out.push(Message::new(role, text));
     }
+    let (images, pixels) = decoded(pending, limits, budget)?;
+    Ok(Messages { messages: out, images, pixels })
+}
+
+/// A message's text, an `<image>` marker where each picture goes; the pictures' headers are
+/// read into `pending`, not yet decoded.
+fn message_text(
+    i: usize,
+    content: &Content,
+    role: &str,
+    vision: bool,
+    limits: ImageLimits,
+    pending: &mut Vec<Encoded>,
+) -> Result<String, Refused> {
+    let parts = match content {
+        Content::Text(s) => return Ok(s.clone()),
+        Content::Empty => return Ok(String::new()),
+        Content::Parts(parts) => parts,
+    };
+    let mut text = String::new();
+    for (k, p) in parts.iter().enumerate() {
+        match p {
+            Part::Text { text: t } => text.push_str(t),
+            Part::ImageUrl { image_url } => {
+                let at = |e: String| refused("messages", format!("messages[{i}].content[{k}]: {e}"));
+                if role != "user" {
+                    return Err(at("images are accepted in user messages only".into()));
+                }
+                if !vision {
+                    return Err(at("this model has no vision tower; send text only".into()));
+                }
+                pending.push(Encoded::read(&image_url.url, limits.pixels_per_image).map_err(at)?);
+                text.push_str(IMAGE_MARKER);
+            }
+        }
+    }
+    Ok(text)
+}
+
+/// The pictures decoded, once their pixels fit the request's bound and the server's budget
+/// (whose share they then hold).
+fn decoded(
+    pending: Vec<Encoded>,
+    limits: ImageLimits,
+    budget: &Arc<PixelBudget>,
+) -> Result<(Vec<Image>, Option<PixelHold>), Refused> {
     let pixels: u64 = pending.iter().map(|e| e.pixels).sum();
     if pixels > limits.pixels_per_request {
         let message = format!(
@@ -162,7 +185,7 @@ fn read_messages(
     };
     let images =
         pending.into_iter().map(Encoded::decode).collect::<Result<Vec<_>, _>>().map_err(|e| refused("messages", e))?;
-    Ok(Messages { messages: out, images, pixels: hold })
+    Ok((images, hold))
 }
 
 /// An image as sent: its file's bytes and its size, read from the header.
