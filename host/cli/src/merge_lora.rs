@@ -30,7 +30,7 @@ pub struct MergeLoraArgs {
 }
 
 pub fn merge_lora(a: MergeLoraArgs) -> Result<()> {
-    check_out(&a)?;
+    let out = check_out(&a)?;
     // Loaded in f32 so the merge sums at full precision, then cast once.
     let model = a
         .base
@@ -43,7 +43,6 @@ pub fn merge_lora(a: MergeLoraArgs) -> Result<()> {
     }
     // Written whole beside `--out`, then renamed into place: a failure leaves no half
     // checkpoint, and a replaced one is removed only once the new one is there.
-    let out = resolved(&a.out)?;
     let parent = out.parent().context("--out has no parent folder")?;
     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     let staging = tempfile::Builder::new().prefix(".merge-lora-").tempdir_in(parent)?;
@@ -58,9 +57,9 @@ pub fn merge_lora(a: MergeLoraArgs) -> Result<()> {
     Ok(())
 }
 
-/// Refuses an `--out` that is, or lies inside, the base or the adapter folder (compared
-/// after links and `..` are resolved), and one that holds files unless `--force`.
-fn check_out(a: &MergeLoraArgs) -> Result<()> {
+/// `--out` resolved, or the refusal of one that is, or lies inside, the base or the adapter
+/// folder (compared after links and `..` are resolved), or that holds files unless `--force`.
+fn check_out(a: &MergeLoraArgs) -> Result<PathBuf> {
     let out = resolved(&a.out)?;
     let mut inputs = vec![("adapter", resolved(&a.adapter)?)];
     if let ModelSource::Folder(d) = &a.base {
@@ -79,7 +78,7 @@ fn check_out(a: &MergeLoraArgs) -> Result<()> {
     if holds_files && !a.force {
         bail!("--out {}: already holds files; name a new folder, or pass --force to replace it", a.out.display());
     }
-    Ok(())
+    Ok(out)
 }
 
 /// `p` as the file system will resolve it: component by component, each link followed

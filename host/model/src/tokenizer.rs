@@ -78,15 +78,23 @@ impl Tokenizer {
 
 /// The byte a byte-level BPE character stands for (GPT-2's table, which the `tokenizers`
 /// crate keeps private): printable Latin-1 bytes are themselves, and the other 68 bytes are
-/// U+0100 onwards in byte order.
+/// U+0100 onwards in byte order. Built once: token bytes are read for every streamed token.
 fn byte_level_byte(c: char) -> Option<u8> {
-    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
-    let code = u32::from(c);
-    if code < 0x100 {
-        return printable(code).then_some(code as u8);
-    }
-    let others = (0u32..=0xFF).filter(|&b| !printable(b));
-    others.enumerate().find(|&(i, _)| 0x100 + i as u32 == code).map(|(_, b)| b as u8)
+    static TABLE: std::sync::LazyLock<[Option<u8>; 0x144]> = std::sync::LazyLock::new(|| {
+        let printable = |b: u8| matches!(b, 0x21..=0x7E | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut table = [None; 0x144];
+        let mut next = 0x100;
+        for b in 0..=255u8 {
+            if printable(b) {
+                table[usize::from(b)] = Some(b);
+            } else {
+                table[next] = Some(b);
+                next += 1;
+            }
+        }
+        table
+    });
+    TABLE.get(u32::from(c) as usize).copied().flatten()
 }
 
 #[cfg(test)]
