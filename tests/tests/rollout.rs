@@ -192,6 +192,47 @@ fn an_env_fault_fails_only_its_trajectory() {
     assert!(trajs.iter().filter(|t| t.failure.is_none()).all(|t| !t.turns.is_empty()));
 }
 
+/// The oracle, except that its server "never answers" trajectory 1 at turn 1.
+struct LosesOne(OraclePolicy);
+
+impl Policy for LosesOne {
+    fn name(&self) -> &'static str {
+        "loses-one"
+    }
+    fn needs_oracle(&self) -> bool {
+        true
+    }
+    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
+        let answers = self.0.respond(requests)?;
+        let lose = |r: &Request| r.trajectory == 1 && r.turn == 1;
+        Ok(requests
+            .iter()
+            .zip(answers)
+            .map(|(r, a)| if lose(r) { Response::lost("HTTP 503 after 3 tries") } else { a })
+            .collect())
+    }
+}
+
+#[test]
+fn an_answer_lost_by_the_policy_fails_its_episode_alone_as_the_policys() {
+    let (plugin, _cache) = load("sokoban", Limits::default());
+    let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
+    let trajs = rollout(
+        plugin.as_ref(),
+        "",
+        &[0, 1, 2],
+        &config,
+        &EpisodeShape::default(),
+        &mut LosesOne(OraclePolicy { format: Format::NoThink }),
+    )
+    .unwrap();
+    let f = trajs[1].failure.as_ref().expect("the lost episode failed");
+    assert_eq!((f.call, f.kind), (vagen_rollout::FailedCall::Policy { turn: 1 }, "unanswered"));
+    assert!(f.to_string().contains("HTTP 503 after 3 tries"), "{f}");
+    assert_eq!(trajs[1].turns.len(), 1, "the turn before the loss is kept");
+    assert!(trajs[0].success && trajs[2].success, "the others went on to solve theirs");
+}
+
 #[test]
 fn a_model_rollout_records_sampled_ids_that_lay_out_for_training() {
     let (plugin, _cache) = load("frozenlake", Limits::default());

@@ -61,8 +61,12 @@ enum Command {
     Train(train::TrainArgs),
     /// Only the supervised warm start of a training config, then a held-out evaluation.
     Sft(train::TrainArgs),
-    /// Held-out success of a model (a checkpoint's `actor/` folder, or `default`) on a plugin.
+    /// A policy on held-out seeds of a plugin: a local model, any OpenAI-compatible endpoint,
+    /// random or the oracle; n samples, pass@k, results, resume.
     Eval(eval::EvalArgs),
+    /// Several `eval --out` folders' figures in one table (refused across env builds or
+    /// settings unless told).
+    EvalCompare(eval::compare::CompareArgs),
     /// Merge a LoRA adapter into its base and save the whole checkpoint.
     MergeLora(merge_lora::MergeLoraArgs),
     /// `bench model`'s old name, kept (hidden) for one release.
@@ -104,6 +108,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Train(a)), _) => train::train(a),
         (Some(Command::Sft(a)), _) => train::sft(a),
         (Some(Command::Eval(a)), _) => eval::eval(a),
+        (Some(Command::EvalCompare(a)), _) => eval::compare::compare(a),
         (Some(Command::MergeLora(a)), _) => merge_lora::merge_lora(a),
         (Some(Command::BenchModel(a)), _) => Bench::Model(a).run(),
         (Some(Command::BenchRollout(a)), _) => Bench::Rollout(a).run(),

@@ -318,7 +318,7 @@ impl<'a> Play<'a> {
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
-        let (asked, responses) = self.end_unanswered(asked, responses);
+        let (asked, responses) = self.end_unanswered(turn, asked, responses);
         let mut answered = self.parse(&asked, &responses);
         let results = self.step(&answered.step);
         self.record(turn, asked, responses, &mut answered, results);
@@ -375,19 +375,26 @@ impl<'a> Play<'a> {
     /// here, before its env is stepped.
     fn end_unanswered(
         &mut self,
+        turn: usize,
         asked: Vec<(usize, Shown)>,
         responses: Vec<Response>,
     ) -> (Vec<(usize, Shown)>, Vec<Response>) {
         asked
             .into_iter()
             .zip(responses)
-            .filter_map(|((i, shown), r)| {
+            .filter_map(|((i, shown), mut r)| {
+                let e = &mut self.episodes[i];
+                if let Some(message) = r.lost.take() {
+                    let call = FailedCall::Policy { turn };
+                    e.traj.failure = Some(Failure { call, kind: "unanswered", message });
+                    e.end_at(shown);
+                    return None;
+                }
                 let end = match (r.out_of_context, r.stop) {
                     (Some(_), _) => Truncation::Context,
                     (None, true) => Truncation::Stopped,
                     (None, false) => return Some(((i, shown), r)),
                 };
-                let e = &mut self.episodes[i];
                 e.traj.truncated = Some(end);
                 e.end_at(shown);
                 None

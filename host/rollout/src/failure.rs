@@ -18,6 +18,9 @@ pub enum FailedCall {
     Oracle { turn: usize },
     /// `step` with turn `turn`'s answer (or the state description read after it).
     Step { turn: usize },
+    /// Not the env's: the policy could not answer turn `turn` (its server never answered).
+    /// The episode is lost, not failed by the env; counted apart where that matters (`eval`).
+    Policy { turn: usize },
 }
 
 /// Why an episode could not go on.
@@ -26,7 +29,8 @@ pub struct Failure {
     #[serde(flatten)]
     pub call: FailedCall,
     /// The runtime error's stable name (`timeout`, `trap`, `out-of-memory`, `malformed`, …),
-    /// or `no-answer` for an oracle without one in a run without a format.
+    /// `no-answer` for an oracle without one in a run without a format, or the policy's
+    /// (`unanswered`).
     pub kind: &'static str,
     pub message: String,
 }
@@ -42,6 +46,7 @@ impl Failure {
             FailedCall::Reset => "reset",
             FailedCall::Oracle { .. } => "oracle",
             FailedCall::Step { .. } => "step",
+            FailedCall::Policy { .. } => "policy",
         };
         format!("{call}:{}", self.kind)
     }
@@ -53,6 +58,7 @@ impl std::fmt::Display for Failure {
             FailedCall::Reset => write!(f, "reset: {}", self.message),
             FailedCall::Oracle { turn } => write!(f, "turn {turn}: oracle: {}", self.message),
             FailedCall::Step { turn } => write!(f, "turn {turn}: {}", self.message),
+            FailedCall::Policy { turn } => write!(f, "turn {turn}: policy: {}", self.message),
         }
     }
 }
@@ -130,7 +136,7 @@ impl TooManyFailures {
         let call = match self.failure.call {
             FailedCall::Reset => Some(0),
             FailedCall::Step { .. } => Some(self.answers.len()),
-            FailedCall::Oracle { .. } => None,
+            FailedCall::Oracle { .. } | FailedCall::Policy { .. } => None,
         };
         Reproducer::failure(plugin, env_config, self.seed, self.answers.clone(), &self.failure.to_string(), call)
     }

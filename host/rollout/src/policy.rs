@@ -90,6 +90,10 @@ pub struct Response {
     pub out_of_context: Option<OutOfContext>,
     /// No answer: the episode ends here, truncated for `stopped` (a person ended input).
     pub stop: bool,
+    /// No answer, and not for the env: the policy's server never answered (after its
+    /// retries). The episode ends here as failed in [`crate::FailedCall::Policy`], the reason
+    /// kept, and the other requests of the batch go on.
+    pub lost: Option<String>,
 }
 
 /// A prompt that outgrew the context window.
@@ -103,6 +107,11 @@ impl Response {
     /// A text answer without tokens ([`AnswerOrigin::Scripted`] unless [`Response::by`] says).
     pub fn text(text: impl Into<String>) -> Self {
         Response { text: text.into(), ..Default::default() }
+    }
+
+    /// No answer, lost for `reason` (see [`Response::lost`]).
+    pub fn lost(reason: impl Into<String>) -> Self {
+        Response { lost: Some(reason.into()), ..Default::default() }
     }
 
     /// The same answer, written by `origin`.

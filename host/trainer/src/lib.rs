@@ -57,7 +57,7 @@ pub use judge_access::JudgeAccess;
 pub use metrics::{StepMetrics, read as read_metrics};
 pub use openai_judge::{OpenAiJudge, OpenAiOptions};
 pub use optimizer::AdamW;
-pub use play::held_out_rollouts;
+pub use play::{held_out_policy, held_out_shape};
 pub use policy_loss::{
     Behaviour, KlKind, KlPenalty, OffPolicy, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss,
 };

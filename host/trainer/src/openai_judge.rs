@@ -5,14 +5,13 @@
 //! pays for nothing twice. A request that still fails is that turn's error, with the reason.
 
 use anyhow::{Context, Result};
-use base64::Engine as _;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
-use vagen_policy::openai::{ChatMessage, ChatRequest, ChatResponse, Content, ImageUrl, Part};
+use std::time::Duration;
+use vagen_policy::endpoint::{Endpoint, EndpointOptions, data_url};
+use vagen_policy::openai::{ChatMessage, ChatRequest, Content, ImageUrl, Part};
 use vagen_runtime::Sealer;
 use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest};
 
@@ -40,22 +39,18 @@ pub struct OpenAiOptions {
     pub cache: Option<PathBuf>,
 }
 
-/// What the backend did, summed since it was made.
+/// What the cache did (the requests' own counts are the endpoint's).
 #[derive(Debug, Default)]
 pub struct OpenAiCounts {
-    pub sent: AtomicUsize,
     pub cache_hits: AtomicUsize,
-    pub retries: AtomicUsize,
-    pub failed: AtomicUsize,
 }
 
 pub struct OpenAiJudge {
-    options: OpenAiOptions,
+    endpoint: Endpoint,
+    /// Answers kept by request; `None`: no cache.
+    cache: Option<PathBuf>,
     /// Authenticates cache entries (`None`: no private key, so no cache is used).
     sealer: Option<Sealer>,
-    agent: ureq::Agent,
-    /// When the last requests were sent, for `requests_per_minute`.
-    sent_at: Mutex<std::collections::VecDeque<Instant>>,
     pub counts: OpenAiCounts,
 }
 
@@ -71,18 +66,17 @@ impl OpenAiJudge {
                 }
             }
         }
-        let agent = ureq::Agent::config_builder()
-            .timeout_global(Some(options.timeout))
-            .http_status_as_error(false)
-            .build()
-            .new_agent();
-        Ok(OpenAiJudge {
-            options,
-            sealer,
-            agent,
-            sent_at: Mutex::new(Default::default()),
-            counts: OpenAiCounts::default(),
-        })
+        let endpoint = Endpoint::new(EndpointOptions {
+            url: options.url,
+            model: options.model,
+            api_key: options.api_key,
+            concurrency: options.concurrency,
+            requests_per_minute: options.requests_per_minute,
+            timeout: options.timeout,
+            retries: options.retries,
+            backoff: options.backoff,
+        });
+        Ok(OpenAiJudge { endpoint, cache: options.cache, sealer, counts: OpenAiCounts::default() })
     }
 
     fn body(&self, r: &JudgeRequest) -> Value {
@@ -111,7 +105,7 @@ impl OpenAiJudge {
         let digest = Sha256::digest(serde_json::to_string(&messages).unwrap_or_default().as_bytes());
         let seed = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
         let request = ChatRequest {
-            model: Some(self.options.model.clone()),
+            model: Some(self.endpoint.options.model.clone()),
             messages,
             max_tokens: Some(i64::from(r.max_tokens)),
             temperature: Some(r.temperature),
@@ -123,9 +117,9 @@ impl OpenAiJudge {
 
     /// The entry's path and what it is sealed for (the request's digest).
     fn cache_entry(&self, body: &Value) -> Option<(PathBuf, String)> {
-        let dir = self.options.cache.as_ref()?;
+        let dir = self.cache.as_ref()?;
         self.sealer.as_ref()?;
-        let key = hex::encode(Sha256::digest(format!("{}\n{body}", self.options.url).as_bytes()));
+        let key = hex::encode(Sha256::digest(format!("{}\n{body}", self.endpoint.options.url).as_bytes()));
         Some((dir.join(format!("{key}.txt")), key))
     }
 
@@ -156,125 +150,39 @@ impl OpenAiJudge {
         }
     }
 
-    /// Waits until one more request fits in the last minute's budget.
-    fn pace(&self) {
-        let limit = self.options.requests_per_minute;
-        if limit == 0 {
-            return;
-        }
-        loop {
-            let mut sent = self.sent_at.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            while sent.front().is_some_and(|t| now.duration_since(*t) >= Duration::from_secs(60)) {
-                sent.pop_front();
-            }
-            if sent.len() < limit {
-                sent.push_back(now);
-                return;
-            }
-            let wait = Duration::from_secs(60).saturating_sub(now.duration_since(sent[0]));
-            drop(sent);
-            std::thread::sleep(wait.min(Duration::from_millis(200)));
-        }
-    }
-
-    /// One request with its retries.
+    /// One request (with the endpoint's retries), or the cache's answer.
     fn ask(&self, body: &Value) -> Result<String, String> {
         if let Some(text) = self.cached(body) {
             self.counts.cache_hits.fetch_add(1, Ordering::SeqCst);
             return Ok(text);
         }
-        let url = format!("{}/chat/completions", self.options.url.trim_end_matches('/'));
-        let mut last = String::new();
-        for attempt in 0..=self.options.retries {
-            if attempt > 0 {
-                self.counts.retries.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(self.options.backoff * (1 << (attempt - 1).min(10)));
+        let answer: Option<String> =
+            self.endpoint.complete(body)?.choices.into_iter().next().and_then(|c| c.message.content);
+        match answer {
+            Some(answer) => {
+                self.remember(body, &answer);
+                Ok(answer)
             }
-            self.pace();
-            self.counts.sent.fetch_add(1, Ordering::SeqCst);
-            let mut req = self.agent.post(&url);
-            if let Some(key) = &self.options.api_key {
-                req = req.header("Authorization", &format!("Bearer {key}"));
-            }
-            match req.send_json(body) {
-                Err(e) => last = format!("{url}: {e}"),
-                Ok(mut response) => {
-                    let status = response.status().as_u16();
-                    let text = response.body_mut().read_to_string().unwrap_or_default();
-                    if status == 200 {
-                        let answer = serde_json::from_str::<ChatResponse>(&text)
-                            .ok()
-                            .and_then(|v| v.choices.into_iter().next())
-                            .and_then(|c| c.message.content);
-                        return match answer {
-                            Some(answer) => {
-                                self.remember(body, &answer);
-                                Ok(answer)
-                            }
-                            None => Err(format!("{url}: an answer without choices[0].message.content")),
-                        };
-                    }
-                    last = format!("{url}: HTTP {status}: {}", text.chars().take(200).collect::<String>());
-                    // The request itself is wrong: asking again gives the same answer.
-                    if status != 429 && status < 500 {
-                        break;
-                    }
-                }
-            }
+            None => Err(format!("{}: an answer without choices[0].message.content", self.endpoint.completions_url())),
         }
-        self.counts.failed.fetch_add(1, Ordering::SeqCst);
-        Err(last)
     }
 }
 
 fn part(p: &JudgePart) -> Part {
     match p {
         JudgePart::Text(t) => Part::Text { text: t.clone() },
-        JudgePart::Image(i) => {
-            let mut png = vec![];
-            let ok = image::RgbImage::from_raw(i.width, i.height, i.rgb.clone())
-                .map(|img| img.write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png).is_ok());
-            let url = if ok == Some(true) {
-                format!("data:image/png;base64,{}", base64::engine::general_purpose::STANDARD.encode(&png))
-            } else {
-                String::new()
-            };
-            Part::ImageUrl { image_url: ImageUrl { url, detail: None } }
-        }
+        JudgePart::Image(i) => Part::ImageUrl { image_url: ImageUrl { url: data_url(i), detail: None } },
     }
 }
 
 impl Judge for OpenAiJudge {
     fn complete(&self, requests: &[JudgeRequest]) -> Vec<Result<String, String>> {
         let bodies: Vec<Value> = requests.iter().map(|r| self.body(r)).collect();
-        let answers: Vec<Mutex<Option<Result<String, String>>>> = bodies.iter().map(|_| Mutex::new(None)).collect();
-        let next = AtomicUsize::new(0);
-        std::thread::scope(|s| {
-            for _ in 0..self.options.concurrency.max(1).min(bodies.len()) {
-                s.spawn(|| {
-                    loop {
-                        let i = next.fetch_add(1, Ordering::SeqCst);
-                        let Some(body) = bodies.get(i) else { break };
-                        *answers[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(self.ask(body));
-                    }
-                });
-            }
-        });
-        answers
-            .into_iter()
-            .map(|a| a.into_inner().unwrap_or_else(|p| p.into_inner()).unwrap_or_else(|| Err("not asked".into())))
-            .collect()
+        self.endpoint.fan_out(bodies.len(), |i| self.ask(&bodies[i]))
     }
 
     fn counts(&self) -> Vec<(&'static str, usize)> {
-        let c = &self.counts;
-        let get = |a: &AtomicUsize| a.load(Ordering::SeqCst);
-        vec![
-            ("sent", get(&c.sent)),
-            ("cache_hits", get(&c.cache_hits)),
-            ("retries", get(&c.retries)),
-            ("failed", get(&c.failed)),
-        ]
+        let [sent, retries, failed] = self.endpoint.counts.get();
+        vec![sent, ("cache_hits", self.counts.cache_hits.load(Ordering::SeqCst)), retries, failed]
     }
 }

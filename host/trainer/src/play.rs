@@ -83,12 +83,17 @@ impl RunEnv<'_> {
     }
 }
 
-/// One episode per held-out seed (`env.val_episodes` from `env.val_seed_start`) at
-/// `rollout.val_temperature`, with the rollout settings training uses: what
-/// `Trainer::evaluate` and `vagen-host eval --config` measure. Shows its progress, a turn
-/// at a time (`progress.rs`).
-pub fn held_out_rollouts(cfg: &TrainConfig, plugin: &dyn Plugin, model: Rc<Model>) -> Result<Outcome> {
-    held_out_share(cfg, plugin, model, &Ranks::single(), true)
+/// The model answering held-out episodes as the run's own evaluations do (its evaluation
+/// temperature, sequence and image budgets, engine): what `vagen-host eval --config` plays.
+pub fn held_out_policy(cfg: &TrainConfig, model: Rc<Model>) -> ModelPolicy {
+    let stop = cfg.rollout.episodes.format.stop_strings();
+    let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
+    model_policy(cfg, model, options)
+}
+
+/// `[env]`'s episode shape (one episode a seed): what `vagen-host eval --config` plays.
+pub fn held_out_shape(cfg: &TrainConfig) -> EpisodeShape {
+    shape(cfg, 1)
 }
 
 /// Groups of `group_size` episodes from rank `rank` of `world`'s block of `seeds`, on the
@@ -120,7 +125,8 @@ fn run_share(
     Ok(outcome)
 }
 
-/// [`held_out_rollouts`] over this rank's block of the held-out seeds.
+/// The held-out episodes (`env.val_episodes` seeds from `env.val_seed_start`) over this
+/// rank's block.
 /// (`progress`: shown, as `eval` does; a training run's own bar covers its evaluations.)
 pub(crate) fn held_out_share(
     cfg: &TrainConfig,
@@ -130,9 +136,7 @@ pub(crate) fn held_out_share(
     progress: bool,
 ) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
-    let stop = cfg.rollout.episodes.format.stop_strings();
-    let options = cfg.rollout.sampling.options(SamplingFor::HeldOut, stop, cfg.schedule.seed);
-    let mut policy = model_policy(cfg, model, options);
+    let mut policy = held_out_policy(cfg, model);
     let turns = plugin.max_turns((cfg.env.max_turns > 0).then_some(cfg.env.max_turns)) as u64;
     let bar = Progress::new(turns, "evaluation turns", progress && ranks.is_main(), 0);
     let mut watched = Watched { inner: &mut policy, bar };
