@@ -235,13 +235,16 @@ impl ResultsDir {
             let theirs: Settings = serde_json::from_str(&text).with_context(|| {
                 format!("--resume: {} is not an evaluation's settings", dir.join(SETTINGS).display())
             })?;
-            let differ = theirs.differences(settings, &["env.plugin", "config"]);
+            // Where the files or the server are is not what was played: the same model may be
+            // served from another port when the run is finished.
+            let differ = theirs.differences(settings, &["env.plugin", "config", "model.endpoint"]);
             if !differ.is_empty() {
                 bail!("--resume: {} was started with other settings: {}", dir.display(), differ.join(", "));
             }
             read_kept(&results)?
         } else {
-            if results.exists() {
+            // An empty file is a run that ended before its first episode (a bad env config).
+            if std::fs::metadata(&results).is_ok_and(|m| m.len() > 0) {
                 bail!("{} already holds results: `--resume` finishes them, or choose another --out", dir.display());
             }
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
