@@ -284,13 +284,14 @@ fn eval_with_a_run_config_reproduces_the_runs_own_evaluation() {
     let o = host(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let m = last_json(&o);
-    // Not a terminal: its progress as a line a turn.
+    // Not a terminal: its progress as lines.
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("evaluation turns 1/3 (") && err.contains("6 episodes playing"), "{err}");
-    assert_eq!(m["episodes"], 6);
-    assert_eq!(m["success"], logged["val/success"], "{m}");
+    assert!(err.contains("episodes 6/6 ("), "{err}");
+    assert_eq!(m["judged"], 6);
+    assert_eq!(m["success"]["value"], logged["val/success"], "{m}");
     assert_eq!(m["mean_turns"], logged["val/turns"], "{m}");
-    assert_eq!(m["format_correct_rate"], logged["val/format_correct_rate"], "{m}");
+    assert_eq!(m["format_valid_rate"], logged["val/format_correct_rate"], "{m}");
+    assert_eq!(m["settings"]["seeds"], 6);
     // A config and a plugin together are refused: the config names the plugin.
     let o = host(&["eval", "--config", run_config.to_str().unwrap(), "--model", "default", "--plugin", "x.wasm"]);
     assert!(!o.status.success());

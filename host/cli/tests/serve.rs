@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
 use vagen_trainer::{OpenAiJudge, OpenAiOptions};
 
+/// Requests the judge's endpoint sent again.
+fn retries(judge: &OpenAiJudge) -> usize {
+    judge.counts().into_iter().find(|c| c.0 == "retries").expect("counted").1
+}
+
 struct Server {
     child: Child,
     url: String,
@@ -104,7 +109,7 @@ fn the_openai_judge_batches_through_serve_caches_and_reports_a_dead_server() {
         let e = a.unwrap_err();
         assert!(e.contains(&url), "{e}");
     }
-    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 4);
+    assert_eq!(retries(&judge), 4);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
@@ -143,7 +148,7 @@ fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request(
     let url = fake_endpoint(vec![Some((503, r#"{"error":"busy"}"#)), Some((429, "{}")), Some((200, OK))]);
     let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
     assert_eq!(judge.complete(&requests(1)), vec![Ok("YES".to_string())]);
-    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 2);
+    assert_eq!(retries(&judge), 2);
 
     let url = fake_endpoint(vec![None, None]);
     let judge = OpenAiJudge::new(OpenAiOptions {
@@ -172,13 +177,13 @@ fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request(
     let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, retries: 2, ..options(&dying, None) }).unwrap();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();
     assert!(e.contains(&dying), "{e}");
-    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 2);
+    assert_eq!(retries(&judge), 2);
 
     let url = fake_endpoint(vec![Some((400, r#"{"error":{"message":"bad model"}}"#)), Some((200, OK))]);
     let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();
     assert!(e.contains("HTTP 400") && e.contains("bad model"), "{e}");
-    assert_eq!(judge.counts.retries.load(Ordering::SeqCst), 0, "a 400 is not asked again");
+    assert_eq!(retries(&judge), 0, "a 400 is not asked again");
 }
 
 /// POSTs `body` to the chat endpoint: the status and the JSON answer.

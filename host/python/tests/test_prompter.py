@@ -44,26 +44,26 @@ def config(tmp_path, text, name):
 def evaluate(path, out, model="default"):
     """`eval --config`'s figures and episodes."""
     cmd = [str(HOST), "eval", "--config", str(path), "--model", str(model), "--device", "cpu", "--out", str(out), "--json"]
-    metrics = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
-    return metrics, [json.loads(line) for line in out.read_text().splitlines()]
+    summary = json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+    return summary, [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
 def test_prompts_equal_evals_turn_by_turn_when_fed_its_answers(tmp_path):
     for name, text in (("demo", DEMO), ("full", FULL)):
         path = config(tmp_path, text, name)
-        _, episodes = evaluate(path, tmp_path / f"{name}.jsonl")
+        _, episodes = evaluate(path, tmp_path / name)
         for ep in episodes:
             p = vagen.Prompter.from_config(path)
             obs, info = p.env.reset(seed=ep["seed"])
             messages = p.reset(obs, info)
             assert messages[0] == {"role": "system", "content": ep["system"]}, name
-            for k, turn in enumerate(ep["turns"]):
-                assert messages[-1] == {"role": "user", "content": turn["user"]}, (name, ep["seed"], k)
-                kept = ep["turns"][max(0, k - 2) : k] if name == "full" else []
-                earlier = [m for t in kept for m in ({"role": "user", "content": t["user"]}, {"role": "assistant", "content": t["response"]})]
+            for k, turn in enumerate(ep["steps"]):
+                assert messages[-1] == {"role": "user", "content": turn["prompt"]}, (name, ep["seed"], k)
+                kept = ep["steps"][max(0, k - 2) : k] if name == "full" else []
+                earlier = [m for t in kept for m in ({"role": "user", "content": t["prompt"]}, {"role": "assistant", "content": t["answer"]})]
                 assert messages[1:-1] == earlier, (name, k)
-                action = p.act(turn["response"])
-                assert action == turn["answer"] and p.parsed()["format_ok"] == turn["parsed"]["format_ok"]
+                action = p.act(turn["answer"])
+                assert action == turn["sent"] and p.parsed()["format_ok"] == turn["format_valid"]
                 obs, reward, terminated, truncated, info = p.env.step(action)
                 assert reward == turn["env_reward"] and p.format_reward(info) == turn["format_reward"]
                 if terminated or truncated:
@@ -87,11 +87,11 @@ def trained(tmp_path_factory):
 
 def test_a_loop_with_the_served_checkpoint_answers_and_scores_as_eval(tmp_path, trained):
     path, checkpoint = trained
-    metrics, episodes = evaluate(path, tmp_path / "e.jsonl", checkpoint)
+    summary, episodes = evaluate(path, tmp_path / "e", checkpoint)
     with serving("--model", str(checkpoint), "--served-name", "m") as client:
         successes = play(vagen.Prompter.from_config(path), client, episodes)
-    assert metrics["success"] > 0, "the checkpoint wins some episodes: a score to reproduce"
-    assert abs(sum(successes) / len(successes) - metrics["success"]) <= 0.01
+    assert summary["success"]["value"] > 0, "the checkpoint wins some episodes: a score to reproduce"
+    assert abs(sum(successes) / len(successes) - summary["success"]["value"]) <= 0.01
 
 
 def play(p, client, episodes):
@@ -102,10 +102,10 @@ def play(p, client, episodes):
     for ep in episodes:
         obs, info = p.env.reset(seed=ep["seed"])
         messages = p.reset(obs, info)
-        for turn in ep["turns"]:
+        for turn in ep["steps"]:
             r = client.chat.completions.create(model="m", messages=messages, **p.sampling())
             answer = r.choices[0].message.content
-            assert answer == turn["response"], ep["seed"]
+            assert answer == turn["answer"], ep["seed"]
             obs, _, terminated, truncated, info = p.env.step(p.act(answer))
             if terminated or truncated:
                 break

@@ -61,6 +61,7 @@ pub use play::{held_out_policy, held_out_shape};
 pub use policy_loss::{
     Behaviour, KlKind, KlPenalty, OffPolicy, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss,
 };
+pub use progress::Progress;
 pub use rollout_section::{RolloutSection, SequenceConfig};
 pub use run_lock::set_aside as set_run_aside;
 pub use setup::load_model;

@@ -7,7 +7,7 @@ use std::io::IsTerminal;
 use std::time::Instant;
 use vagen_rollout::{Policy, PolicyError, Request, Response};
 
-pub(crate) struct Progress {
+pub struct Progress {
     bar: ProgressBar,
     what: &'static str,
     len: u64,

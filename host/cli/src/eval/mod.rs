@@ -32,7 +32,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     }
     let started = std::time::Instant::now();
     let images = dir.as_ref().map(ResultsDir::images);
-    let played = play::play(&setup, &settings, policy.as_mut(), &todo, a.json, images.as_ref(), &mut |records| {
+    let played = play::play(&setup, &settings, policy.as_mut(), &todo, images.as_ref(), &mut |records| {
         if let Some(dir) = &mut dir {
             dir.append(records)?;
         }

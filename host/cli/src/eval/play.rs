@@ -6,7 +6,6 @@
 use super::args::Setup;
 use super::records::{EpisodeRecord, ImageDir, Settings};
 use anyhow::{Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeSet;
 use vagen_rollout::{Policy, PolicyError, Request, Response, rollout};
 
@@ -60,18 +59,18 @@ impl Policy for Seeded<'_> {
     }
 }
 
-/// Plays `jobs`, handing each batch's records to `on_batch` as the batch ends; returns them all.
+/// Plays `jobs`, handing each batch's records to `on_batch` as the batch ends; returns them
+/// all. Progress goes to stderr (a bar, or lines when it is not a terminal).
 pub fn play(
     setup: &Setup,
     settings: &Settings,
     policy: &mut dyn Policy,
     jobs: &[Job],
-    quiet: bool,
     images: Option<&ImageDir>,
     on_batch: &mut dyn FnMut(&[EpisodeRecord]) -> Result<()>,
 ) -> Result<Vec<EpisodeRecord>> {
-    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(jobs.len() as u64) };
-    bar.set_style(ProgressStyle::with_template("{bar:40} {msg} [{elapsed}<{eta}]")?);
+    let mut bar = vagen_trainer::Progress::new(jobs.len() as u64, "episodes", true, 0);
+    let mut wins = 0;
     let mut all = Vec::with_capacity(jobs.len());
     let shape = &setup.shape;
     for batch in jobs.chunks(setup.parallel.max(1)) {
@@ -90,12 +89,12 @@ pub fn play(
             })
             .collect::<Result<Vec<_>>>()?;
         on_batch(&records)?;
-        bar.inc(batch.len() as u64);
-        let wins = all.iter().chain(&records).filter(|r: &&EpisodeRecord| r.success).count();
+        wins += records.iter().filter(|r| r.success).count();
+        bar.set_message(format!("{wins} won"));
+        records.iter().for_each(|_| bar.inc());
         all.extend(records);
-        bar.set_message(format!("{}/{} episodes, {wins} won", all.len(), jobs.len()));
     }
-    bar.finish_and_clear();
+    bar.finish();
     Ok(all)
 }
 

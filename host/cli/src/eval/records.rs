@@ -113,9 +113,15 @@ pub enum Finish {
 pub struct TurnRow {
     /// The user message (observation, feedback, reminder); images are `images`.
     pub prompt: String,
+    /// What the policy wrote.
     pub answer: String,
+    /// The actions read from it, and what was sent to the env's `step`.
     pub actions: Vec<String>,
+    pub sent: String,
     pub format_valid: bool,
+    pub env_reward: f64,
+    pub format_reward: f64,
+    /// env + format reward (and reward functions', in a run's config).
     pub reward: f64,
     pub done: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -165,7 +171,10 @@ impl EpisodeRecord {
                     prompt: turn.user.clone(),
                     answer: turn.response.clone(),
                     actions: turn.parsed.actions.clone(),
+                    sent: turn.answer.clone(),
                     format_valid: turn.parsed.format_ok,
+                    env_reward: turn.env_reward,
+                    format_reward: turn.format_reward,
                     reward: turn.reward,
                     done: turn.done,
                     images: saved,
