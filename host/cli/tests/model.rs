@@ -292,6 +292,15 @@ fn eval_with_a_run_config_reproduces_the_runs_own_evaluation() {
     assert_eq!(m["mean_turns"], logged["val/turns"], "{m}");
     assert_eq!(m["format_valid_rate"], logged["val/format_correct_rate"], "{m}");
     assert_eq!(m["settings"]["seeds"], 6);
+    // The env build is in every file of the run, and the evaluation names the same one.
+    let sha = m["settings"]["env"]["sha256"].as_str().unwrap();
+    let built = format!("frozenlake 0.1.0 sha256:{sha}");
+    let config_text = std::fs::read_to_string(&run_config).unwrap();
+    assert!(config_text.starts_with(&format!("# env: {built}\n")), "{config_text}");
+    let state = std::fs::read_to_string(run.join("checkpoints/step-000001/state.json")).unwrap();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&state).unwrap()["env"], built.as_str());
+    let first = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap().lines().next().unwrap().to_string();
+    assert_eq!(serde_json::from_str::<serde_json::Value>(&first).unwrap()["run"]["env"], built.as_str());
     // A config and a plugin together are refused: the config names the plugin.
     let o = host(&["eval", "--config", run_config.to_str().unwrap(), "--model", "default", "--plugin", "x.wasm"]);
     assert!(!o.status.success());

@@ -18,6 +18,10 @@ pub struct TrainerState {
     /// Held-out success after SFT, before RL.
     pub start_success: Option<f64>,
     pub last_success: Option<f64>,
+    /// The env build the run trained on (`name version sha256:…` of its plugin file), so a
+    /// checkpoint says which env its figures came from (absent in older checkpoints).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
 }
 
 /// Writes a checkpoint: `checkpoints/step-NNNNNN/` (RL steps done) or, before RL,

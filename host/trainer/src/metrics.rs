@@ -58,19 +58,31 @@ impl MetricsLog {
         Ok(())
     }
 
-    /// After a resume: a line saying from where, so that readers drop the earlier lines
-    /// of steps that will be redone. The file is only ever appended to: a run killed while
-    /// resuming cannot lose its log.
-    pub fn mark_resumed(&self, state: &crate::checkpoint::TrainerState) -> Result<()> {
-        let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
-        // A line the kill cut short is ended first, so the mark is a line of its own.
+    /// A line saying which env build the run (or its resumed part) trains on. Not a step:
+    /// [`read`] leaves it out.
+    pub fn header(&self, env: &str) -> Result<()> {
+        let line = serde_json::json!({ RUN: { "env": env, "vagen": env!("CARGO_PKG_VERSION") } });
+        self.append_line(&line)
+    }
+
+    /// `line` appended as a line of its own (a line a kill cut short is ended first).
+    fn append_line(&self, line: &serde_json::Value) -> Result<()> {
         let torn = std::fs::read(&self.path).is_ok_and(|b| b.last().is_some_and(|&c| c != b'\n'));
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.path)
             .with_context(|| format!("opening {}", self.path.display()))?;
-        f.write_all(format!("{}{mark}\n", if torn { "\n" } else { "" }).as_bytes())?;
+        f.write_all(format!("{}{line}\n", if torn { "\n" } else { "" }).as_bytes())?;
+        Ok(())
+    }
+
+    /// After a resume: a line saying from where, so that readers drop the earlier lines
+    /// of steps that will be redone. The file is only ever appended to: a run killed while
+    /// resuming cannot lose its log.
+    pub fn mark_resumed(&self, state: &crate::checkpoint::TrainerState) -> Result<()> {
+        let mark = serde_json::json!({ RESUMED: { "step": state.step, "sft_steps_done": state.sft_steps_done } });
+        self.append_line(&mark)?;
         // TensorBoard gets the log as it now stands: the redone steps' points are gone.
         self.tensorboard.restart()?;
         for line in read(self.path.parent().unwrap_or(Path::new(".")))? {
@@ -92,6 +104,7 @@ pub(crate) fn png(img: &vagen_runtime::Image) -> Option<Vec<u8>> {
 
 /// The key of the line [`MetricsLog::mark_resumed`] writes.
 const RESUMED: &str = "resumed_from";
+const RUN: &str = "run";
 
 /// A run's `metrics.jsonl` as the run now stands: at each resume mark, the earlier lines of
 /// the RL steps (or SFT steps) past the checkpoint are dropped, since they were redone.
@@ -100,6 +113,9 @@ pub fn read(run_dir: &Path) -> Result<Vec<serde_json::Value>> {
     let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut lines: Vec<serde_json::Value> = Vec::new();
     for line in text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        if line.get(RUN).is_some() {
+            continue;
+        }
         let Some(mark) = line.get(RESUMED) else {
             lines.push(line);
             continue;

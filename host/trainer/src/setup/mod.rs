@@ -101,7 +101,8 @@ fn build(cfg: TrainConfig, run_dir: &Path, ranks: Ranks) -> Result<Parts> {
     // Written once everything it names has loaded and been accepted, so a folder with a
     // config.toml always holds a run that can be resumed (or restarted elsewhere).
     if parts.ranks.is_main() {
-        std::fs::write(run_dir.join("config.toml"), parts.cfg.to_toml())?;
+        let built = parts.state.env.as_deref().unwrap_or_default();
+        std::fs::write(run_dir.join("config.toml"), format!("# env: {built}\n{}", parts.cfg.to_toml()))?;
     }
     Ok(parts)
 }
@@ -123,6 +124,9 @@ fn assemble(
     crate::data_parallel::same_config(&ranks, &cfg.to_toml())?;
     tch::manual_seed(cfg.schedule.seed as i64);
     let OpenEnv { runtime, plugin } = env;
+    let mut state = state;
+    let built = env_build(plugin.as_ref());
+    state.env = Some(built.clone());
     let (mut actor_opt, mut critic_opt) = optims.unwrap_or_else(|| {
         let actor_opt = new_optimizer(&cfg, actor.trainable(), &ranks);
         (actor_opt, critic.as_ref().map(|c| new_optimizer(&cfg, c.trainable(), &ranks)))
@@ -140,6 +144,9 @@ fn assemble(
         true => Some(MetricsLog::open(&run_dir.join("metrics.jsonl"))?),
         false => None,
     };
+    if let Some(m) = &metrics {
+        m.header(&built)?;
+    }
     let rewards = crate::rewards::load(&cfg, &runtime, run_dir)?;
     let run_dir = run_dir.to_path_buf();
     Ok(Parts {
@@ -218,4 +225,10 @@ fn open_env(cfg: &TrainConfig) -> Result<OpenEnv> {
         );
     }
     Ok(OpenEnv { runtime, plugin })
+}
+
+/// `name version sha256:…`: the env build, as the run's files record it.
+fn env_build(plugin: &dyn vagen_runtime::Plugin) -> String {
+    let m = plugin.manifest();
+    format!("{} {} sha256:{}", m.name, m.version, plugin.info().sha256)
 }
