@@ -22,4 +22,4 @@ pub use estimator::{AdvantageConfig, Advantages, Estimator, WhiteningPopulation,
 pub use filter::{FilterConfig, FilterKeep, Filtered, GroupStats, filter_groups};
 pub use input::Trajectory;
 pub use normalize::{NormMethod, normalize_scores};
-pub use pass_at_k::{mean_pass_at_k, pass_at_k, wilson_interval};
+pub use pass_at_k::{mean_pass_at_k, pass_at_k, reported_ks, wilson_interval};

@@ -22,6 +22,13 @@ pub fn pass_at_k(n: usize, c: usize, k: usize) -> Result<f64, AlgoError> {
     Ok(1.0 - none)
 }
 
+/// The ks reported for `n` samples: the powers of two below `n`, and `n` itself.
+pub fn reported_ks(n: usize) -> Vec<usize> {
+    let mut ks: Vec<usize> = std::iter::successors(Some(1usize), |k| k.checked_mul(2)).take_while(|&k| k < n).collect();
+    ks.push(n);
+    ks
+}
+
 /// pass@k averaged over problems, each given as (samples, successes).
 pub fn mean_pass_at_k(problems: &[(usize, usize)], k: usize) -> Result<f64, AlgoError> {
     if problems.is_empty() {

@@ -288,7 +288,8 @@ fn estimator_names_are_stable_kebab_case() {
 
 #[test]
 fn pass_at_k_by_hand() {
-    use vagen_algo::{mean_pass_at_k, pass_at_k, wilson_interval};
+    use vagen_algo::{mean_pass_at_k, pass_at_k, reported_ks, wilson_interval};
+    assert_eq!((reported_ks(1), reported_ks(4), reported_ks(5)), (vec![1], vec![1, 2, 4], vec![1, 2, 4, 5]));
     // 2 of 5 succeed: pass@1 is the rate; pass@2 = 1 − C(3,2)/C(5,2) = 1 − 3/10.
     assert!((pass_at_k(5, 2, 1).unwrap() - 0.4).abs() < 1e-15);
     assert!((pass_at_k(5, 2, 2).unwrap() - 0.7).abs() < 1e-15);

@@ -141,8 +141,12 @@ pub(crate) fn held_out_share(
     let bar = Progress::new(turns, "evaluation turns", progress && ranks.is_main(), 0);
     let mut watched = Watched { inner: &mut policy, bar };
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
-    let outcome =
-        run_share(episodes(cfg, plugin, &env_config, &config, 1), &seeds, &mut watched, (ranks.rank(), ranks.world()));
+    let outcome = run_share(
+        episodes(cfg, plugin, &env_config, &config, cfg.env.val_samples),
+        &seeds,
+        &mut watched,
+        (ranks.rank(), ranks.world()),
+    );
     watched.bar.finish();
     outcome
 }

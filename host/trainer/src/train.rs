@@ -77,13 +77,13 @@ impl Trainer {
             self.critic_from_actor()?;
         }
         if self.state.start_success.is_none() {
-            let v = self.evaluate_all()?;
-            self.state.start_success = Some(v.success);
+            let e = self.evaluated()?;
+            self.state.start_success = Some(e.rollout.success);
             let mut m = StepMetrics::new(0);
-            insert_val(&mut m, &v);
+            insert_val(&mut m, &e);
             self.write_metrics(&m)?;
             if self.ranks.is_main() {
-                eprintln!("held-out success before RL: {:.3}", v.success);
+                eprintln!("held-out success before RL: {:.3}", e.rollout.success);
             }
         }
         let (steps, main) = (self.cfg.schedule.steps, self.ranks.is_main());
@@ -94,9 +94,9 @@ impl Trainer {
             let s = self.state.step;
             let every = |k: usize| k > 0 && s.is_multiple_of(k);
             if every(self.cfg.schedule.eval_every) || s == steps {
-                let v = self.evaluate_all()?;
-                insert_val(&mut m, &v);
-                self.state.last_success = Some(v.success);
+                let e = self.evaluated()?;
+                insert_val(&mut m, &e);
+                self.state.last_success = Some(e.rollout.success);
             }
             m.step = s;
             self.write_metrics(&m)?;
@@ -241,6 +241,10 @@ impl Trainer {
     /// The held-out episodes' figures; their sample transcripts go to the run folder. A
     /// failed episode counts as a failure, and too many stop the run as in training.
     pub fn evaluate_all(&self) -> Result<vagen_rollout::RolloutMetrics> {
+        Ok(self.evaluated()?.rollout)
+    }
+
+    fn evaluated(&self) -> Result<crate::evaluate::Evaluated> {
         crate::evaluate::evaluate(&self.run_env(), self.generator(), self.metrics.as_ref(), self.state.step)
     }
 

@@ -29,6 +29,8 @@ fn non_finite_and_out_of_range_numbers_are_refused_when_the_config_is_read() {
         ("optim.weight_decay=5", "optim.weight_decay: 5 is not in [0, 1]"),
         ("algorithm.policy_loss.entropy_coef=1e9", "entropy_coef: 1e9 is not a number within ±1e6"),
         ("rollout.format_reward.penalty=-1e300", "rollout.format_reward.penalty"),
+        ("env.val_samples=0", "env.val_samples: at least one answer"),
+        ("env.val_samples=4", "env.val_samples: 4 answers a seed at rollout.val_temperature 0"),
     ] {
         let err = parse(&good, &[set]).expect_err(set);
         assert!(err.contains(field), "{set}: {err}");

@@ -8,6 +8,24 @@ use tch::Tensor;
 use vagen_model::{LoadOptions, Model};
 use vagen_trainer::Trainer;
 
+/// With `env.val_samples` answers a seed, evaluations log pass@k beside avg@n: pass@1 is the
+/// success rate, pass@k grows with k and stays within [0, 1]. Only the evaluation runs.
+#[test]
+fn several_answers_a_held_out_seed_log_pass_at_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let sets = ["env.val_samples=4", "rollout.val_temperature=1.0", "env.val_episodes=3", "schedule.steps=0"];
+    let mut t = Trainer::new(parse(&config("grpo", ""), &sets).unwrap(), dir.path()).unwrap();
+    t.run().unwrap();
+    let m = metrics(dir.path()).into_iter().rfind(|m| m.get("val/success").is_some()).unwrap();
+    let at = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k} in {m}"));
+    assert!((at("val/pass@1") - at("val/success")).abs() < 1e-12, "{m}");
+    assert!(
+        at("val/pass@1") <= at("val/pass@2") && at("val/pass@2") <= at("val/pass@4") && at("val/pass@4") <= 1.0,
+        "{m}"
+    );
+    assert!(m.get("val/pass@3").is_none(), "k = 1, 2, 4: {m}");
+}
+
 #[test]
 fn two_steps_of_each_estimator_have_finite_losses() {
     for estimator in ["gae", "bi-level-gae", "turn-gae", "grpo", "brpo", "reinforce", "gigpo"] {

@@ -72,8 +72,9 @@ pub struct EvalArgs {
     pub seed: Option<u64>,
     /// Answers per seed: success is averaged over them (avg@n) and pass@k estimated for
     /// k ≤ n (Chen et al.'s unbiased estimator).
-    #[arg(short = 'n', long = "samples", default_value_t = 1)]
-    pub samples: usize,
+    /// Default 1, or the config's `env.val_samples`.
+    #[arg(short = 'n', long = "samples")]
+    pub samples: Option<usize>,
     #[arg(long, default_value = "free-think")]
     pub format: String,
     /// Sampling temperature (0: greedy). Default 0 for one sample, 1 for several (or the
@@ -137,13 +138,13 @@ pub struct Setup {
 
 impl Setup {
     pub fn from_args(a: &EvalArgs) -> Result<Self> {
-        if a.samples == 0 {
+        if a.samples == Some(0) {
             anyhow::bail!("-n 0: at least one sample a seed");
         }
         if !(0.0..=1.0).contains(&a.max_failure_rate) {
             anyhow::bail!("--max-failure-rate {}: a share between 0 and 1", a.max_failure_rate);
         }
-        let default_temperature = if a.samples > 1 { 1.0 } else { 0.0 };
+        let default_temperature = if a.samples.unwrap_or(1) > 1 { 1.0 } else { 0.0 };
         let setup = match &a.config {
             Some(path) => Self::from_config(a, path)?,
             None => {
@@ -161,7 +162,7 @@ impl Setup {
                     shape: EpisodeShape::groups_of(1).with_max_turns(a.max_turns.unwrap_or(0)),
                     seed_start: a.seed.unwrap_or(1 << 40),
                     seeds: a.episodes.unwrap_or(256),
-                    samples: a.samples,
+                    samples: a.samples.unwrap_or(1),
                     temperature: a.temperature.unwrap_or(default_temperature),
                     max_new_tokens: a.max_new_tokens,
                     max_failure_rate: a.max_failure_rate,
@@ -191,7 +192,7 @@ impl Setup {
             shape: vagen_trainer::held_out_shape(&cfg),
             seed_start: cfg.env.val_seed_start,
             seeds: cfg.env.val_episodes,
-            samples: a.samples,
+            samples: a.samples.unwrap_or(cfg.env.val_samples),
             temperature,
             max_new_tokens: cfg.rollout.sampling.max_new_tokens,
             max_failure_rate: cfg.env.max_failure_rate,

@@ -52,7 +52,12 @@ pub fn compare(a: CompareArgs) -> Result<()> {
     println!("{header} {:>7} {:>5}", "reward", "lost");
     for (dir, s) in a.dirs.iter().zip(&summaries) {
         let success = s.success.map_or("-".into(), |e| format!("{:.3} [{:.3},{:.3}]", e.value, e.low, e.high));
-        let mut line = format!("{:<40} {:<24} {:>21}", dir.display(), s.settings.model.name, success);
+        let mut line = format!(
+            "{:<40} {:<24} {:>21}",
+            tail(&dir.display().to_string(), 40),
+            tail(&s.settings.model.name, 24),
+            success
+        );
         for k in &ks {
             line += &format!(" {:>8}", s.pass_at_k.get(k).map_or("-".into(), |e| format!("{:.3}", e.value)));
         }
@@ -65,6 +70,15 @@ pub fn compare(a: CompareArgs) -> Result<()> {
         &first.env.sha256[..first.env.sha256.len().min(16)]
     );
     Ok(())
+}
+
+/// `text`'s last `width` characters (a path's end tells paths apart), `…` for the rest.
+fn tail(text: &str, width: usize) -> String {
+    let n = text.chars().count();
+    if n <= width {
+        return text.to_string();
+    }
+    format!("…{}", text.chars().skip(n + 1 - width).collect::<String>())
 }
 
 fn read(dir: &std::path::Path) -> Result<Summary> {

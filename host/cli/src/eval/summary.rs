@@ -51,13 +51,6 @@ pub struct Summary {
     pub requests: BTreeMap<String, usize>,
 }
 
-/// The ks reported for `n` samples: powers of two below n, and n.
-pub fn ks(n: usize) -> Vec<usize> {
-    let mut ks: Vec<usize> = std::iter::successors(Some(1usize), |k| Some(k * 2)).take_while(|&k| k < n).collect();
-    ks.push(n);
-    ks
-}
-
 impl Summary {
     pub fn of(
         records: &[EpisodeRecord],
@@ -155,7 +148,7 @@ fn pass_at_ks(judged: &[&EpisodeRecord], samples: usize) -> Result<BTreeMap<Stri
         e.1 += usize::from(r.success);
     }
     let mut out = BTreeMap::new();
-    for k in ks(samples) {
+    for k in vagen_algo::reported_ks(samples) {
         let values: Vec<f64> = per_seed
             .values()
             .filter(|(n, _)| *n >= k)
@@ -187,13 +180,6 @@ fn bootstrap_mean(values: &[f64], resamples: usize, seed: u64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ks_are_powers_of_two_below_n_and_n() {
-        assert_eq!(ks(1), [1]);
-        assert_eq!(ks(4), [1, 2, 4]);
-        assert_eq!(ks(5), [1, 2, 4, 5]);
-    }
 
     #[test]
     fn the_bootstrap_interval_holds_the_mean_and_shrinks_with_more_seeds() {

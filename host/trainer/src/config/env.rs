@@ -33,6 +33,10 @@ pub struct EnvSection {
     pub val_seed_start: u64,
     #[serde(default = "default_val_episodes")]
     pub val_episodes: usize,
+    /// Answers per held-out seed. Above 1 (at a `rollout.val_temperature` above 0), `val/success`
+    /// is over every answer (avg@n) and evaluations also log `val/pass@k` for k = 1, 2, 4, … n.
+    #[serde(default = "one")]
+    pub val_samples: usize,
     /// Groups per step (distinct seeds).
     #[serde(default = "default_groups")]
     pub groups: usize,
@@ -53,6 +57,10 @@ pub struct EnvSection {
 
 fn default_max_failure_rate() -> f64 {
     0.25
+}
+
+fn one() -> usize {
+    1
 }
 
 fn default_val_seed_start() -> u64 {

@@ -236,8 +236,17 @@ impl TrainConfig {
         Ok(())
     }
 
-    /// The training seeds every step (and SFT step) takes stay below the held-out ones.
+    /// The training seeds every step (and SFT step) takes stay below the held-out ones; more
+    /// than one held-out answer a seed is sampled.
     fn check_seeds(&self) -> Result<(), ConfigError> {
+        match self.env.val_samples {
+            0 => return invalid("env.val_samples", "at least one answer a held-out seed".into()),
+            n if n > 1 && self.rollout.sampling.val_temperature <= 0.0 => {
+                let why = format!("{n} answers a seed at rollout.val_temperature 0 are {n} copies of the greedy one");
+                return invalid("env.val_samples", why);
+            }
+            _ => {}
+        }
         let seeds_needed = self.schedule.steps as u64 * self.env.groups as u64 + self.sft.steps as u64 * 1024;
         if self.env.train_seed_start.saturating_add(seeds_needed) > self.env.val_seed_start
             && self.env.val_seed_start > self.env.train_seed_start
