@@ -215,11 +215,12 @@ impl Policy for LosesOne {
 
 #[test]
 fn an_answer_lost_by_the_policy_fails_its_episode_alone_as_the_policys() {
-    let (plugin, _cache) = load("sokoban", Limits::default());
+    let (plugin, _cache) = load("frozenlake", Limits::default());
     let config = RolloutConfig { format: Format::NoThink, ..Default::default() };
     let trajs = rollout(
         plugin.as_ref(),
-        "",
+        // One move a turn: the oracle needs several turns on every map.
+        r#"{"max_actions_per_turn": 1}"#,
         &[0, 1, 2],
         &config,
         &EpisodeShape::default(),
