@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import HOST, ROOT
+from test_serve import HOST, ROOT, served
 
 PLUGINS = Path(os.environ.get("VAGEN_PLUGIN_PATH", ROOT / "target" / "plugins"))
 FROZENLAKE = PLUGINS / "frozenlake.wasm"
@@ -38,24 +38,6 @@ def episodes(out):
     return [json.loads(line) for line in (Path(out) / "results.jsonl").read_text().splitlines()]
 
 
-@contextlib.contextmanager
-def serve(*args):
-    """`vagen-host serve ARGS` on a free port: its base URL."""
-    server = subprocess.Popen(
-        [str(HOST), "serve", "--port", "0", "--device", "cpu", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        line = server.stdout.readline()
-        assert line.startswith("listening on "), line
-        yield f"{line.split()[-1]}/v1"
-    finally:
-        server.kill()
-        server.wait()
-
-
 @pytest.mark.parametrize(
     "model, env_config",
     [("default", ""), ("default-vl", '{"observation": "image", "max_actions_per_turn": 1}')],
@@ -63,7 +45,7 @@ def serve(*args):
 def test_the_served_model_plays_every_episode_as_the_local_one(tmp_path, model, env_config):
     common = ["--plugin", str(FROZENLAKE), "--env-config", env_config, "--episodes", "3", "--max-turns", "3"]
     local, _ = evaluate(tmp_path / "local", "--model", model, *common)
-    with serve("--model", model, "--served-name", "m") as url:
+    with served("--model", model, "--served-name", "m") as url:
         served, _ = evaluate(tmp_path / "served", "--policy", "openai", "--base-url", url, "--model", "m", *common)
     assert served["settings"]["env"]["sha256"] == local["settings"]["env"]["sha256"]
     assert served["settings"]["model"]["endpoint"] == url

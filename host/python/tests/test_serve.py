@@ -14,8 +14,8 @@ HOST = Path(os.environ.get("VAGEN_HOST", ROOT / "target" / "release" / "vagen-ho
 
 
 @contextlib.contextmanager
-def serving(*args):
-    """An official client of `vagen-host serve ARGS` on a free port, stopped after."""
+def served(*args):
+    """`vagen-host serve ARGS` on a free port: its base URL (…/v1), stopped after."""
     server = subprocess.Popen(
         [str(HOST), "serve", "--port", "0", "--device", "cpu", *args],
         stdout=subprocess.PIPE,
@@ -25,10 +25,17 @@ def serving(*args):
     try:
         line = server.stdout.readline()
         assert line.startswith("listening on "), line
-        yield openai.OpenAI(base_url=f"{line.split()[-1]}/v1", api_key="not-needed", max_retries=0)
+        yield f"{line.split()[-1]}/v1"
     finally:
         server.kill()
         server.wait()
+
+
+@contextlib.contextmanager
+def serving(*args):
+    """An official client of `vagen-host serve ARGS` on a free port, stopped after."""
+    with served(*args) as url:
+        yield openai.OpenAI(base_url=url, api_key="not-needed", max_retries=0)
 
 
 @pytest.fixture(scope="module")
