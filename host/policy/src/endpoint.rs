@@ -97,10 +97,12 @@ impl Endpoint {
     pub fn complete(&self, body: &Value) -> Result<ChatResponse, String> {
         let url = self.completions_url();
         let mut last = String::new();
+        // A server's own `Retry-After` (seconds, at most a minute), when longer than the backoff.
+        let mut asked_wait = Duration::ZERO;
         for attempt in 0..=self.options.retries {
             if attempt > 0 {
                 self.counts.retries.fetch_add(1, Ordering::SeqCst);
-                std::thread::sleep(self.options.backoff * (1 << (attempt - 1).min(10)));
+                std::thread::sleep((self.options.backoff * (1 << (attempt - 1).min(10))).max(asked_wait));
             }
             self.pace();
             self.counts.sent.fetch_add(1, Ordering::SeqCst);
@@ -112,6 +114,7 @@ impl Endpoint {
                 Err(e) => last = format!("{url}: {e}"),
                 Ok(mut response) => {
                     let status = response.status().as_u16();
+                    asked_wait = retry_after(response.headers());
                     let text = response.body_mut().read_to_string();
                     match (status, text) {
                         (200, Ok(text)) => {
@@ -161,6 +164,12 @@ impl Endpoint {
             .map(|a| a.into_inner().unwrap_or_else(|p| p.into_inner()).expect("every index is asked"))
             .collect()
     }
+}
+
+/// A `Retry-After` header's seconds (at most 60; its HTTP-date form is not read).
+fn retry_after(headers: &ureq::http::HeaderMap) -> Duration {
+    let seconds = headers.get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+    Duration::from_secs(seconds.unwrap_or(0).min(60))
 }
 
 /// The first 200 characters of a body, for an error.

@@ -46,9 +46,9 @@ def test_the_served_model_plays_every_episode_as_the_local_one(tmp_path, model, 
     common = ["--plugin", str(FROZENLAKE), "--env-config", env_config, "--episodes", "3", "--max-turns", "3"]
     local, _ = evaluate(tmp_path / "local", "--model", model, *common)
     with served("--model", model, "--served-name", "m") as url:
-        served, _ = evaluate(tmp_path / "served", "--policy", "openai", "--base-url", url, "--model", "m", *common)
-    assert served["settings"]["env"]["sha256"] == local["settings"]["env"]["sha256"]
-    assert served["settings"]["model"]["endpoint"] == url
+        remote, _ = evaluate(tmp_path / "served", "--policy", "openai", "--base-url", url, "--model", "m", *common)
+    assert remote["settings"]["env"]["sha256"] == local["settings"]["env"]["sha256"]
+    assert remote["settings"]["model"]["endpoint"] == url
     pairs = list(zip(episodes(tmp_path / "local"), episodes(tmp_path / "served"), strict=True))
     for a, b in pairs:
         assert (a["seed"], a["reward"], a["finish"]) == (b["seed"], b["reward"], b["finish"])
@@ -57,7 +57,7 @@ def test_the_served_model_plays_every_episode_as_the_local_one(tmp_path, model, 
     if model == "default-vl":
         shown = [t["images"] for a, _ in pairs for t in a["steps"]]
         assert all(len(i) == 1 and (tmp_path / "local" / i[0]).is_file() for i in shown)
-    assert served["success"] == local["success"]
+    assert remote["success"] == local["success"]
 
 
 class Flaky(http.server.BaseHTTPRequestHandler):
@@ -68,7 +68,8 @@ class Flaky(http.server.BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         with self.lock:
-            tries = self.seen[body] = self.seen.get(body, 0) + 1
+            self.seen.setdefault(body, []).append(time.monotonic())
+            tries = len(self.seen[body])
         if tries <= self.failures:
             if self.mode == "stall":
                 time.sleep(3)
@@ -77,6 +78,9 @@ class Flaky(http.server.BaseHTTPRequestHandler):
                 return
             else:
                 self.send_response(int(self.mode))
+                # Longer than the client's first backoff (0.5 s): the server's wait is kept.
+                if self.mode == "429":
+                    self.send_header("Retry-After", "1")
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
@@ -114,6 +118,9 @@ def test_a_server_that_fails_then_recovers_is_retried(tmp_path, mode):
     # The stand-in's `Right` closed by the restored `</answer>`: every answer in the format.
     assert s["format_valid_rate"] == 1.0
     assert all(t["actions"] == ["Right"] for e in episodes(tmp_path) for t in e["steps"])
+    if mode == "429":
+        waits = [times[1] - times[0] for times in handler.seen.values()]
+        assert min(waits) >= 0.95, waits
 
 
 def test_a_server_that_never_recovers_loses_episodes_and_resume_plays_them(tmp_path):

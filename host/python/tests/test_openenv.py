@@ -487,8 +487,15 @@ def test_one_client_holds_its_share_of_http_episodes_and_only_it_continues_them(
         r = c.getresponse()
         assert r.status == 404, r.read()
         # A frame past the cap ends the session with close code 1009, not a dropped socket.
-        with connect(base.replace("http://", "ws://") + "/ws", max_size=None) as ws:
-            ws.send("x" * (3 << 20))
-            with pytest.raises(ConnectionClosed) as closed:
-                ws.recv(timeout=10)
-            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009, closed.value
+        # The close may reach a client still sending, whose kernel then sees the socket reset
+        # before it reads the close frame (a loaded machine): a few tries, one must read 1009.
+        codes = []
+        for _ in range(3):
+            with connect(base.replace("http://", "ws://") + "/ws", max_size=None) as ws:
+                with pytest.raises(ConnectionClosed) as closed:
+                    ws.send("x" * (3 << 20))
+                    ws.recv(timeout=10)
+            codes.append(closed.value.rcvd and closed.value.rcvd.code)
+            if codes[-1] == 1009:
+                break
+        assert codes[-1] == 1009 and set(codes) <= {None, 1009}, codes

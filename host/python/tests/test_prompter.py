@@ -94,6 +94,17 @@ def test_a_loop_with_the_served_checkpoint_answers_and_scores_as_eval(tmp_path, 
     assert abs(sum(successes) / len(successes) - summary["success"]["value"]) <= 0.01
 
 
+def test_eval_compare_shows_two_checkpoints_of_the_run(tmp_path, trained):
+    path, rl = trained
+    sft = sorted((rl.parents[1]).glob("sft-*"))[-1] / "actor"
+    for name, model in (("sft", sft), ("rl", rl)):
+        evaluate(path, tmp_path / name, model)
+    shown = subprocess.run([str(HOST), "eval-compare", str(tmp_path / "sft"), str(tmp_path / "rl")], capture_output=True, text=True)
+    assert shown.returncode == 0, shown.stderr
+    rows = shown.stdout.splitlines()
+    assert "sft-" in rows[1] and "step-000001" in rows[2], shown.stdout
+
+
 def play(p, client, episodes):
     """Each of eval's episodes played again by a loop of the env, `p` and `client`, every
     answer equal to eval's; the episodes' successes."""

@@ -46,6 +46,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
             Ok(Some(Err(e))) if is_too_big(&e) => {
                 let reason = format!("a frame past {} bytes", s.max_body + FRAME_SLACK_BYTES);
                 let _ = socket.send(Message::Close(Some(CloseFrame { code: 1009, reason: reason.into() }))).await;
+                linger(&mut socket).await;
                 break;
             }
             Ok(None) | Ok(Some(Err(_))) => break,
@@ -140,6 +141,19 @@ async fn send(socket: &mut WebSocket, v: Value) -> Result<(), axum::Error> {
 async fn refuse_and_close(mut socket: WebSocket, r: Refusal) {
     let _ = send(&mut socket, error_frame(r)).await;
     let _ = socket.send(Message::Close(Some(CloseFrame { code: 1000, reason: "".into() }))).await;
+}
+
+/// After a close sent mid-frame: reads (and drops) what the client still sends for up to two
+/// seconds, or until it closes. Closing the socket with its oversized frame unread would make
+/// the kernel reset the connection, and a client still sending would lose the close frame
+/// (and its code) with it.
+async fn linger(socket: &mut WebSocket) {
+    let until = tokio::time::Instant::now() + std::time::Duration::from_secs(2);
+    while let Ok(Some(read)) = tokio::time::timeout_at(until, socket.recv()).await {
+        if read.is_err() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
 
 /// tungstenite's refusal of a frame or message over the cap (its `Capacity` error, which
