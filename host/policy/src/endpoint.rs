@@ -33,6 +33,27 @@ pub struct EndpointOptions {
     pub backoff: Duration,
 }
 
+/// Why a request has no answer: the last attempt's reason, and its HTTP status if it got one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    pub status: Option<u16>,
+    pub message: String,
+}
+
+impl CallError {
+    /// The endpoint refused who is asking or what for (a key, a permission, a model or URL
+    /// that is not there): every request would get the same answer.
+    pub fn is_setup(&self) -> bool {
+        matches!(self.status, Some(401 | 403 | 404))
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// What the client did, summed since it was made.
 #[derive(Debug, Default)]
 pub struct EndpointCounts {
@@ -94,9 +115,9 @@ impl Endpoint {
     }
 
     /// One chat completion with its retries: the parsed answer, or why there is none.
-    pub fn complete(&self, body: &Value) -> Result<ChatResponse, String> {
+    pub fn complete(&self, body: &Value) -> Result<ChatResponse, CallError> {
         let url = self.completions_url();
-        let mut last = String::new();
+        let mut last = CallError { status: None, message: String::new() };
         // A server's own `Retry-After` (seconds, at most a minute), when longer than the backoff.
         let mut asked_wait = Duration::ZERO;
         for attempt in 0..=self.options.retries {
@@ -111,7 +132,7 @@ impl Endpoint {
                 req = req.header("Authorization", &format!("Bearer {key}"));
             }
             match req.send_json(body) {
-                Err(e) => last = format!("{url}: {e}"),
+                Err(e) => last = CallError { status: None, message: format!("{url}: {e}") },
                 Ok(mut response) => {
                     let status = response.status().as_u16();
                     asked_wait = retry_after(response.headers());
@@ -120,13 +141,17 @@ impl Endpoint {
                         (200, Ok(text)) => {
                             return serde_json::from_str::<ChatResponse>(&text).map_err(|e| {
                                 self.counts.failed.fetch_add(1, Ordering::SeqCst);
-                                format!("{url}: not a chat completion ({e}): {}", head(&text))
+                                let message = format!("{url}: not a chat completion ({e}): {}", head(&text));
+                                CallError { status: Some(200), message }
                             });
                         }
                         // Cut off mid-body: the connection closed, which may pass.
-                        (200, Err(e)) => last = format!("{url}: reading the answer: {e}"),
+                        (200, Err(e)) => {
+                            last = CallError { status: None, message: format!("{url}: reading the answer: {e}") }
+                        }
                         (status, text) => {
-                            last = format!("{url}: HTTP {status}: {}", head(&text.unwrap_or_default()));
+                            let message = format!("{url}: HTTP {status}: {}", head(&text.unwrap_or_default()));
+                            last = CallError { status: Some(status), message };
                             // The request itself is wrong: asking again gives the same answer.
                             if status != 429 && status < 500 {
                                 break;

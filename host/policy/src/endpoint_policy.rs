@@ -4,7 +4,7 @@
 //! the request's own seed. An answer the endpoint never gives (after its retries) loses that
 //! episode alone ([`Response::lost`]), counted apart from the env's outcomes.
 
-use crate::endpoint::{Endpoint, data_url};
+use crate::endpoint::{CallError, Endpoint, data_url};
 use crate::openai::{ChatMessage, ChatRequest, ChatResponse, Content, ImageUrl, Part, Stop};
 use serde_json::Value;
 use std::sync::Arc;
@@ -42,13 +42,13 @@ impl EndpointPolicy {
     }
 
     /// The answer's text as the format reads it, or why there is none.
-    fn read(&self, answer: Result<ChatResponse, String>) -> Response {
+    fn read(&self, answer: Result<ChatResponse, CallError>) -> Response {
         let choice = match answer.map(|a| a.choices.into_iter().next()) {
             Ok(Some(choice)) => choice,
             Ok(None) => {
                 return Response::lost(format!("{}: an answer without choices", self.endpoint.completions_url()));
             }
-            Err(why) => return Response::lost(why),
+            Err(why) => return Response::lost(why.message),
         };
         // No content (a refusal, a tool call) is an answer that says nothing: an invalid
         // turn of the model's, not a lost one.
@@ -103,6 +103,11 @@ impl Policy for EndpointPolicy {
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let bodies: Vec<Value> = requests.iter().map(|r| self.body(r)).collect();
         let answers = self.endpoint.fan_out(bodies.len(), |i| self.endpoint.complete(&bodies[i]));
+        // A refusal of the key, the model or the URL would lose every episode: the run stops
+        // on it instead, naming it.
+        if let Some(Err(e)) = answers.iter().find(|a| a.as_ref().is_err_and(CallError::is_setup)) {
+            return Err(PolicyError::Io { policy: "openai", message: e.message.clone() });
+        }
         Ok(answers.into_iter().map(|a| self.read(a)).collect())
     }
 }

@@ -135,6 +135,13 @@ def test_a_server_that_never_recovers_loses_episodes_and_resume_plays_them(tmp_p
     assert len(episodes(tmp_path)) == 3
 
 
+def test_a_refused_key_or_model_stops_the_run_naming_it(tmp_path):
+    with flaky("404", 100) as (url, handler):
+        s, run = evaluate(tmp_path, "--base-url", url, *ENDPOINT, check=False)
+    assert run.returncode != 0 and "HTTP 404" in run.stderr, run.stderr
+    assert sum(len(t) for t in handler.seen.values()) == 3, "asked once each, not retried"
+
+
 SAMPLED = ["--model", "default", "--plugin", str(FROZENLAKE), "--episodes", "6", "-n", "2", "--temperature", "1", "--parallel", "4", "--max-new-tokens", "24", "--max-turns", "3"]
 
 

@@ -156,8 +156,14 @@ impl OpenAiJudge {
             self.counts.cache_hits.fetch_add(1, Ordering::SeqCst);
             return Ok(text);
         }
-        let answer: Option<String> =
-            self.endpoint.complete(body)?.choices.into_iter().next().and_then(|c| c.message.content);
+        let answer: Option<String> = self
+            .endpoint
+            .complete(body)
+            .map_err(|e| e.message)?
+            .choices
+            .into_iter()
+            .next()
+            .and_then(|c| c.message.content);
         match answer {
             Some(answer) => {
                 self.remember(body, &answer);
