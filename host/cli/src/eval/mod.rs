@@ -21,10 +21,11 @@ use summary::Summary;
 
 pub fn eval(a: EvalArgs) -> Result<()> {
     let setup = Setup::from_args(&a)?;
+    // The folder (and a resume's settings) before the model loads: a refusal costs no load.
+    let settings = setup.settings(&a, policy::identity(&a)?);
+    let mut dir = a.out.as_deref().map(|out| ResultsDir::open(out, &settings, a.resume)).transpose()?;
     let made = policy::make(&a, &setup)?;
     let (mut policy, endpoint) = (made.policy, made.endpoint);
-    let settings = setup.settings(&a, made.model);
-    let mut dir = a.out.as_deref().map(|out| ResultsDir::open(out, &settings, a.resume)).transpose()?;
     let kept: Vec<EpisodeRecord> = dir.as_ref().map(|d| d.kept.clone()).unwrap_or_default();
     let todo = play::jobs(&settings, &kept);
     if !kept.is_empty() {

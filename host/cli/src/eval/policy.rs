@@ -16,26 +16,40 @@ use vagen_rollout::{OraclePolicy, Policy, RandomPolicy};
 
 pub struct Made {
     pub policy: Box<dyn Policy>,
-    pub model: ModelIdentity,
     /// The endpoint of `--policy openai`, for its counts.
     pub endpoint: Option<Arc<Endpoint>>,
+}
+
+/// Who answers, as results record it (a local model's folders hashed, nothing loaded).
+pub fn identity(a: &EvalArgs) -> Result<ModelIdentity> {
+    let named = |name: &str| ModelIdentity { name: name.into(), digest: None, adapter_digest: None, endpoint: None };
+    let model = a.model.clone().unwrap_or_default();
+    Ok(match a.policy {
+        PolicyChoice::Random => named("random"),
+        PolicyChoice::Oracle => named("oracle"),
+        PolicyChoice::Openai => ModelIdentity { endpoint: a.base_url.clone(), ..named(&model) },
+        PolicyChoice::Model => {
+            let source: ModelSource = model.parse().with_context(|| format!("--model {model:?}"))?;
+            let digest = match &source {
+                ModelSource::Folder(dir) => folder_digest(dir)?,
+                ModelSource::Embedded { .. } => format!("embedded:vagen-{}", env!("CARGO_PKG_VERSION")),
+            };
+            let adapter_digest = a.adapter.as_deref().map(folder_digest).transpose()?;
+            ModelIdentity { digest: Some(digest), adapter_digest, ..named(&model) }
+        }
+    })
 }
 
 pub fn make(a: &EvalArgs, setup: &Setup) -> Result<Made> {
     let format = setup.rollout.format;
     let m = setup.plugin.manifest();
-    let named = |name: &str| ModelIdentity { name: name.into(), digest: None, adapter_digest: None, endpoint: None };
     Ok(match a.policy {
         PolicyChoice::Random if m.action_names.is_empty() => {
             anyhow::bail!("the random policy needs discrete action names, and {} takes free-form answers", m.name)
         }
-        PolicyChoice::Random => {
-            Made { policy: Box::new(RandomPolicy { format }), model: named("random"), endpoint: None }
-        }
+        PolicyChoice::Random => Made { policy: Box::new(RandomPolicy { format }), endpoint: None },
         PolicyChoice::Oracle if !m.has_oracle => anyhow::bail!("{} has no oracle", m.name),
-        PolicyChoice::Oracle => {
-            Made { policy: Box::new(OraclePolicy { format }), model: named("oracle"), endpoint: None }
-        }
+        PolicyChoice::Oracle => Made { policy: Box::new(OraclePolicy { format }), endpoint: None },
         PolicyChoice::Openai => endpoint(a, setup)?,
         PolicyChoice::Model => local(a, setup)?,
     })
@@ -60,8 +74,7 @@ fn endpoint(a: &EvalArgs, setup: &Setup) -> Result<Made> {
         max_tokens: setup.max_new_tokens,
         stop: setup.rollout.format.stop_strings(),
     };
-    let model = ModelIdentity { name, digest: None, adapter_digest: None, endpoint: Some(url) };
-    Ok(Made { policy: Box::new(policy), model, endpoint: Some(endpoint) })
+    Ok(Made { policy: Box::new(policy), endpoint: Some(endpoint) })
 }
 
 fn local(a: &EvalArgs, setup: &Setup) -> Result<Made> {
@@ -100,13 +113,7 @@ fn local(a: &EvalArgs, setup: &Setup) -> Result<Made> {
             ModelPolicy::new(model, options)
         }
     };
-    let digest = match &source {
-        ModelSource::Folder(dir) => Some(folder_digest(dir)?),
-        ModelSource::Embedded { .. } => Some(format!("embedded:vagen-{}", env!("CARGO_PKG_VERSION"))),
-    };
-    let adapter_digest = a.adapter.as_deref().map(folder_digest).transpose()?;
-    let model = ModelIdentity { name: text, digest, adapter_digest, endpoint: None };
-    Ok(Made { policy: Box::new(policy), model, endpoint: None })
+    Ok(Made { policy: Box::new(policy), endpoint: None })
 }
 
 /// `sha256:` over a folder's files (their paths and contents, in path order): two folders
