@@ -9,7 +9,7 @@ use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use vagen_policy::LocalJudge;
+use vagen_policy::{EndpointOptions, LocalJudge};
 use vagen_runtime::reward::conformance::sample_turns;
 use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
 use vagen_runtime::{Limits, Runtime};
@@ -112,7 +112,7 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
     std::io::BufReader::new(server.stdout.take().context("the server's stdout")?).read_line(&mut line)?;
     let served = (|| -> Result<f64> {
         let addr = line.trim().strip_prefix("listening on ").context("the server did not start")?;
-        let judge = Arc::new(OpenAiJudge::new(OpenAiOptions {
+        let endpoint = EndpointOptions {
             url: format!("{addr}/v1"),
             model: a.model.model.to_string(),
             api_key: None,
@@ -121,8 +121,8 @@ pub fn bench_reward(a: BenchRewardArgs) -> Result<()> {
             timeout: Duration::from_secs(600),
             retries: 0,
             backoff: Duration::from_millis(100),
-            cache: None,
-        })?);
+        };
+        let judge = Arc::new(OpenAiJudge::new(OpenAiOptions { endpoint, cache: None })?);
         rate(judge.as_ref())
     })();
     let _ = server.kill();

@@ -8,6 +8,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use vagen_policy::EndpointOptions;
 use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
 use vagen_trainer::{OpenAiJudge, OpenAiOptions};
 
@@ -59,7 +60,7 @@ impl Drop for Server {
 }
 
 fn options(url: &str, cache: Option<std::path::PathBuf>) -> OpenAiOptions {
-    OpenAiOptions {
+    let endpoint = EndpointOptions {
         url: url.into(),
         model: "default".into(),
         api_key: Some("test-key".into()),
@@ -68,8 +69,16 @@ fn options(url: &str, cache: Option<std::path::PathBuf>) -> OpenAiOptions {
         timeout: Duration::from_secs(20),
         retries: 2,
         backoff: Duration::from_millis(50),
-        cache,
-    }
+    };
+    OpenAiOptions { endpoint, cache }
+}
+
+/// `options(url, None)` with one request at a time and `edit` applied to its endpoint.
+fn one_at_a_time(url: &str, edit: impl FnOnce(&mut EndpointOptions)) -> OpenAiOptions {
+    let mut o = options(url, None);
+    o.endpoint.concurrency = 1;
+    edit(&mut o.endpoint);
+    o
 }
 
 fn requests(n: usize) -> Vec<JudgeRequest> {
@@ -146,18 +155,13 @@ const OK: &str = r#"{"choices":[{"index":0,"message":{"role":"assistant","conten
 #[test]
 fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request() {
     let url = fake_endpoint(vec![Some((503, r#"{"error":"busy"}"#)), Some((429, "{}")), Some((200, OK))]);
-    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
+    let judge = OpenAiJudge::new(one_at_a_time(&url, |_| ())).unwrap();
     assert_eq!(judge.complete(&requests(1)), vec![Ok("YES".to_string())]);
     assert_eq!(retries(&judge), 2);
 
     let url = fake_endpoint(vec![None, None]);
-    let judge = OpenAiJudge::new(OpenAiOptions {
-        concurrency: 1,
-        timeout: Duration::from_millis(300),
-        retries: 1,
-        ..options(&url, None)
-    })
-    .unwrap();
+    let judge =
+        OpenAiJudge::new(one_at_a_time(&url, |e| (e.timeout, e.retries) = (Duration::from_millis(300), 1))).unwrap();
     let started = Instant::now();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();
     assert!(e.to_lowercase().contains("timeout") || e.to_lowercase().contains("timed out"), "{e}");
@@ -174,13 +178,13 @@ fn the_openai_judge_retries_overload_times_out_and_does_not_retry_a_bad_request(
         }
         // The listener and the connection drop here: the server is gone.
     });
-    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, retries: 2, ..options(&dying, None) }).unwrap();
+    let judge = OpenAiJudge::new(one_at_a_time(&dying, |e| e.retries = 2)).unwrap();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();
     assert!(e.contains(&dying), "{e}");
     assert_eq!(retries(&judge), 2);
 
     let url = fake_endpoint(vec![Some((400, r#"{"error":{"message":"bad model"}}"#)), Some((200, OK))]);
-    let judge = OpenAiJudge::new(OpenAiOptions { concurrency: 1, ..options(&url, None) }).unwrap();
+    let judge = OpenAiJudge::new(one_at_a_time(&url, |_| ())).unwrap();
     let e = judge.complete(&requests(1)).remove(0).unwrap_err();
     assert!(e.contains("HTTP 400") && e.contains("bad model"), "{e}");
     assert_eq!(retries(&judge), 0, "a 400 is not asked again");

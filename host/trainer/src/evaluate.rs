@@ -21,7 +21,7 @@ pub(crate) struct Evaluated {
 /// go to the run folder (with `metrics`, rank 0's log). A failed episode counts as a
 /// failure, and too many stop the run as in training.
 pub(crate) fn evaluate(run: &RunEnv, model: Rc<Model>, metrics: Option<&MetricsLog>, step: usize) -> Result<Evaluated> {
-    let outcome = held_out_share(run.cfg, run.plugin, model, run.ranks, false)?;
+    let outcome = held_out_share(run.cfg, run.plugin, model, run.ranks)?;
     if let Some(metrics) = metrics {
         crate::report::save_samples(run.run_dir, step, &outcome.trajectories)?;
         // The first held-out episode's opening picture, when the env shows one.
@@ -52,12 +52,12 @@ fn pass_at_k_sums(trajs: &[Trajectory], samples: usize) -> Result<BTreeMap<Strin
         let g = groups.entry(t.group).or_default();
         (g.0, g.1) = (g.0 + 1, g.1 + usize::from(t.success && t.failure.is_none()));
     }
+    let problems: Vec<(usize, usize)> = groups.into_values().collect();
+    let seeds = problems.len() as f64;
     for k in vagen_algo::reported_ks(samples) {
-        let mut sum = 0.0;
-        for &(n, c) in groups.values() {
-            sum += vagen_algo::pass_at_k(n, c, k)?;
-        }
-        sums.insert(format!("val/pass@{k}"), (sum, groups.len() as f64));
+        // A rank with no seeds of its own adds nothing to the sums over ranks.
+        let sum = if problems.is_empty() { 0.0 } else { vagen_algo::mean_pass_at_k(&problems, k)? * seeds };
+        sums.insert(format!("val/pass@{k}"), (sum, seeds));
     }
     Ok(sums)
 }

@@ -9,7 +9,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 use vagen_policy::endpoint::{Endpoint, EndpointOptions, data_url};
 use vagen_policy::openai::{ChatMessage, ChatRequest, Content, ImageUrl, Part};
 use vagen_runtime::Sealer;
@@ -18,23 +17,10 @@ use vagen_runtime::reward::{Judge, JudgePart, JudgeRequest};
 /// The longest judge answer kept in the cache (far past any `max_tokens` a judge is asked).
 const MAX_ANSWER_BYTES: u64 = 1 << 20;
 
-/// Where and how to ask.
+/// Where and how to ask, and where answers are kept.
 #[derive(Debug, Clone)]
 pub struct OpenAiOptions {
-    /// The server's base URL, e.g. `http://127.0.0.1:8000/v1`.
-    pub url: String,
-    /// The `model` field of each request.
-    pub model: String,
-    /// A bearer token, when the server wants one.
-    pub api_key: Option<String>,
-    pub concurrency: usize,
-    /// 0: no limit.
-    pub requests_per_minute: usize,
-    pub timeout: Duration,
-    /// Attempts after the first, for connection errors, timeouts, 429 and 5xx answers.
-    pub retries: usize,
-    /// The first retry waits this long, each next one twice as long.
-    pub backoff: Duration,
+    pub endpoint: EndpointOptions,
     /// Answers kept by request; `None`: no cache.
     pub cache: Option<PathBuf>,
 }
@@ -66,16 +52,7 @@ impl OpenAiJudge {
                 }
             }
         }
-        let endpoint = Endpoint::new(EndpointOptions {
-            url: options.url,
-            model: options.model,
-            api_key: options.api_key,
-            concurrency: options.concurrency,
-            requests_per_minute: options.requests_per_minute,
-            timeout: options.timeout,
-            retries: options.retries,
-            backoff: options.backoff,
-        });
+        let endpoint = Endpoint::new(options.endpoint);
         Ok(OpenAiJudge { endpoint, cache: options.cache, sealer, counts: OpenAiCounts::default() })
     }
 

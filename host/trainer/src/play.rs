@@ -6,7 +6,6 @@
 //! thread all play through here.
 
 use crate::config::TrainConfig;
-use crate::progress::{Progress, Watched};
 use crate::token_versions::TokenVersions;
 use anyhow::{Result, bail};
 use std::path::Path;
@@ -125,30 +124,20 @@ fn run_share(
     Ok(outcome)
 }
 
-/// The held-out episodes (`env.val_episodes` seeds from `env.val_seed_start`) over this
-/// rank's block.
-/// (`progress`: shown, as `eval` does; a training run's own bar covers its evaluations.)
+/// The held-out episodes (`env.val_episodes` seeds from `env.val_seed_start`, each
+/// `env.val_samples` times) over this rank's block. No progress of its own: a training
+/// run's bar covers its evaluations.
 pub(crate) fn held_out_share(
     cfg: &TrainConfig,
     plugin: &dyn Plugin,
     model: Rc<Model>,
     ranks: &Ranks,
-    progress: bool,
 ) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
     let mut policy = held_out_policy(cfg, model);
-    let turns = plugin.max_turns((cfg.env.max_turns > 0).then_some(cfg.env.max_turns)) as u64;
-    let bar = Progress::new(turns, "evaluation turns", progress && ranks.is_main(), 0);
-    let mut watched = Watched { inner: &mut policy, bar };
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
-    let outcome = run_share(
-        episodes(cfg, plugin, &env_config, &config, cfg.env.val_samples),
-        &seeds,
-        &mut watched,
-        (ranks.rank(), ranks.world()),
-    );
-    watched.bar.finish();
-    outcome
+    let episodes = episodes(cfg, plugin, &env_config, &config, cfg.env.val_samples);
+    run_share(episodes, &seeds, &mut policy, (ranks.rank(), ranks.world()))
 }
 
 /// The model answering rollouts within the run's sequence and image budgets.

@@ -5,7 +5,6 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::Instant;
-use vagen_rollout::{Policy, PolicyError, Request, Response};
 
 pub struct Progress {
     bar: ProgressBar,
@@ -75,31 +74,5 @@ impl Progress {
 
     pub fn finish(self) {
         self.bar.finish_and_clear();
-    }
-}
-
-/// A policy that shows its rollout's progress a turn at a time (the turns answered, the
-/// episodes still playing), for rollouts that are one long driver call (an evaluation).
-/// What it answers is the inner policy's, untouched.
-pub(crate) struct Watched<'a> {
-    pub inner: &'a mut dyn Policy,
-    pub bar: Progress,
-}
-
-impl Policy for Watched<'_> {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn needs_oracle(&self) -> bool {
-        self.inner.needs_oracle()
-    }
-    fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
-        let answered = self.inner.respond(requests);
-        self.bar.set_message(format!("{} episodes playing", requests.len()));
-        self.bar.inc();
-        answered
-    }
-    fn begin_rollout(&mut self) {
-        self.inner.begin_rollout()
     }
 }

@@ -14,6 +14,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use vagen_model::LoadOptions;
+use vagen_policy::EndpointOptions;
 use vagen_policy::LocalJudge;
 use vagen_rollout::{Format, Trajectory};
 use vagen_runtime::Runtime;
@@ -48,7 +49,7 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
             url, model, concurrency, requests_per_minute, timeout_s, retries, cache, ..
         }) => {
             cfg.judge_access.check(url)?;
-            Some(Arc::new(OpenAiJudge::new(OpenAiOptions {
+            let endpoint = EndpointOptions {
                 url: url.clone(),
                 model: model.clone(),
                 api_key: cfg.judge_access.key(),
@@ -57,8 +58,9 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
                 timeout: Duration::from_secs_f64(*timeout_s),
                 retries: *retries,
                 backoff: Duration::from_millis(500),
-                cache: cache.then(|| run_dir.join("judge-cache")),
-            })?))
+            };
+            let cache = cache.then(|| run_dir.join("judge-cache"));
+            Some(Arc::new(OpenAiJudge::new(OpenAiOptions { endpoint, cache })?))
         }
     };
     let recorder = judge.map(|inner| Arc::new(Recording { inner, last: Mutex::new(vec![]) }));

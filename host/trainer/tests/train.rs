@@ -468,7 +468,7 @@ fn a_judge_cache_entry_is_believed_only_when_sealed_for_its_request() {
     use vagen_runtime::reward::{Judge, JudgeMessage, JudgePart, JudgeRequest};
     let (url, seen) = recording_judge_server();
     let cache = tempfile::tempdir().unwrap();
-    let options = vagen_trainer::OpenAiOptions {
+    let endpoint = vagen_policy::EndpointOptions {
         url,
         model: "m".into(),
         api_key: None,
@@ -477,8 +477,8 @@ fn a_judge_cache_entry_is_believed_only_when_sealed_for_its_request() {
         timeout: std::time::Duration::from_secs(10),
         retries: 0,
         backoff: std::time::Duration::from_millis(10),
-        cache: Some(cache.path().into()),
     };
+    let options = vagen_trainer::OpenAiOptions { endpoint, cache: Some(cache.path().into()) };
     let ask = JudgeRequest {
         messages: vec![JudgeMessage { role: "user".into(), content: vec![JudgePart::Text("Is it?".into())] }],
         max_tokens: 2,
