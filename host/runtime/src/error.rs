@@ -72,6 +72,10 @@ pub enum Error {
 
     #[error("bad reproducer: {0}")]
     BadReproducer(String),
+
+    /// An `oci://` reference that could not be fetched, verified or trusted.
+    #[error("{0}")]
+    Registry(String),
 }
 
 /// The plugin's stderr on one line (errors are one line), shortened to its start.

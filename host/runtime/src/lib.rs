@@ -71,7 +71,7 @@ pub use native::{NativeEnv, NativePlugin};
 pub use openenv::{OpenEnvEnv, OpenEnvOptions, OpenEnvPlugin, is_openenv_url};
 pub use pool::EnvPool;
 pub use random_answer::random_answer;
-pub use runtime::{MAX_PLUGIN_BYTES, Runtime, is_native_name};
+pub use runtime::{MAX_PLUGIN_BYTES, Runtime, is_native_name, locate};
 pub use types::{
     ActionSpace, IMAGE_MARKER, Image, Import, Manifest, Metric, Modality, Observation, PluginInfo, StepResult,
 };

@@ -71,7 +71,9 @@ impl Runtime {
     /// (a config's `[env.openenv]` table; the URL's query overrides them).
     pub fn load_with(&self, path: impl AsRef<Path>, openenv: crate::OpenEnvOptions) -> Result<Arc<dyn Plugin>, Error> {
         let path = path.as_ref();
-        if crate::openenv::is_openenv_url(path) {
+        if vagen_registry::is_oci(path) {
+            Ok(Arc::new(self.load_wasm(path)?))
+        } else if crate::openenv::is_openenv_url(path) {
             let spec = path.to_str().expect("an openenv URL is UTF-8");
             Ok(Arc::new(crate::OpenEnvPlugin::connect(spec, openenv, self.inner.limits.clone())?))
         } else if is_native_name(path) {
@@ -109,10 +111,27 @@ impl Runtime {
         self.load_with(path, openenv)
     }
 
-    /// Loads a `.wasm` component that implements the `vagen:env` environment world.
+    /// Loads a `.wasm` component that implements the `vagen:env` environment world: a file,
+    /// or an `oci://` reference (see [`locate`]).
     pub fn load_wasm(&self, path: impl AsRef<Path>) -> Result<WasmPlugin, Error> {
-        WasmPlugin::load(self.clone(), path.as_ref())
+        WasmPlugin::load(self.clone(), &locate(path.as_ref())?)
     }
+}
+
+/// The file a component name stands for: an `oci://REGISTRY/REPO:TAG[@sha256:…]` reference
+/// fetched into the user's component cache (verified against its digest, its signature
+/// checked as the user's trust settings ask, [`vagen_registry::trust`]); a path as it is.
+pub fn locate(name: &Path) -> Result<PathBuf, Error> {
+    if !vagen_registry::is_oci(name) {
+        return Ok(name.to_path_buf());
+    }
+    let registry = |e: vagen_registry::Error| Error::Registry(e.to_string());
+    let text = name.to_str().expect("an oci:// reference is UTF-8");
+    let reference = vagen_registry::OciRef::parse(text).map_err(registry)?;
+    let trust = vagen_registry::trust().map_err(registry)?;
+    let fetched = vagen_registry::fetch(&reference, &vagen_registry::Credentials::default(), &trust).map_err(registry)?;
+    tracing::info!("{} is {} ({})", text, fetched.path.display(), fetched.reference);
+    Ok(fetched.path)
 }
 
 /// Whether `path` names a native library (`.so` on Linux).

@@ -108,7 +108,7 @@ struct Shared {
 impl Runtime {
     /// Loads a reward component (`.wasm`, exporting `vagen:env/reward@0.3.0`).
     pub fn load_reward(&self, path: impl AsRef<Path>) -> Result<RewardPlugin, Error> {
-        RewardPlugin::load(self.clone(), path.as_ref())
+        RewardPlugin::load(self.clone(), &crate::runtime::locate(path.as_ref())?)
     }
 }
 
