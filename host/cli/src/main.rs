@@ -12,6 +12,7 @@ mod dist_check;
 mod eval;
 mod generate;
 mod launch;
+mod lock;
 mod merge_lora;
 mod model_args;
 mod model_policy;
@@ -34,6 +35,8 @@ struct Cli {
     command: Option<Command>,
     #[command(flatten)]
     run: Option<vagen_env::run::RunArgs>,
+    #[command(flatten)]
+    trust: vagen_env::share::TrustArgs,
 }
 
 #[derive(Subcommand)]
@@ -67,6 +70,9 @@ enum Command {
     /// Several `eval --out` folders' figures in one table (refused across env builds or
     /// settings unless told).
     EvalCompare(eval::compare::CompareArgs),
+    /// Write `vagen.lock` beside a training config: every `oci://` component it names pinned
+    /// to its digest now (a config with a lock beside it uses the locked digests).
+    Lock(lock::LockArgs),
     /// Merge a LoRA adapter into its base and save the whole checkpoint.
     MergeLora(merge_lora::MergeLoraArgs),
     /// `bench model`'s old name, kept (hidden) for one release.
@@ -96,6 +102,7 @@ fn main() {
 }
 
 fn dispatch(cli: Cli) -> Result<()> {
+    cli.trust.clone().apply();
     match (cli.command, cli.run) {
         (Some(Command::Env(c)), _) => vagen_env::dispatch(c, &model_policy::make),
         (None, Some(a)) => vagen_env::dispatch(vagen_env::EnvCommand::Run(a), &model_policy::make),
@@ -110,6 +117,7 @@ fn dispatch(cli: Cli) -> Result<()> {
         (Some(Command::Eval(a)), _) => eval::eval(a),
         (Some(Command::EvalCompare(a)), _) => eval::compare::compare(a),
         (Some(Command::MergeLora(a)), _) => merge_lora::merge_lora(a),
+        (Some(Command::Lock(a)), _) => lock::lock(a),
         (Some(Command::BenchModel(a)), _) => Bench::Model(a).run(),
         (Some(Command::BenchRollout(a)), _) => Bench::Rollout(a).run(),
         (Some(Command::BenchReward(a)), _) => Bench::Reward(a).run(),

@@ -49,5 +49,15 @@ pub fn check(a: CheckArgs) -> Result<()> {
         bail!("{} failed {failed} of {} checks", a.plugin.display(), report.findings.len());
     }
     println!("{}: all {} checks passed", a.plugin.display(), report.findings.len());
+    if plugin.info().kind == "wasm" {
+        let missing = crate::share::read_metadata(&a.plugin)?.missing();
+        if !missing.is_empty() {
+            println!(
+                "warning: no {} in the component's metadata: sharing it, add them (`{} metadata FILE --from Cargo.toml`, or the SDK build reads them)",
+                missing.join(", "),
+                crate::program()
+            );
+        }
+    }
     Ok(())
 }

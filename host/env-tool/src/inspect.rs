@@ -1,7 +1,8 @@
 use crate::limits_arg::{limits_from, load};
 use anyhow::Result;
 use clap::Args;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use vagen_registry::metadata::Metadata;
 use vagen_runtime::PluginInfo;
 
 #[derive(Args)]
@@ -23,11 +24,12 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     }
     let plugin = load(&a.plugin, limits_from(&[])?)?;
     let (m, info) = (plugin.manifest(), plugin.info());
+    let metadata = component_metadata(&a.plugin, info.kind)?;
     if a.json {
-        println!("{}", serde_json::json!({ "manifest": m, "plugin": info }));
+        println!("{}", serde_json::json!({ "manifest": m, "plugin": info, "metadata": metadata }));
         return Ok(());
     }
-    println!("plugin        {}", info.path.display());
+    print_source(&a.plugin, &info.path);
     if info.kind == "openenv" {
         // A server: its protocol, and the digest of what its /schema says.
         println!("kind          openenv server ({})", info.wit_version);
@@ -40,6 +42,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         println!("build inputs  {inputs}");
     }
     print_imports(info);
+    print_metadata(metadata.as_ref());
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);
     let modalities: Vec<_> = m.modalities.iter().map(|x| format!("{x:?}").to_lowercase()).collect();
@@ -63,19 +66,21 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
 fn inspect_reward(a: &InspectArgs) -> Result<()> {
     let plugin = vagen_runtime::Runtime::new(limits_from(&[])?)?.load_reward(&a.plugin)?;
     let m = plugin.manifest();
+    let metadata = component_metadata(&a.plugin, "wasm")?;
     let config: serde_json::Value = serde_json::from_str(&m.default_config).unwrap_or(serde_json::Value::Null);
     if a.json {
         let manifest = serde_json::json!({"name": m.name, "version": m.version, "description": m.description,
             "default_config": config});
         let info = serde_json::json!({"path": plugin.path(), "kind": "reward", "wit_version": "0.3.0",
             "size_bytes": plugin.size_bytes(), "sha256": plugin.sha256()});
-        println!("{}", serde_json::json!({ "manifest": manifest, "plugin": info }));
+        println!("{}", serde_json::json!({ "manifest": manifest, "plugin": info, "metadata": metadata }));
         return Ok(());
     }
-    println!("plugin        {}", plugin.path().display());
+    print_source(&a.plugin, plugin.path());
     println!("kind          reward function ({})", vagen_runtime::reward::REWARD_EXPORT);
     println!("size          {} bytes", plugin.size_bytes());
     println!("sha256        {}", plugin.sha256());
+    print_metadata(metadata.as_ref());
     println!("name          {} {}", m.name, m.version);
     println!("description   {}", m.description);
     println!("config        {}", m.default_config);
@@ -98,5 +103,33 @@ fn print_imports(info: &PluginInfo) {
     let width = info.imports.iter().map(|i| i.name.len()).max().unwrap_or(0);
     for i in &info.imports {
         println!("  {:width$}  {:7}  {}", i.name, i.access, i.how);
+    }
+}
+
+/// A component's metadata sections (a native plugin or a server has none).
+fn component_metadata(name: &Path, kind: &str) -> Result<Option<Metadata>> {
+    match kind {
+        "wasm" => Ok(Some(crate::share::read_metadata(name)?)),
+        _ => Ok(None),
+    }
+}
+
+/// The name as given, and for an `oci://` reference the cached file it stands for.
+fn print_source(name: &Path, file: &Path) {
+    println!("plugin        {}", name.display());
+    if name != file {
+        println!("file          {}", file.display());
+    }
+}
+
+fn print_metadata(metadata: Option<&Metadata>) {
+    let Some(m) = metadata else { return };
+    let rows: Vec<_> = m.rows().into_iter().filter_map(|(k, v)| v.map(|v| format!("{k}: {v}"))).collect();
+    match rows.is_empty() {
+        true => println!("metadata      none (`metadata` writes it)"),
+        false => {
+            println!("metadata      {}", rows[0]);
+            rows[1..].iter().for_each(|r| println!("              {r}"));
+        }
     }
 }

@@ -16,6 +16,7 @@ pub mod reward_tools;
 pub mod run;
 pub mod run_output;
 pub mod sdk_tools;
+pub mod share;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -38,6 +39,17 @@ pub enum EnvCommand {
     /// Wrap a core WebAssembly module (built with the C bindings) into an env component,
     /// adapting WASI preview 1 to preview 2.
     Componentize(sdk_tools::ComponentizeArgs),
+    /// Push a component to an OCI registry (`oci://REGISTRY/REPO:TAG`), signed with
+    /// --sign-key; prints the digest it is now pinned by.
+    Push(share::PushArgs),
+    /// Fetch an `oci://` component into the cache (verified; its signature checked with
+    /// --verify-key), optionally copying it out.
+    Pull(share::PullArgs),
+    /// Make a cosign key pair for signing pushes (`cosign.key`, `cosign.pub`).
+    Keygen(share::KeygenArgs),
+    /// Write name, version, license and the rest into a component's standard metadata
+    /// sections, from a package manifest (Cargo.toml, pyproject.toml, package.json) or flags.
+    Metadata(share::MetadataArgs),
 }
 
 /// Runs one env command; `model` makes `run --policy model`'s policy.
@@ -49,6 +61,10 @@ pub fn dispatch(command: EnvCommand, model: &policy::ModelPolicyMaker) -> Result
         EnvCommand::Fuzz(a) => fuzz::fuzz(a),
         EnvCommand::CBindings(a) => sdk_tools::c_bindings(a),
         EnvCommand::Componentize(a) => sdk_tools::componentize(a),
+        EnvCommand::Push(a) => share::push(a),
+        EnvCommand::Pull(a) => share::pull(a),
+        EnvCommand::Keygen(a) => share::keygen(a),
+        EnvCommand::Metadata(a) => share::metadata(a),
     }
 }
 
@@ -92,7 +108,11 @@ pub fn program() -> String {
 /// Logs to stderr at `VAGEN_LOG`'s level (default `warn`).
 pub fn init_logging() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("VAGEN_LOG").unwrap_or_else(|_| "warn".into()))
+        // sigstore warns of every signature location it finds empty (the referrers API most
+        // registries lack); whether a component is signed is ours to say.
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VAGEN_LOG").unwrap_or_else(|_| "warn,sigstore=error".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
 }

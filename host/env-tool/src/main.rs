@@ -13,6 +13,8 @@ struct Cli {
     command: Option<Command>,
     #[command(flatten)]
     run: Option<RunArgs>,
+    #[command(flatten)]
+    trust: vagen_env::share::TrustArgs,
 }
 
 #[derive(Subcommand)]
@@ -26,6 +28,7 @@ enum Command {
 fn main() {
     init_logging();
     let cli = Cli::parse();
+    cli.trust.clone().apply();
     let outcome = match (cli.command, cli.run) {
         (Some(Command::Env(c)), _) => dispatch(*c, &policy::no_model),
         (Some(Command::Bench(a)), _) => bench::bench(a),

@@ -138,6 +138,7 @@ impl Error {
             Error::Malformed { .. } => "malformed",
             Error::BadReproducer(_) => "bad-reproducer",
             Error::NativeNotAllowed { .. } => "native-not-allowed",
+            Error::Registry(_) => "registry",
         }
     }
 }

@@ -81,7 +81,8 @@ impl EnvSection {
     /// a failure share.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let remote = vagen_runtime::is_openenv_url(&self.plugin);
-        if !remote && !self.plugin.is_file() {
+        let registry = component_name(&self.plugin, "env.plugin")?;
+        if !remote && !registry && !self.plugin.is_file() {
             return invalid("env.plugin", format!("{} does not exist", self.plugin.display()));
         }
         if !remote && self.openenv.is_some() {
@@ -98,4 +99,15 @@ impl EnvSection {
         }
         Ok(())
     }
+}
+
+/// Whether `name` is an `oci://` reference (checked well-formed, naming `field`), which the
+/// runtime fetches: it is no file here.
+pub(crate) fn component_name(name: &std::path::Path, field: &'static str) -> Result<bool, ConfigError> {
+    if !vagen_registry::is_oci(name) {
+        return Ok(false);
+    }
+    let text = name.to_str().expect("an oci:// name is UTF-8");
+    vagen_registry::OciRef::parse(text).map_err(|e| ConfigError::Invalid { field, message: e.to_string() })?;
+    Ok(true)
 }

@@ -108,7 +108,49 @@ impl TrainConfig {
         // Absolute, so the run folder's copy of the config names the same files from anywhere.
         let folder = std::path::absolute(folder)
             .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })?;
-        Self::parse_in(&text, &path.display().to_string(), Some(&folder), overrides)
+        let mut config = Self::parse_in(&text, &path.display().to_string(), Some(&folder), overrides)?;
+        config.pin_with_lock(path)?;
+        Ok(config)
+    }
+
+    /// The `oci://` components this config names (the env, the reward functions), as written.
+    pub fn component_names(&self) -> Vec<String> {
+        let names = std::iter::once(&self.env.plugin).chain(self.rewards.iter().map(|r| &r.plugin));
+        names.filter(|p| vagen_registry::is_oci(p)).map(|p| p.display().to_string()).collect()
+    }
+
+    /// With a `vagen.lock` beside the config file, each `oci://` tag it names is pinned to the
+    /// locked digest (one the lock lacks is an error: lock again).
+    fn pin_with_lock(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
+        let lock_path = vagen_registry::lock::path_for(path);
+        let err = |e: vagen_registry::Error| ConfigError::Parse { path: lock_path.display().to_string(), message: e.to_string() };
+        let Some(lock) = vagen_registry::Lock::beside(path).map_err(err)? else {
+            return Ok(());
+        };
+        let pin = |p: &std::path::PathBuf| lock.pin(&p.display().to_string(), &lock_path).map(std::path::PathBuf::from);
+        self.env.plugin = pin(&self.env.plugin).map_err(err)?;
+        for r in &mut self.rewards {
+            r.plugin = pin(&r.plugin).map_err(err)?;
+        }
+        Ok(())
+    }
+
+    /// Each `oci://` tag pinned to the digest its registry gives it now, so the run's
+    /// config.toml (and a `--resume` or `eval --config` of it) names the bytes this run used,
+    /// whatever the tag later names.
+    pub fn pin_components(&mut self) -> Result<(), vagen_registry::Error> {
+        let pin = |p: &std::path::PathBuf| -> Result<std::path::PathBuf, vagen_registry::Error> {
+            if !vagen_registry::is_oci(p) {
+                return Ok(p.clone());
+            }
+            let r = vagen_registry::OciRef::parse(&p.display().to_string())?;
+            Ok(vagen_registry::resolve(&r, &vagen_registry::Credentials::default())?.to_string().into())
+        };
+        self.env.plugin = pin(&self.env.plugin)?;
+        for r in &mut self.rewards {
+            r.plugin = pin(&r.plugin)?;
+        }
+        Ok(())
     }
 
     fn parse_in(
@@ -296,17 +338,18 @@ fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
             *s = folder.join(&*s).display().to_string();
         }
     }
-    let any = |_: &str| true;
     let folder_model = |s: &str| matches!(s.parse::<ModelSource>(), Ok(ModelSource::Folder(_)));
     fn field<'a>(doc: &'a mut toml::Table, table: &str, key: &str) -> Option<&'a mut toml::Value> {
         doc.get_mut(table).and_then(toml::Value::as_table_mut).and_then(|t| t.get_mut(key))
     }
-    join(field(doc, "env", "plugin"), folder, |s| !s.starts_with(vagen_runtime::openenv::PREFIX));
+    // Names that are no file here stay as they are: a server, a registry reference.
+    let file = |s: &str| !s.starts_with(vagen_runtime::openenv::PREFIX) && !s.starts_with(vagen_registry::reference::SCHEME);
+    join(field(doc, "env", "plugin"), folder, file);
     join(field(doc, "model", "path"), folder, folder_model);
     join(field(doc, "judge", "model"), folder, folder_model);
     if let Some(toml::Value::Array(rewards)) = doc.get_mut("reward") {
         for r in rewards.iter_mut().filter_map(toml::Value::as_table_mut) {
-            join(r.get_mut("plugin"), folder, any);
+            join(r.get_mut("plugin"), folder, file);
         }
     }
 }

@@ -88,7 +88,7 @@ fn yes() -> bool {
 impl RewardSection {
     /// A component that is there, and a weight within the bounds rewards keep to.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if !self.plugin.is_file() {
+        if !super::env::component_name(&self.plugin, "reward.plugin")? && !self.plugin.is_file() {
             return invalid("reward.plugin", format!("{} does not exist", self.plugin.display()));
         }
         if !self.weight.is_finite() {

@@ -85,6 +85,7 @@ fn build(cfg: TrainConfig, run_dir: &Path, ranks: Ranks) -> Result<Parts> {
         false => None,
     };
     let mut cfg = cfg;
+    cfg.pin_components()?;
     let env = open_env(&cfg)?;
     let texts = embedded_texts(&cfg, env.plugin.as_ref())?;
     let mut actor = load_model_with(&cfg, texts.as_ref())?;
