@@ -105,16 +105,35 @@ fn setup(needs: Needs) -> Result<()> {
 const GLOO_DEB: &str = "libgloo-dev=0.0~git20220518.5b14351-3";
 
 fn setup_gloo() -> Result<()> {
-    let dest = venv().join("gloo");
-    if dest.join("usr/include/gloo/config.h").is_file() {
+    unpack_deb(GLOO_DEB, "gloo", "usr/include/gloo/config.h")
+}
+
+/// The CNCF Distribution registry (Debian's docker-registry) that `test_share.py` starts on
+/// 127.0.0.1 for pushes and pulls: unpacked into `.venv/registry`, run by the tests only.
+const REGISTRY_DEB: &str = "docker-registry=2.8.2+ds1-1";
+
+/// The registry's binary, once `setup_registry` ran.
+fn registry_binary() -> PathBuf {
+    venv().join("registry/usr/bin/docker-registry")
+}
+
+fn setup_registry() -> Result<()> {
+    unpack_deb(REGISTRY_DEB, "registry", "usr/bin/docker-registry")
+}
+
+/// Debian's package `deb` (`name=version`) unpacked into `.venv/DIR` (nothing installed
+/// system-wide), unless `.venv/DIR/PROBE` is there already.
+fn unpack_deb(deb: &str, dir: &str, probe: &str) -> Result<()> {
+    let dest = venv().join(dir);
+    if dest.join(probe).is_file() {
         return Ok(());
     }
-    let tmp = root().join("target").join("gloo-deb");
+    let tmp = root().join("target").join(format!("{dir}-deb"));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).map_err(|e| format!("creating {}: {e}", tmp.display()))?;
     let download = || {
         let mut cmd = Command::new("apt-get");
-        cmd.current_dir(&tmp).args(["download", GLOO_DEB]);
+        cmd.current_dir(&tmp).args(["download", deb]);
         run(cmd)
     };
     if download().is_err() {
@@ -131,7 +150,7 @@ fn setup_gloo() -> Result<()> {
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .ok_or_else(|| format!("apt-get download {GLOO_DEB} left no .deb in {}", tmp.display()))?;
+        .ok_or_else(|| format!("apt-get download {deb} left no .deb in {}", tmp.display()))?;
     let mut x = Command::new("dpkg-deb");
     x.arg("-x").arg(&deb).arg(&dest);
     run(x)
@@ -175,6 +194,9 @@ const OPENENV_NEEDS: [&str; 6] = [
     "fastmcp==4.2.3",
     "pydantic==2.14.4",
 ];
+/// ORAS's Python SDK: what `vagen-host push` writes must be what a tool nobody here wrote
+/// reads, and the other way round (`test_share.py`).
+const ORAS: &str = "oras==0.2.38";
 /// CUDA's headers that `ProcessGroupNCCL.hpp` pulls in beyond the runtime's (which the torch
 /// wheel's dependencies carry): vagen-dist's NCCL process group compiles against them.
 const CUDA_CRT: &str = "nvidia-cuda-crt==13.0.88";
@@ -207,9 +229,9 @@ fn setup_torch(needs: Needs) -> Result<()> {
              PIL.__version__, torchvision.__version__.split('+')[0], cv2.__version__, skimage.__version__, \
              m.version('maturin'), gymnasium.__version__, tensorboard.__version__, pytest.__version__, \
              openai.__version__, peft.__version__, accelerate.__version__, m.version('nvidia-cuda-crt'), \
-             m.version('nvidia-cuda-cccl'), m.version('openenv-core'), m.version('fastmcp'))",
+             m.version('nvidia-cuda-cccl'), m.version('openenv-core'), m.version('fastmcp'), m.version('oras'))",
             "2.11.0 2.2.6 5.23.0 12.0.0 0.26.0 4.12.0 0.25.2 1.16.0 1.4.0 2.21.0 9.2.0 3.57.0 0.21.2 1.15.0 13.0.88 13.0.85 \
-             0.3.0 4.2.3",
+             0.3.0 4.2.3 0.2.38",
         ),
     };
     if python_prints(&venv_python(), probe, want) {
@@ -233,6 +255,7 @@ fn setup_torch(needs: Needs) -> Result<()> {
             OPENAI,
             PEFT,
             ACCELERATE,
+            ORAS,
         ]);
         pip.args(OPENENV_NEEDS);
     }
@@ -613,7 +636,9 @@ fn set_up_side_by_side(phases: &Phases) -> Result<PathBuf> {
             phases.time("wheel (beside the venvs)", wheel)
         });
         let venvs = phases
-            .time("venvs", || setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| maniskill::setup()))
+            .time("venvs", || {
+                setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| setup_registry()).and_then(|_| maniskill::setup())
+            })
             .and_then(|_| phases.time("sdk toolchains (beside the wheel)", sdk_toolchains));
         let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;
         venvs.and(wheel)
@@ -657,7 +682,8 @@ fn test_jobs(binaries: Vec<suite::TestBinary>, bundle: &Path) -> Result<Vec<suit
             .current_dir(root())
             .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
             .arg(&file)
-            .env("VAGEN_HOST", root().join("target/release/vagen-host"));
+            .env("VAGEN_HOST", root().join("target/release/vagen-host"))
+            .env("VAGEN_REGISTRY", registry_binary());
         jobs.push(suite::Job::new(format!("pytest/{name}"), pytest));
     }
     for b in binaries {
