@@ -188,3 +188,25 @@ time_t time(time_t *t) {
 }
 C
 }
+
+# embed_metadata: writes the env's package manifest (the first of pyproject.toml,
+# package.json, package.toml, Cargo.toml in ENV_DIR) into $out as the standard metadata
+# sections (name, version, description, license, authors, source: what `inspect` shows and a
+# registry push turns into annotations), with `vagen-env metadata`. Without a manifest the
+# component has none, and `check` says so.
+embed_metadata() {
+    local manifest=
+    for f in pyproject.toml package.json package.toml Cargo.toml; do
+        if [ -f "$env_dir/$f" ]; then
+            manifest=$env_dir/$f
+            break
+        fi
+    done
+    [ -n "$manifest" ] || return 0
+    local tool=${VAGEN_ENV:-$(command -v vagen-env || echo "$root/target/release/vagen-env")}
+    if [ ! -x "$tool" ]; then
+        echo "$tool not found (it writes $manifest into the component's metadata): install it with 'cargo install --path host/env-tool' (no libtorch needed) or set VAGEN_ENV" >&2
+        exit 2
+    fi
+    "$tool" metadata "$out" --from "$manifest"
+}

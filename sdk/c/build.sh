@@ -35,4 +35,5 @@ fi
     "${sources[@]}" "$here/vagen.c" "$build/gen/environment.c" "$build/gen/environment_component_type.o" \
     -o "$build/core.wasm"
 "$tool" componentize "$build/core.wasm" -o "$out" >/dev/null
+embed_metadata
 echo "built $out"

@@ -53,4 +53,5 @@ printf 'import "./env/app.js";\n%s\n' "$entry" > "$build/entry.js"
         --alias:vagen=./vagen.js --external:vagen:env/* --outfile=bundle.js --log-level=warning
     VAGEN_PRELOAD=$preload node "$here/componentize.mjs" "$tools" bundle.js wit "$out" "$world"
 )
+embed_metadata
 echo "built $out"

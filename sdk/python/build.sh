@@ -71,6 +71,7 @@ find "$stage" -exec touch -h -d "@${SOURCE_DATE_EPOCH:-315532800}" {} +
         "${paths[@]}" -o "$out"
 )
 
+embed_metadata
 # The custom section: sha256 over the toolchain, the preloaded library, this script and
 # build-args.sh, the WIT, and every file of the copied folders (by name under its folder).
 "$venv/bin/python" - "$out" "$toolchain" "${preload:-none}" "script=$0" "args=$here/../build-args.sh" \

@@ -192,6 +192,11 @@ fn the_three_templates_build_pass_check_and_fuzz_and_play_the_same_seeded_episod
         ok(o, &format!("building the {sdk} template"));
         let w = wasm.to_str().unwrap();
         assert!(ok(host(&cache, &["check", "--plugin", w]), sdk).contains("all 7 checks passed"));
+        // The template's package manifest is in the component's metadata sections.
+        let shown = ok(host(&cache, &["inspect", "--plugin", w]), sdk);
+        let name = format!("corridor-{}", if sdk == "python" { "py" } else { sdk });
+        assert!(shown.contains(&format!("metadata      name: {name}")), "{sdk}: {shown}");
+        assert!(shown.contains("license: Apache-2.0") && shown.contains("source: https://example.org/you/corridor"), "{shown}");
         let log = dir.path().join(format!("corridor-{sdk}.jsonl"));
         let args = ["run", "--plugin", w, "--policy", "random", "--episodes", "5", "--seed", "3", "--out"];
         ok(host(&cache, &[&args[..], &[log.to_str().unwrap()]].concat()), sdk);
@@ -301,4 +306,15 @@ fn reward_functions_in_python_and_javascript_build_and_score() {
     // Without a judge each asked turn fails, with the reason.
     let mut alone = plugin.create("{}", None).unwrap();
     assert!(alone.score(&turns).unwrap()[0].as_ref().unwrap_err().contains("no judge"));
+}
+
+#[test]
+fn the_rust_build_step_writes_cargo_toml_into_the_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let wasm = dir.path().join("guess-number.wasm");
+    build("rust", &root().join("examples/guess-number"), &wasm);
+    let shown = ok(host(&dir.path().join("cache"), &["inspect", "--plugin", wasm.to_str().unwrap()]), "inspect");
+    // Its own fields, and the license it inherits from the workspace.
+    assert!(shown.contains("metadata      name: guess-number") && shown.contains("version: 0.1.0"), "{shown}");
+    assert!(shown.contains("license: Apache-2.0"), "{shown}");
 }
