@@ -127,12 +127,17 @@ def test_a_run_records_the_digest_and_a_moved_tag_or_a_lock_keeps_it(registry, h
     config.write_text(CONFIG.read_text().replace('"../target/plugins/frozenlake.wasm"', f'"{ref}"'))
     host("lock", config)
     assert first.split("@")[1] in (home / "vagen.lock").read_text()
-    host("train", "--config", config, "--run-dir", home / "run", *TINY, "--set", "schedule.steps=2")
+    host("train", "--config", config, "--run-dir", home / "run", *TINY)
     written = (home / "run" / "config.toml").read_text()
     assert f'plugin = "{first}"' in written
-    # The tag now names another build: the lock, and the run it started, keep the first.
+    # The tag now names another build: the run it started, resumed, and the lock keep the first.
     second = pushed(another_build(home, "1.0.1"), ref)
     assert second != first
+    host("train", "--resume", home / "run", "--set", "schedule.steps=2")
+    metrics = [json.loads(line) for line in (home / "run" / "metrics.jsonl").read_text().splitlines()]
+    builds = [m["run"]["env"] for m in metrics if "run" in m]
+    assert len(builds) == 2 and set(builds) == {f"frozenlake 0.1.0 {sha256_of(FROZENLAKE)}"}, builds
+    assert any(m.get("step") == 2 for m in metrics)
     host("train", "--config", config, "--run-dir", home / "locked", *TINY)
     assert f'plugin = "{first}"' in (home / "locked" / "config.toml").read_text()
     env_line = lambda run: (home / run / "config.toml").read_text().splitlines()[0]
