@@ -27,12 +27,14 @@ impl OciRef {
         if path.is_empty() || !(host.contains('.') || host.contains(':') || host == "localhost") {
             return Err(bad("the registry must be a host name (oci://REGISTRY/REPO:TAG, e.g. ghcr.io or 127.0.0.1:5000)"));
         }
-        let inner: oci_client::Reference = rest.parse().map_err(|e| bad(&format!("{e}")))?;
-        if let Some(d) = inner.digest()
-            && !is_sha256(d)
+        if let Some((_, digest)) = rest.split_once('@')
+            && !is_sha256(digest)
         {
             return Err(bad("its digest is not sha256:<64 hex digits>"));
         }
+        let inner: oci_client::Reference = rest
+            .parse()
+            .map_err(|e| bad(&format!("{e} (REGISTRY/REPO:TAG, lower-case repository, tag of letters, digits, . _ -)")))?;
         Ok(Self { inner })
     }
 
@@ -111,6 +113,7 @@ mod tests {
         assert!(why("oci://ghcr.io").contains("no repository"));
         assert!(why("oci://library/env:1").contains("host name"));
         assert!(why("oci://ghcr.io/o/env@sha256:12").contains("digest"));
-        assert!(why("oci://ghcr.io/o/env@md5:0123").contains("ghcr.io"));
+        assert!(why("oci://ghcr.io/o/env@md5:0123").contains("digest"));
+        assert!(why("oci://ghcr.io/O/Env:1").contains("lower-case"));
     }
 }
