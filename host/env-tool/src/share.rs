@@ -135,7 +135,10 @@ pub fn keygen(a: KeygenArgs) -> Result<()> {
     write_private(&private, &pair.private_pem)?;
     std::fs::write(&public, &pair.public_pem).with_context(|| format!("writing {}", public.display()))?;
     println!("private key {} (push --sign-key)", private.display());
-    println!("public key  {} (--verify-key, or verify_key in [plugins] of ~/.config/vagen/config.toml)", public.display());
+    println!(
+        "public key  {} (--verify-key, or verify_key in [plugins] of ~/.config/vagen/config.toml)",
+        public.display()
+    );
     Ok(())
 }
 

@@ -196,7 +196,10 @@ fn the_three_templates_build_pass_check_and_fuzz_and_play_the_same_seeded_episod
         let shown = ok(host(&cache, &["inspect", "--plugin", w]), sdk);
         let name = format!("corridor-{}", if sdk == "python" { "py" } else { sdk });
         assert!(shown.contains(&format!("metadata      name: {name}")), "{sdk}: {shown}");
-        assert!(shown.contains("license: Apache-2.0") && shown.contains("source: https://example.org/you/corridor"), "{shown}");
+        assert!(
+            shown.contains("license: Apache-2.0") && shown.contains("source: https://example.org/you/corridor"),
+            "{shown}"
+        );
         let log = dir.path().join(format!("corridor-{sdk}.jsonl"));
         let args = ["run", "--plugin", w, "--policy", "random", "--episodes", "5", "--seed", "3", "--out"];
         ok(host(&cache, &[&args[..], &[log.to_str().unwrap()]].concat()), sdk);

@@ -25,7 +25,9 @@ impl Cache {
         let base = std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))
-            .ok_or_else(|| Error::Other("neither XDG_CACHE_HOME nor HOME is set: no place for pulled components".into()))?;
+            .ok_or_else(|| {
+                Error::Other("neither XDG_CACHE_HOME nor HOME is set: no place for pulled components".into())
+            })?;
         Ok(Self { root: base.join("vagen").join("components") })
     }
 

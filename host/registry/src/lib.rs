@@ -22,12 +22,12 @@ mod trust;
 
 pub use auth::Credentials;
 pub use error::Error;
+pub use lock::Lock;
 pub use pull::{Fetched, fetch, resolve};
 pub use push::{Pushed, push};
 pub use reference::{OciRef, is_oci};
 pub use sign::{KeyPair, Signer, generate_key_pair};
 pub use trust::{Trust, set_trust, trust};
-pub use lock::Lock;
 
 /// The layout's media types (the CNCF TAG Runtime's Wasm OCI artifact).
 pub const CONFIG_MEDIA_TYPE: &str = "application/vnd.wasm.config.v0+json";

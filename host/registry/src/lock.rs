@@ -43,7 +43,10 @@ impl Lock {
         }
         for c in &lock.components {
             if !crate::reference::is_sha256(&c.digest) {
-                return Err(Error::file(&path, format!("{}: digest {:?} is not sha256:<64 hex digits>", c.reference, c.digest)));
+                return Err(Error::file(
+                    &path,
+                    format!("{}: digest {:?} is not sha256:<64 hex digits>", c.reference, c.digest),
+                ));
             }
         }
         Ok(Some(lock))
@@ -74,13 +77,18 @@ impl Lock {
         }
         match self.components.iter().find(|c| c.reference == name) {
             Some(c) => Ok(r.pinned(&c.digest).to_string()),
-            None => Err(Error::file(lock_path, format!("it does not pin {name}: run `vagen-host lock` on the config again"))),
+            None => Err(Error::file(
+                lock_path,
+                format!("it does not pin {name}: run `vagen-host lock` on the config again"),
+            )),
         }
     }
 
     pub fn to_toml(&self) -> String {
         let body = toml::to_string(self).expect("a lock serialises");
-        format!("# Written by `vagen-host lock`: the digest of every oci:// component the config beside it names.\n{body}")
+        format!(
+            "# Written by `vagen-host lock`: the digest of every oci:// component the config beside it names.\n{body}"
+        )
     }
 
     /// Writes the lock whole (aside, then renamed).

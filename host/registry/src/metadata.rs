@@ -28,7 +28,8 @@ pub const EXPECTED: [&str; 5] = ["name", "version", "description", "license", "s
 impl Metadata {
     /// The outermost component's (or module's) metadata.
     pub fn read(bytes: &[u8]) -> Result<Self, Error> {
-        let payload = Payload::from_binary(bytes).map_err(|e| Error::Other(format!("reading the metadata sections: {e:#}")))?;
+        let payload =
+            Payload::from_binary(bytes).map_err(|e| Error::Other(format!("reading the metadata sections: {e:#}")))?;
         let m = payload.metadata();
         let text = |v: Option<String>| v.filter(|s| !s.is_empty());
         Ok(Self {
@@ -65,10 +66,20 @@ impl Metadata {
         add.description = set(self.description.as_deref().map(|v| wasm_metadata::Description::new(v.to_string())));
         add.authors = set(self.authors.as_deref().map(|v| wasm_metadata::Authors::new(v.to_string())));
         add.revision = set(self.revision.as_deref().map(|v| wasm_metadata::Revision::new(v.to_string())));
-        add.licenses = set(self.license.as_deref().map(wasm_metadata::Licenses::new).transpose().map_err(|e| bad("license", &e))?);
-        add.source = set(self.source.as_deref().map(wasm_metadata::Source::new).transpose().map_err(|e| bad("source", &e))?);
-        add.homepage =
-            set(self.homepage.as_deref().map(wasm_metadata::Homepage::new).transpose().map_err(|e| bad("homepage", &e))?);
+        add.licenses = set(self
+            .license
+            .as_deref()
+            .map(wasm_metadata::Licenses::new)
+            .transpose()
+            .map_err(|e| bad("license", &e))?);
+        add.source =
+            set(self.source.as_deref().map(wasm_metadata::Source::new).transpose().map_err(|e| bad("source", &e))?);
+        add.homepage = set(self
+            .homepage
+            .as_deref()
+            .map(wasm_metadata::Homepage::new)
+            .transpose()
+            .map_err(|e| bad("homepage", &e))?);
         add.to_wasm(bytes).map_err(|e| Error::Other(format!("writing the metadata sections: {e:#}")))
     }
 

@@ -7,8 +7,12 @@ pub(crate) fn package_json(text: &str) -> Result<Metadata, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
     // `author` and `repository` are a string or an object (npm's package.json).
-    let author = v.get("author").and_then(|a| a.as_str().map(str::to_string).or_else(|| a.get("name")?.as_str().map(str::to_string)));
-    let repo = v.get("repository").and_then(|r| r.as_str().map(str::to_string).or_else(|| r.get("url")?.as_str().map(str::to_string)));
+    let author = v
+        .get("author")
+        .and_then(|a| a.as_str().map(str::to_string).or_else(|| a.get("name")?.as_str().map(str::to_string)));
+    let repo = v
+        .get("repository")
+        .and_then(|r| r.as_str().map(str::to_string).or_else(|| r.get("url")?.as_str().map(str::to_string)));
     Ok(Metadata {
         name: s("name"),
         version: s("version"),
@@ -40,7 +44,9 @@ pub(crate) fn toml_package(text: &str, path: &Path) -> Result<Metadata, String> 
         }
     };
     let text = |v: Option<toml::Value>| v.and_then(|v| v.as_str().map(str::to_string));
-    let authors = field("authors")?.and_then(|a| a.as_array().map(|a| join(a.iter().filter_map(|x| x.as_str())))).filter(|s| !s.is_empty());
+    let authors = field("authors")?
+        .and_then(|a| a.as_array().map(|a| join(a.iter().filter_map(|x| x.as_str()))))
+        .filter(|s| !s.is_empty());
     Ok(Metadata {
         name: text(field("name")?),
         version: text(field("version")?),
@@ -56,8 +62,11 @@ pub(crate) fn toml_package(text: &str, path: &Path) -> Result<Metadata, String> 
 fn pyproject(p: &toml::Table) -> Metadata {
     let s = |k: &str| p.get(k).and_then(|x| x.as_str()).map(str::to_string);
     // PEP 621: `license` is an SPDX string or `{ text = ... }`; authors are `{ name, email }`.
-    let license = p.get("license").and_then(|l| l.as_str().map(str::to_string).or_else(|| l.get("text")?.as_str().map(str::to_string)));
-    let authors = p.get("authors").and_then(|a| a.as_array()).map(|a| join(a.iter().filter_map(|x| x.get("name")?.as_str())));
+    let license = p
+        .get("license")
+        .and_then(|l| l.as_str().map(str::to_string).or_else(|| l.get("text")?.as_str().map(str::to_string)));
+    let authors =
+        p.get("authors").and_then(|a| a.as_array()).map(|a| join(a.iter().filter_map(|x| x.get("name")?.as_str())));
     let url = |keys: &[&str]| {
         let urls = p.get("urls")?.as_table()?;
         keys.iter().find_map(|k| urls.get(*k)?.as_str().map(str::to_string))

@@ -3,7 +3,9 @@
 
 use crate::cache::{Cache, Kind, sha256};
 use crate::remote::{Remote, block_on, classify};
-use crate::{CONFIG_MEDIA_TYPE, Credentials, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_COMPONENT_BYTES, OciRef, Trust};
+use crate::{
+    CONFIG_MEDIA_TYPE, Credentials, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_COMPONENT_BYTES, OciRef, Trust,
+};
 use oci_client::manifest::OciImageManifest;
 use std::path::PathBuf;
 
@@ -29,7 +31,10 @@ pub fn resolve(r: &OciRef, credentials: &Credentials) -> Result<OciRef, Error> {
     let remote = Remote::new(r, credentials)?;
     let digest = block_on(remote.client.fetch_manifest_digest(&r.inner, &remote.auth)).map_err(|e| classify(r, e))?;
     if !crate::reference::is_sha256(&digest) {
-        return Err(Error::Registry { reference: r.to_string(), why: format!("the registry answered the digest {digest:?}") });
+        return Err(Error::Registry {
+            reference: r.to_string(),
+            why: format!("the registry answered the digest {digest:?}"),
+        });
     }
     Ok(r.pinned(&digest))
 }
@@ -45,8 +50,9 @@ pub fn fetch(r: &OciRef, credentials: &Credentials, trust: &Trust) -> Result<Fet
         Some(bytes) => bytes,
         None => {
             let remote = connect(&mut slot, &pinned, credentials)?;
-            let (bytes, _) = block_on(remote.client.pull_manifest_raw(&pinned.inner, &remote.auth, &[MANIFEST_MEDIA_TYPE]))
-                .map_err(|e| classify(&pinned, e))?;
+            let (bytes, _) =
+                block_on(remote.client.pull_manifest_raw(&pinned.inner, &remote.auth, &[MANIFEST_MEDIA_TYPE]))
+                    .map_err(|e| classify(&pinned, e))?;
             check(&pinned, "the manifest", &digest, &bytes)?;
             cache.put(Kind::Manifest, &digest, &bytes)?;
             bytes.to_vec()

@@ -6,7 +6,9 @@ use crate::cache::sha256;
 use crate::metadata::Metadata;
 use crate::remote::{Remote, block_on, classify};
 use crate::sign::Signer;
-use crate::{CONFIG_MEDIA_TYPE, Credentials, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_COMPONENT_BYTES, OciRef};
+use crate::{
+    CONFIG_MEDIA_TYPE, Credentials, Error, LAYER_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, MAX_COMPONENT_BYTES, OciRef,
+};
 use oci_client::client::{Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 use std::path::Path;
@@ -31,7 +33,10 @@ pub fn push(file: &Path, target: &OciRef, credentials: &Credentials, signer: Opt
     let bytes = vagen_files::read_regular(file, vagen_files::Links::Follow, MAX_COMPONENT_BYTES)
         .map_err(|e| Error::file(file, e))?;
     if bytes.get(..8) != Some(b"\0asm\x0d\x00\x01\x00") {
-        return Err(Error::file(file, "not a WebAssembly component (a core module or another file): build it with the SDK"));
+        return Err(Error::file(
+            file,
+            "not a WebAssembly component (a core module or another file): build it with the SDK",
+        ));
     }
     let metadata = Metadata::read(&bytes)?;
     let component = sha256(&bytes);

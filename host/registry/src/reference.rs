@@ -23,18 +23,21 @@ impl OciRef {
     pub fn parse(text: &str) -> Result<Self, Error> {
         let bad = |why: &str| Error::Reference { reference: text.into(), why: why.into() };
         let rest = text.strip_prefix(SCHEME).ok_or_else(|| bad("it does not start with oci://"))?;
-        let (host, path) = rest.split_once('/').ok_or_else(|| bad("it names no repository (oci://REGISTRY/REPO:TAG)"))?;
+        let (host, path) =
+            rest.split_once('/').ok_or_else(|| bad("it names no repository (oci://REGISTRY/REPO:TAG)"))?;
         if path.is_empty() || !(host.contains('.') || host.contains(':') || host == "localhost") {
-            return Err(bad("the registry must be a host name (oci://REGISTRY/REPO:TAG, e.g. ghcr.io or 127.0.0.1:5000)"));
+            return Err(bad(
+                "the registry must be a host name (oci://REGISTRY/REPO:TAG, e.g. ghcr.io or 127.0.0.1:5000)",
+            ));
         }
         if let Some((_, digest)) = rest.split_once('@')
             && !is_sha256(digest)
         {
             return Err(bad("its digest is not sha256:<64 hex digits>"));
         }
-        let inner: oci_client::Reference = rest
-            .parse()
-            .map_err(|e| bad(&format!("{e} (REGISTRY/REPO:TAG, lower-case repository, tag of letters, digits, . _ -)")))?;
+        let inner: oci_client::Reference = rest.parse().map_err(|e| {
+            bad(&format!("{e} (REGISTRY/REPO:TAG, lower-case repository, tag of letters, digits, . _ -)"))
+        })?;
         Ok(Self { inner })
     }
 
@@ -98,7 +101,10 @@ mod tests {
     #[test]
     fn a_reference_keeps_its_parts_and_prints_as_given() {
         let r = OciRef::parse("oci://127.0.0.1:5000/envs/frozenlake:1.0.0").unwrap();
-        assert_eq!((r.registry(), r.repository(), r.tag(), r.digest()), ("127.0.0.1:5000", "envs/frozenlake", Some("1.0.0"), None));
+        assert_eq!(
+            (r.registry(), r.repository(), r.tag(), r.digest()),
+            ("127.0.0.1:5000", "envs/frozenlake", Some("1.0.0"), None)
+        );
         assert!(r.is_loopback());
         let p = r.pinned(D);
         assert_eq!(p.to_string(), format!("oci://127.0.0.1:5000/envs/frozenlake:1.0.0@{D}"));

@@ -55,13 +55,16 @@ pub(crate) fn classify(r: &OciRef, e: OciDistributionError) -> Error {
     let reference = r.to_string();
     match e {
         OciDistributionError::AuthenticationFailure(why) => Error::Unauthorized { registry, why },
-        OciDistributionError::UnauthorizedError { url } => Error::Unauthorized { registry, why: format!("401 at {url}") },
+        OciDistributionError::UnauthorizedError { url } => {
+            Error::Unauthorized { registry, why: format!("401 at {url}") }
+        }
         OciDistributionError::ImageManifestNotFoundError(why) => Error::NotFound { reference, why },
         OciDistributionError::RequestError(e) if e.is_connect() || e.is_timeout() => {
             Error::Unreachable { registry, why: chain(&e) }
         }
         OciDistributionError::RegistryError { envelope, .. } => {
-            let why = envelope.errors.iter().map(|e| format!("{:?}: {}", e.code, e.message)).collect::<Vec<_>>().join("; ");
+            let why =
+                envelope.errors.iter().map(|e| format!("{:?}: {}", e.code, e.message)).collect::<Vec<_>>().join("; ");
             let unknown = envelope.errors.iter().any(|e| {
                 use oci_client::errors::OciErrorCode as C;
                 matches!(e.code, C::ManifestUnknown | C::NameUnknown | C::BlobUnknown | C::NotFound)
@@ -77,7 +80,9 @@ pub(crate) fn classify(r: &OciRef, e: OciDistributionError) -> Error {
             }
         }
         OciDistributionError::ServerError { code: 404, message, .. } => Error::NotFound { reference, why: message },
-        OciDistributionError::ServerError { code: 401 | 403, message, .. } => Error::Unauthorized { registry, why: message },
+        OciDistributionError::ServerError { code: 401 | 403, message, .. } => {
+            Error::Unauthorized { registry, why: message }
+        }
         other => Error::Registry { reference, why: chain(&other) },
     }
 }

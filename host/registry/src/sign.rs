@@ -83,7 +83,8 @@ pub(crate) fn sign(reference: &OciRef, remote: &Remote, signer: &Signer) -> Resu
     let refused = |why: String| Error::Signature { reference: reference.to_string(), why };
     let mut client = client(remote)?;
     let digest = reference.digest().expect("pinned").to_string();
-    let signing = signer.key.to_sigstore_signer(&SCHEME).map_err(|e| refused(format!("the key is not {SCHEME}: {e}")))?;
+    let signing =
+        signer.key.to_sigstore_signer(&SCHEME).map_err(|e| refused(format!("the key is not {SCHEME}: {e}")))?;
     let mut layer = SignatureLayer::new_unsigned(&image(reference), &digest).map_err(|e| refused(e.to_string()))?;
     PrivateKeySigner::new_with_signer(signing).add_constraint(&mut layer).map_err(|e| refused(e.to_string()))?;
     let target = OciReference::with_tag(
@@ -123,7 +124,9 @@ pub(crate) fn check(pinned: &OciRef, credentials: &Credentials, trust: &Trust) -
         return match trust.require_signed {
             true => Err(refused(format!("it is not signed (no cosign signature in {})", pinned.registry()))),
             false => {
-                tracing::warn!("{pinned} is not signed: loaded without a signature check (--require-signed refuses it)");
+                tracing::warn!(
+                    "{pinned} is not signed: loaded without a signature check (--require-signed refuses it)"
+                );
                 Ok(None)
             }
         };

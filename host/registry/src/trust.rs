@@ -57,7 +57,8 @@ fn read(path: &Path) -> Result<Trust, Error> {
     let table: toml::Table = toml::from_str(&text).map_err(|e| Error::file(path, e))?;
     // Other sections belong to other parts of the program; [plugins] is read whole.
     let plugins = toml::Table::from_iter(table.get("plugins").map(|p| ("plugins".to_string(), p.clone())));
-    let config: UserConfig = plugins.try_into().map_err(|e: toml::de::Error| Error::file(path, format!("[plugins]: {e}")))?;
+    let config: UserConfig =
+        plugins.try_into().map_err(|e: toml::de::Error| Error::file(path, format!("[plugins]: {e}")))?;
     let mut trust = config.plugins;
     // A relative key path is relative to the config file.
     if let Some(key) = &trust.verify_key

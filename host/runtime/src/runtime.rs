@@ -129,7 +129,8 @@ pub fn locate(name: &Path) -> Result<PathBuf, Error> {
     let text = name.to_str().expect("an oci:// reference is UTF-8");
     let reference = vagen_registry::OciRef::parse(text).map_err(registry)?;
     let trust = vagen_registry::trust().map_err(registry)?;
-    let fetched = vagen_registry::fetch(&reference, &vagen_registry::Credentials::default(), &trust).map_err(registry)?;
+    let fetched =
+        vagen_registry::fetch(&reference, &vagen_registry::Credentials::default(), &trust).map_err(registry)?;
     tracing::info!("{} is {} ({})", text, fetched.path.display(), fetched.reference);
     Ok(fetched.path)
 }

@@ -637,7 +637,10 @@ fn set_up_side_by_side(phases: &Phases) -> Result<PathBuf> {
         });
         let venvs = phases
             .time("venvs", || {
-                setup_torch(Needs::Tests).and_then(|_| setup_gloo()).and_then(|_| setup_registry()).and_then(|_| maniskill::setup())
+                setup_torch(Needs::Tests)
+                    .and_then(|_| setup_gloo())
+                    .and_then(|_| setup_registry())
+                    .and_then(|_| maniskill::setup())
             })
             .and_then(|_| phases.time("sdk toolchains (beside the wheel)", sdk_toolchains));
         let wheel = rust.join().map_err(|_| "the build beside the venvs panicked".to_string())?;

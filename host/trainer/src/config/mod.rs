@@ -123,7 +123,10 @@ impl TrainConfig {
     /// locked digest (one the lock lacks is an error: lock again).
     fn pin_with_lock(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
         let lock_path = vagen_registry::lock::path_for(path);
-        let err = |e: vagen_registry::Error| ConfigError::Parse { path: lock_path.display().to_string(), message: e.to_string() };
+        let err = |e: vagen_registry::Error| ConfigError::Parse {
+            path: lock_path.display().to_string(),
+            message: e.to_string(),
+        };
         let Some(lock) = vagen_registry::Lock::beside(path).map_err(err)? else {
             return Ok(());
         };
@@ -343,7 +346,8 @@ fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
         doc.get_mut(table).and_then(toml::Value::as_table_mut).and_then(|t| t.get_mut(key))
     }
     // Names that are no file here stay as they are: a server, a registry reference.
-    let file = |s: &str| !s.starts_with(vagen_runtime::openenv::PREFIX) && !s.starts_with(vagen_registry::reference::SCHEME);
+    let file =
+        |s: &str| !s.starts_with(vagen_runtime::openenv::PREFIX) && !s.starts_with(vagen_registry::reference::SCHEME);
     join(field(doc, "env", "plugin"), folder, file);
     join(field(doc, "model", "path"), folder, folder_model);
     join(field(doc, "judge", "model"), folder, folder_model);
