@@ -50,7 +50,7 @@ pub fn check(a: CheckArgs) -> Result<()> {
     }
     println!("{}: all {} checks passed", a.plugin.display(), report.findings.len());
     if plugin.info().kind == "wasm" {
-        let missing = crate::share::read_metadata(&a.plugin)?.missing();
+        let missing = crate::share::read_metadata(&plugin.info().path)?.missing();
         if !missing.is_empty() {
             println!(
                 "warning: no {} in the component's metadata: sharing it, add them (`{} metadata FILE --from Cargo.toml`, or the SDK build reads them)",

@@ -24,7 +24,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     }
     let plugin = load(&a.plugin, limits_from(&[])?)?;
     let (m, info) = (plugin.manifest(), plugin.info());
-    let metadata = component_metadata(&a.plugin, info.kind)?;
+    let metadata = component_metadata(&info.path, info.kind)?;
     if a.json {
         println!("{}", serde_json::json!({ "manifest": m, "plugin": info, "metadata": metadata }));
         return Ok(());
@@ -66,7 +66,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
 fn inspect_reward(a: &InspectArgs) -> Result<()> {
     let plugin = vagen_runtime::Runtime::new(limits_from(&[])?)?.load_reward(&a.plugin)?;
     let m = plugin.manifest();
-    let metadata = component_metadata(&a.plugin, "wasm")?;
+    let metadata = component_metadata(plugin.path(), "wasm")?;
     let config: serde_json::Value = serde_json::from_str(&m.default_config).unwrap_or(serde_json::Value::Null);
     if a.json {
         let manifest = serde_json::json!({"name": m.name, "version": m.version, "description": m.description,
@@ -106,10 +106,11 @@ fn print_imports(info: &PluginInfo) {
     }
 }
 
-/// A component's metadata sections (a native plugin or a server has none).
-fn component_metadata(name: &Path, kind: &str) -> Result<Option<Metadata>> {
+/// A component's metadata sections, read from the file it loaded from (a native plugin or
+/// a server has none).
+fn component_metadata(file: &Path, kind: &str) -> Result<Option<Metadata>> {
     match kind {
-        "wasm" => Ok(Some(crate::share::read_metadata(name)?)),
+        "wasm" => Ok(Some(crate::share::read_metadata(file)?)),
         _ => Ok(None),
     }
 }

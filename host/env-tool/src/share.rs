@@ -221,9 +221,9 @@ pub fn metadata(a: MetadataArgs) -> Result<()> {
     Ok(())
 }
 
-/// A component file's metadata (an `oci://` name fetched first), for `inspect` and `check`.
-pub fn read_metadata(plugin: &Path) -> Result<Metadata> {
-    let path = vagen_runtime::locate(plugin)?;
-    let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+/// A loaded component's metadata, from the file it was loaded from (for an `oci://` name,
+/// the cached file), for `inspect` and `check`.
+pub fn read_metadata(file: &Path) -> Result<Metadata> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     Ok(Metadata::read(&bytes)?)
 }

@@ -56,11 +56,11 @@ impl Lock {
     pub fn resolve(names: &[String], credentials: &Credentials) -> Result<Self, Error> {
         let mut components = Vec::new();
         for name in names {
-            let r = OciRef::parse(name)?;
-            let pinned = crate::resolve(&r, credentials)?;
-            if !components.iter().any(|c: &Locked| &c.reference == name) {
-                components.push(Locked { reference: name.clone(), digest: pinned.digest().expect("pinned").into() });
+            if components.iter().any(|c: &Locked| &c.reference == name) {
+                continue;
             }
+            let pinned = crate::resolve(&OciRef::parse(name)?, credentials)?;
+            components.push(Locked { reference: name.clone(), digest: pinned.digest().expect("pinned").into() });
         }
         Ok(Self { version: 1, components })
     }

@@ -28,7 +28,11 @@ pub fn resolve(r: &OciRef, credentials: &Credentials) -> Result<OciRef, Error> {
     if r.digest().is_some() {
         return Ok(r.clone());
     }
-    let remote = Remote::new(r, credentials)?;
+    pin(&Remote::new(r, credentials)?, r)
+}
+
+/// `r` (a tag) pinned to the digest `remote` gives it now.
+fn pin(remote: &Remote, r: &OciRef) -> Result<OciRef, Error> {
     let digest = block_on(remote.client.fetch_manifest_digest(&r.inner, &remote.auth)).map_err(|e| classify(r, e))?;
     if !crate::reference::is_sha256(&digest) {
         return Err(Error::Registry {
@@ -42,10 +46,14 @@ pub fn resolve(r: &OciRef, credentials: &Credentials) -> Result<OciRef, Error> {
 /// The component `r` names, from the cache when a pinned reference is there (no network),
 /// else from its registry; its signature checked as `trust` asks.
 pub fn fetch(r: &OciRef, credentials: &Credentials, trust: &Trust) -> Result<Fetched, Error> {
-    let pinned = resolve(r, credentials)?;
-    let digest = pinned.digest().expect("resolve pins").to_string();
-    let cache = Cache::user()?;
+    // One connection, made only when needed, for the tag's digest, the manifest and the layer.
     let mut slot = None;
+    let pinned = match r.digest() {
+        Some(_) => r.clone(),
+        None => pin(connect(&mut slot, r, credentials)?, r)?,
+    };
+    let digest = pinned.digest().expect("pinned").to_string();
+    let cache = Cache::user()?;
     let manifest_bytes = match cache.get(Kind::Manifest, &digest) {
         Some(bytes) => bytes,
         None => {
@@ -81,7 +89,7 @@ pub fn fetch(r: &OciRef, credentials: &Credentials, trust: &Trust) -> Result<Fet
     Ok(Fetched { path, reference: pinned, component: layer.digest, verified_with })
 }
 
-/// One connection for the manifest and the layer, made only when the cache lacks one.
+/// The one connection `fetch` makes, on its first need.
 fn connect<'a>(slot: &'a mut Option<Remote>, r: &OciRef, credentials: &Credentials) -> Result<&'a Remote, Error> {
     if slot.is_none() {
         *slot = Some(Remote::new(r, credentials)?);

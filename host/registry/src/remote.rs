@@ -9,7 +9,8 @@ use std::time::Duration;
 pub(crate) struct Remote {
     pub(crate) client: oci_client::Client,
     pub(crate) auth: RegistryAuth,
-    pub(crate) config: ClientConfig,
+    /// HTTP for a registry on this machine, HTTPS otherwise; the signature client speaks the same.
+    pub(crate) protocol: ClientProtocol,
 }
 
 /// How long a registry may take to accept a connection, and to send the next bytes: an
@@ -20,16 +21,17 @@ const READ: Duration = Duration::from_secs(60);
 impl Remote {
     pub(crate) fn new(r: &OciRef, credentials: &Credentials) -> Result<Self, Error> {
         let auth = credentials.for_registry(r.registry())?;
-        let config = || ClientConfig {
-            protocol: match r.is_loopback() {
-                true => ClientProtocol::HttpsExcept(vec![r.registry().to_string()]),
-                false => ClientProtocol::Https,
-            },
+        let protocol = match r.is_loopback() {
+            true => ClientProtocol::HttpsExcept(vec![r.registry().to_string()]),
+            false => ClientProtocol::Https,
+        };
+        let config = ClientConfig {
+            protocol: protocol.clone(),
             connect_timeout: Some(CONNECT),
             read_timeout: Some(READ),
             ..ClientConfig::default()
         };
-        Ok(Self { client: oci_client::Client::new(config()), auth, config: config() })
+        Ok(Self { client: oci_client::Client::new(config), auth, protocol })
     }
 }
 

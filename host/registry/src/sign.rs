@@ -53,7 +53,7 @@ pub fn generate_key_pair(password: &[u8]) -> Result<KeyPair, Error> {
 }
 
 fn client(remote: &Remote) -> Result<sigstore::cosign::Client, Error> {
-    let protocol = match &remote.config.protocol {
+    let protocol = match &remote.protocol {
         oci_client::client::ClientProtocol::Http => ClientProtocol::Http,
         oci_client::client::ClientProtocol::Https => ClientProtocol::Https,
         oci_client::client::ClientProtocol::HttpsExcept(e) => ClientProtocol::HttpsExcept(e.clone()),

@@ -113,12 +113,6 @@ impl TrainConfig {
         Ok(config)
     }
 
-    /// The `oci://` components this config names (the env, the reward functions), as written.
-    pub fn component_names(&self) -> Vec<String> {
-        let names = std::iter::once(&self.env.plugin).chain(self.rewards.iter().map(|r| &r.plugin));
-        names.filter(|p| vagen_registry::is_oci(p)).map(|p| p.display().to_string()).collect()
-    }
-
     /// With a `vagen.lock` beside the config file, each `oci://` tag it names is pinned to the
     /// locked digest (one the lock lacks is an error: lock again).
     fn pin_with_lock(&mut self, path: &std::path::Path) -> Result<(), ConfigError> {
@@ -130,28 +124,28 @@ impl TrainConfig {
         let Some(lock) = vagen_registry::Lock::beside(path).map_err(err)? else {
             return Ok(());
         };
-        let pin = |p: &std::path::PathBuf| lock.pin(&p.display().to_string(), &lock_path).map(std::path::PathBuf::from);
-        self.env.plugin = pin(&self.env.plugin).map_err(err)?;
-        for r in &mut self.rewards {
-            r.plugin = pin(&r.plugin).map_err(err)?;
-        }
-        Ok(())
+        self.map_components(|p| lock.pin(&p.display().to_string(), &lock_path).map(std::path::PathBuf::from))
+            .map_err(err)
     }
 
     /// Each `oci://` tag pinned to the digest its registry gives it now, so the run's
     /// config.toml (and a `--resume` or `eval --config` of it) names the bytes this run used,
     /// whatever the tag later names.
     pub fn pin_components(&mut self) -> Result<(), vagen_registry::Error> {
-        let pin = |p: &std::path::PathBuf| -> Result<std::path::PathBuf, vagen_registry::Error> {
+        self.map_components(|p| {
             if !vagen_registry::is_oci(p) {
                 return Ok(p.clone());
             }
             let r = vagen_registry::OciRef::parse(&p.display().to_string())?;
             Ok(vagen_registry::resolve(&r, &vagen_registry::Credentials::default())?.to_string().into())
-        };
-        self.env.plugin = pin(&self.env.plugin)?;
+        })
+    }
+
+    /// Replaces each component name (`env.plugin`, every `[[reward]] plugin`) with `f`'s.
+    fn map_components<E>(&mut self, f: impl Fn(&std::path::PathBuf) -> Result<std::path::PathBuf, E>) -> Result<(), E> {
+        self.env.plugin = f(&self.env.plugin)?;
         for r in &mut self.rewards {
-            r.plugin = pin(&r.plugin)?;
+            r.plugin = f(&r.plugin)?;
         }
         Ok(())
     }
