@@ -103,7 +103,8 @@ fn the_openai_judge_batches_through_serve_caches_and_reports_a_dead_server() {
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
     let stats = server.stats();
     assert_eq!(stats["requests"], 5);
-    assert_eq!(stats["generation_calls"], 1, "concurrent requests share one generation: {stats}");
+    assert_eq!(stats["rounds"], 1, "concurrent requests share one round of the engine: {stats}");
+    assert_eq!(stats["peak_batch"], 5, "{stats}");
     // A resumed run (a new judge, the same cache) pays nothing twice.
     let again = OpenAiJudge::new(options(&server.url, Some(cache.path().into()))).unwrap();
     assert_eq!(again.complete(&requests(5)), answers);
@@ -399,6 +400,17 @@ fn chunks_leave_as_they_are_sampled_and_a_client_that_hangs_up_frees_its_row() {
     }
     let first_s = started.elapsed();
     assert!(first_s * 4 < whole_s, "first token after {first_s:?}, the whole answer took {whole_s:?}");
+    // A request arriving while it runs joins the running batch at the next step: it is
+    // answered long before the long one ends, its first token within 2 steps of arriving.
+    let (status, v) = post(&server.url, r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}"#);
+    assert_eq!(status, 200, "{v}");
+    let stats = server.stats();
+    assert_eq!(stats["rounds"], 2, "the short request joined the long one's round: {stats}");
+    assert!(stats["max_steps_to_first_token"].as_u64().unwrap() <= 2, "{stats}");
+    assert_eq!(stats["peak_batch"], 2, "{stats}");
+    let b = &mut [0u8; 4096];
+    let more = stream.read(b).unwrap();
+    assert!(more > 0 && !String::from_utf8_lossy(&b[..more]).contains("[DONE]"), "the long answer goes on");
     // Hanging up stops its row: the next request does not wait for the rest of it.
     drop(stream);
     let started = Instant::now();
@@ -575,6 +587,25 @@ fn streamed(url: &str, body: &str) -> (Vec<u64>, String) {
 }
 
 #[test]
+fn sixty_four_streams_are_decoded_as_one_batch() {
+    let server = Server::start(&["--batch-wait-ms", "5000"]);
+    let body = r#"{"messages": [{"role": "user", "content": "Tell me."}], "max_tokens": 24, "seed": 3,
+        "temperature": 2.0, "stream": true}"#;
+    let started = Instant::now();
+    let answers: Vec<(Vec<u64>, String)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..64).map(|_| s.spawn(|| streamed(&server.url, body))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // The batch starts once 64 completions wait, not after the 5 s of gathering.
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    let stats = server.stats();
+    assert_eq!((stats["rounds"].as_u64(), stats["peak_batch"].as_u64()), (Some(1), Some(64)), "{stats}");
+    // One seed, one answer, whatever shares the batch.
+    assert_eq!(answers[0].0.len(), 24, "{:?}", answers[0]);
+    assert!(answers.iter().all(|a| *a == answers[0]));
+}
+
+#[test]
 fn bench_reward_prints_the_cost_per_turn_and_judge_throughput() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let plugin = root.join("target/rewards/state-match.wasm");
@@ -633,7 +664,8 @@ fn served_adapters_and_the_base_answer_in_one_batch_as_each_alone() {
         let handles: Vec<_> = names.iter().map(|m| s.spawn(|| ask(&server.url, m))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    assert_eq!(server.stats()["generation_calls"], 1, "one batch for the three");
+    let stats = server.stats();
+    assert_eq!((stats["rounds"].as_u64(), stats["peak_batch"].as_u64()), (Some(1), Some(3)), "one batch: {stats}");
     let text = |v: &serde_json::Value| v["choices"][0]["message"]["content"].as_str().unwrap().to_string();
     for ((status, answer), name) in together.iter().zip(names) {
         assert_eq!(*status, 200, "{answer}");

@@ -25,6 +25,7 @@ pub struct Chat {
     pub adapter: usize,
 }
 
+#[derive(Clone)]
 pub struct ChatAnswer {
     pub generation: Generation,
     pub prompt_tokens: usize,
@@ -86,6 +87,29 @@ impl Model {
         Ok(())
     }
 
+    /// The engine request that continues `chat` as trajectory `key`: its prompt rendered by
+    /// the chat template, its cap within the context's room, its seed (drawn from the
+    /// prompt when the chat has none).
+    pub fn chat_request(&self, chat: &Chat, key: u64) -> Result<EngineRequest, ChatError> {
+        let prompt = self
+            .past_the_context(&chat.messages)
+            .and_then(|()| self.encode_chat_images(&chat.messages, &chat.images, true))
+            .map_err(|e| ChatError::Prompt(e.to_string()))?;
+        let room = self.config().max_position_embeddings.saturating_sub(prompt.ids.len());
+        if room == 0 {
+            return Err(ChatError::Prompt(format!("the prompt's {} tokens fill the context", prompt.ids.len())));
+        }
+        let seed = chat.seed.unwrap_or_else(|| seed_of(&prompt.ids));
+        Ok(EngineRequest {
+            key,
+            ids: prompt.ids,
+            images: prompt.images,
+            max_new_tokens: chat.max_tokens.max(1).min(room),
+            seed,
+            adapter: chat.adapter,
+        })
+    }
+
     /// Answers `chats` in one generation with `options`' sampling (its `max_new_tokens` and
     /// seed are each chat's own). Unrelated conversations: the engine keeps nothing between
     /// calls.
@@ -94,34 +118,13 @@ impl Model {
         let mut batch = vec![];
         let mut which = vec![];
         for (i, chat) in chats.iter().enumerate() {
-            let prompt = self
-                .past_the_context(&chat.messages)
-                .and_then(|()| self.encode_chat_images(&chat.messages, &chat.images, true))
-                .map_err(|e| e.to_string());
-            let prompt = prompt.and_then(|p| {
-                let room = self.config().max_position_embeddings.saturating_sub(p.ids.len());
-                if room == 0 {
-                    Err(format!("the prompt's {} tokens fill the context", p.ids.len()))
-                } else {
-                    Ok((p, room))
-                }
-            });
-            match prompt {
-                Ok((p, room)) => {
-                    let seed = chat.seed.unwrap_or_else(|| seed_of(&p.ids));
-                    let max_new_tokens = chat.max_tokens.max(1).min(room);
-                    batch.push(EngineRequest {
-                        key: i as u64,
-                        ids: p.ids,
-                        images: p.images,
-                        max_new_tokens,
-                        seed,
-                        adapter: chat.adapter,
-                    });
+            match self.chat_request(chat, i as u64) {
+                Ok(request) => {
+                    batch.push(request);
                     which.push(i);
                     answers.push(Err(ChatError::Generation(String::new())));
                 }
-                Err(e) => answers.push(Err(ChatError::Prompt(e))),
+                Err(e) => answers.push(Err(e)),
             }
         }
         if batch.is_empty() {

@@ -55,3 +55,14 @@ impl std::fmt::Display for DType {
         })
     }
 }
+
+/// Host values on `device` without waiting for it: on CUDA they go through page-locked
+/// memory and a copy queued on the stream (libtorch keeps the buffer until the copy has
+/// run), so the host never waits for the kernels before it; elsewhere a plain copy.
+pub(crate) fn upload<T: tch::kind::Element>(values: &[T], device: tch::Device) -> tch::Tensor {
+    let host = tch::Tensor::from_slice(values);
+    match device {
+        tch::Device::Cuda(_) => host.pin_memory(device).to_device_(device, host.kind(), true, false),
+        _ => host.to_device(device),
+    }
+}

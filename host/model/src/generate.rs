@@ -260,6 +260,7 @@ fn run(
 }
 
 /// What ends a row: an end-of-sequence id, or a stop string in its text.
+#[derive(Clone, Copy)]
 pub(crate) struct Ends<'a> {
     pub eos: &'a [u32],
     pub stop: &'a [String],
@@ -319,16 +320,7 @@ impl Row {
 }
 
 pub(crate) fn validate(lm: &Qwen2ForCausalLM, prompts: &[&[u32]], options: &GenerateOptions) -> Result<()> {
-    let c = lm.config();
-    if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
-        return Err(Error::Invalid(format!("temperature {} must be finite and >= 0", options.temperature)));
-    }
-    if !(options.top_p > 0.0 && options.top_p <= 1.0) {
-        return Err(Error::Invalid(format!("top_p {} must be in (0, 1]", options.top_p)));
-    }
-    if options.max_new_tokens == 0 {
-        return Err(Error::Invalid("max_new_tokens must be at least 1".into()));
-    }
+    check_sampling(options)?;
     let per_prompt = &options.max_new_tokens_per_prompt;
     if !per_prompt.is_empty() && per_prompt.len() != prompts.len() {
         return Err(Error::Invalid(format!(
@@ -341,20 +333,43 @@ pub(crate) fn validate(lm: &Qwen2ForCausalLM, prompts: &[&[u32]], options: &Gene
         return Err(Error::Invalid(format!("prompt {i}: a cap of 0 new tokens leaves nothing to generate")));
     }
     for (i, p) in prompts.iter().enumerate() {
-        if p.is_empty() {
-            return Err(Error::Invalid(format!("prompt {i} has no tokens")));
-        }
-        if let Some(&bad) = p.iter().find(|&&t| t as usize >= c.vocab_size) {
-            return Err(Error::Invalid(format!("prompt {i}: token id {bad} >= vocab_size {}", c.vocab_size)));
-        }
-        if p.len() + options.cap(i) > c.max_position_embeddings {
-            return Err(Error::Invalid(format!(
-                "prompt {i}: {} tokens + {} new exceed max_position_embeddings {}",
-                p.len(),
-                options.cap(i),
-                c.max_position_embeddings
-            )));
-        }
+        check_prompt(lm, i, p, options.cap(i))?;
+    }
+    Ok(())
+}
+
+/// The sampling settings and the common cap.
+pub(crate) fn check_sampling(options: &GenerateOptions) -> Result<()> {
+    if !(options.temperature >= 0.0 && options.temperature.is_finite()) {
+        return Err(Error::Invalid(format!("temperature {} must be finite and >= 0", options.temperature)));
+    }
+    if !(options.top_p > 0.0 && options.top_p <= 1.0) {
+        return Err(Error::Invalid(format!("top_p {} must be in (0, 1]", options.top_p)));
+    }
+    if options.max_new_tokens == 0 {
+        return Err(Error::Invalid("max_new_tokens must be at least 1".into()));
+    }
+    Ok(())
+}
+
+/// Prompt `i` (`p`) with `cap` new tokens fits the model.
+pub(crate) fn check_prompt(lm: &Qwen2ForCausalLM, i: usize, p: &[u32], cap: usize) -> Result<()> {
+    let c = lm.config();
+    if cap == 0 {
+        return Err(Error::Invalid(format!("prompt {i}: a cap of 0 new tokens leaves nothing to generate")));
+    }
+    if p.is_empty() {
+        return Err(Error::Invalid(format!("prompt {i} has no tokens")));
+    }
+    if let Some(&bad) = p.iter().find(|&&t| t as usize >= c.vocab_size) {
+        return Err(Error::Invalid(format!("prompt {i}: token id {bad} >= vocab_size {}", c.vocab_size)));
+    }
+    if p.len() + cap > c.max_position_embeddings {
+        return Err(Error::Invalid(format!(
+            "prompt {i}: {} tokens + {cap} new exceed max_position_embeddings {}",
+            p.len(),
+            c.max_position_embeddings
+        )));
     }
     Ok(())
 }

@@ -112,7 +112,7 @@ impl AdapterRows {
             .into_iter()
             .map(|a| {
                 let rows: Vec<i64> = (0..per_row.len()).filter(|&i| per_row[i] == a).map(|i| i as i64).collect();
-                (a, Tensor::from_slice(&rows).to_device(device))
+                (a, crate::device::upload(&rows, device))
             })
             .collect();
         Some(AdapterRows { groups })

@@ -41,14 +41,17 @@ impl Sampler {
         (tokens, chosen)
     }
 
-    /// The `k` most likely ids of each row and their log-probs under the distribution
-    /// [`Self::step_with`]'s log-probs are under, most likely first.
-    pub fn top(&self, logits: &Tensor, k: usize) -> Result<Vec<Vec<(u32, f32)>>, tch::TchError> {
+    /// The `k` most likely ids of each row (`[rows, k]`, on the logits' device) and their
+    /// log-probs under the distribution [`Self::step_with`]'s log-probs are under, most
+    /// likely first; `k` at most the vocabulary.
+    pub fn top_tensors(&self, logits: &Tensor, k: usize) -> (Tensor, Tensor) {
         let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
-        let (values, ids) = logp.topk(k.min(logp.size()[1] as usize) as i64, -1, true, true);
-        let values: Vec<Vec<f32>> = Vec::try_from(&values)?;
-        let ids: Vec<Vec<i64>> = Vec::try_from(&ids)?;
-        Ok(ids.iter().zip(&values).map(|(i, v)| i.iter().map(|&t| t as u32).zip(v.iter().copied()).collect()).collect())
+        logp.topk(k.min(logp.size()[1] as usize) as i64, -1, true, true)
+    }
+
+    /// What decides a draw besides its uniform: rows with equal settings sample together.
+    pub fn setting(&self) -> (u64, u64, usize) {
+        (self.temperature.to_bits(), self.top_p.to_bits(), self.top_k)
     }
 
     fn draw(&self, logp: &Tensor, draws: &[f64]) -> Tensor {
@@ -76,7 +79,7 @@ impl Sampler {
         // Kept a few f32 ulps below 1 so u stays below the total after rounding: the first
         // candidate whose cumulative mass exceeds u then always has a non-zero probability.
         let draws: Vec<f32> = draws.iter().map(|&d| d.min(1.0 - 1.0 / (1u64 << 22) as f64) as f32).collect();
-        let u = Tensor::from_slice(&draws).to_device(p.device()).unsqueeze(-1) * &total;
+        let u = crate::device::upload(&draws, p.device()).unsqueeze(-1) * &total;
         let last = cumulative.size()[1] - 1;
         let index = cumulative.le_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(last);
         ids.gather(-1, &index, false).squeeze_dim(-1)

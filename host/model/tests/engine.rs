@@ -198,11 +198,23 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
     let request = EngineRequest { key: 0, ids: long.clone(), images: vec![], max_new_tokens: 8, seed: 0, adapter: 0 };
     let err = model.generate_with(&mut tiny, &[request], &options).unwrap_err().to_string();
     assert!(err.contains("kv_cache_mib") && err.contains("budget of 1 MiB"), "{err}");
-    // A call that fails part-way leaves no cached row behind (none may hold what it
-    // claims), and the engine answers the next call as a fresh one would.
+    // A request no row could hold is refused before anything runs: the cached rows stay.
     let request = EngineRequest { key: 0, ids: long, images: vec![], max_new_tokens: 8, seed: 0, adapter: 0 };
-    assert!(tight.kv_bytes() > 0);
+    let cached = tight.kv_bytes();
+    assert!(cached > 0);
     assert!(model.generate_with(&mut tight, &[request], &options).is_err());
+    assert_eq!(tight.kv_bytes(), cached);
+    // A step that fails part-way (here the weights' hook, at the first decode) leaves no
+    // cached row behind (none may hold what it claims), and the engine answers the next
+    // call as a fresh one would.
+    let mut polls = 0;
+    tight.set_refresh(Box::new(move || {
+        polls += 1;
+        if polls == 2 { Err("the trainer went away".into()) } else { Ok(0) }
+    }));
+    let request = EngineRequest { key: 0, ids: vec![5, 6, 7], images: vec![], max_new_tokens: 8, seed: 0, adapter: 0 };
+    let err = model.generate_with(&mut tight, &[request], &options).unwrap_err().to_string();
+    assert!(err.contains("the trainer went away"), "{err}");
     assert_eq!(tight.kv_bytes(), 0);
     let again = converse(&model, &mut tight, 2, 4, 3, &options, &|_, _| 8);
     assert_same(&full, &again, 1e-4);

@@ -1,7 +1,9 @@
 //! `vagen-host serve`: an OpenAI-compatible server of our own engine (`/v1/models`,
-//! `/v1/chat/completions` with and without streaming). Requests that arrive together are
-//! answered by one generation call: a worker thread owns the model and gathers what waits
-//! (up to `--max-batch` completions, for at most `--batch-wait-ms` after the first).
+//! `/v1/chat/completions` with and without streaming). A worker thread owns the model and
+//! drives the engine's step loop: requests arriving while others generate join the running
+//! batch at the next step (up to `--max-batch` rows; past it they wait for rows to end),
+//! and an idle server gathers what arrives within `--batch-wait-ms` of the first request
+//! into one prefill.
 //!
 //! OpenAI's semantics: draws are fresh per request unless `seed` is given (choice i of a
 //! seeded request draws with `seed + i`, so `n = 4` equals four single requests seeded
@@ -33,7 +35,8 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokens::{TokenText, answer_text, token_text};
 use vagen_model::{
-    Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, Image, Message, Model, Tokenizer,
+    Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, Image, Message, Model,
+    RequestId, StepOutput, Tokenizer,
 };
 use vagen_policy::openai::{
     AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ErrorBody, ErrorDetail, TokenLogprob,
@@ -49,10 +52,11 @@ pub struct ServeArgs {
     /// 0 picks a free port; the address is printed on the first line of stdout.
     #[arg(long, default_value_t = 8000)]
     port: u16,
-    /// Requests answered by one generation call at most.
+    /// Completions decoded together at most; more wait and join as rows end.
     #[arg(long, default_value = "64")]
     max_batch: NonZeroUsize,
-    /// How long the first waiting request waits for others to join its batch (ms).
+    /// How long a request reaching an idle server waits for others to share its first
+    /// prefill (ms); a busy server takes requests in at its next step regardless.
     #[arg(long, default_value_t = 5)]
     batch_wait_ms: u64,
     /// The model's id in `/v1/models` and responses (default: `--model`'s value).
@@ -118,6 +122,8 @@ struct Job {
     gone: Arc<AtomicBool>,
     /// The pictures' share of the server's pixel budget, held until the job is done.
     pixels: Option<PixelHold>,
+    /// The worker's step count when the request was queued.
+    arrived: usize,
 }
 
 /// Where a job's answer goes: whole, or token by token.
@@ -157,8 +163,22 @@ struct Shared {
     queued: Arc<AtomicUsize>,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
-    generations: Arc<AtomicUsize>,
-    requests: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+}
+
+/// What `/stats` reports, kept by the worker as it steps.
+#[derive(Default)]
+struct Counters {
+    requests: AtomicUsize,
+    /// Times the engine started from idle.
+    rounds: AtomicUsize,
+    /// Engine steps run.
+    steps: AtomicUsize,
+    /// Rows decoded together at most.
+    peak_batch: AtomicUsize,
+    /// The most steps any request waited from being queued to its first token (the step
+    /// that sampled it included).
+    max_steps_to_first_token: AtomicUsize,
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
@@ -174,8 +194,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     }
     let has_vision = model.vision.is_some();
     let (jobs, queue) = mpsc::channel::<Job>();
-    let generations = Arc::new(AtomicUsize::new(0));
-    let requests = Arc::new(AtomicUsize::new(0));
+    let counters = Arc::new(Counters::default());
     let worker = Worker {
         model,
         engine: Engine::new(EngineOptions {
@@ -185,7 +204,11 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }),
         max_batch: a.max_batch.get(),
         wait: Duration::from_millis(a.batch_wait_ms),
-        generations: generations.clone(),
+        counters: counters.clone(),
+        jobs: std::collections::HashMap::new(),
+        rows: std::collections::HashMap::new(),
+        next_job: 0,
+        next_key: 0,
     };
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(queue))?;
     let max_body = a.max_body_mib.get() << 20;
@@ -204,8 +227,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         queued: Arc::new(AtomicUsize::new(0)),
         jobs,
         has_vision,
-        generations,
-        requests,
+        counters,
     });
     let app = Router::new()
         .route("/v1/models", get(models))
@@ -276,82 +298,187 @@ async fn accept(
     }
 }
 
-/// Owns the model: gathers waiting jobs into batches and generates each batch at once.
+/// Owns the model and the engine: takes jobs in between engine steps, streams each token as
+/// it is sampled, and answers a job once all its choices ended.
 struct Worker {
     model: Model,
     engine: Engine,
     max_batch: usize,
     wait: Duration,
-    generations: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+    /// Jobs being answered, by number.
+    jobs: std::collections::HashMap<u64, InFlight>,
+    /// The job and choice of each engine request.
+    rows: std::collections::HashMap<RequestId, (u64, usize)>,
+    next_job: u64,
+    /// Engine request keys: every completion a trajectory of its own.
+    next_key: u64,
+}
+
+/// A job and its choices' state.
+struct InFlight {
+    job: Job,
+    routes: Vec<stream::Route>,
+    /// Each choice's engine request while it runs.
+    ids: Vec<Option<RequestId>>,
+    answers: Vec<Option<Result<ChatAnswer, ChatError>>>,
+    prompt_tokens: Vec<usize>,
+    first_token_seen: bool,
 }
 
 impl Worker {
     fn run(mut self, queue: mpsc::Receiver<Job>) {
-        while let Ok(first) = queue.recv() {
-            let mut completions = first.seeds.len();
-            let mut jobs = vec![first];
-            let until = Instant::now() + self.wait;
-            while completions < self.max_batch {
-                match queue.recv_timeout(until.saturating_duration_since(Instant::now())) {
-                    Ok(job) => {
-                        completions += job.seeds.len();
-                        jobs.push(job);
+        loop {
+            if self.engine.pending() == 0 {
+                self.engine.clear();
+                give_back_memory();
+                let Ok(first) = queue.recv() else { return };
+                self.counters.rounds.fetch_add(1, Ordering::SeqCst);
+                let mut completions = first.seeds.len();
+                self.take(first);
+                let until = Instant::now() + self.wait;
+                while completions < self.max_batch {
+                    match queue.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                        Ok(job) => {
+                            completions += job.seeds.len();
+                            self.take(job);
+                        }
+                        Err(_) => break,
                     }
-                    Err(_) => break,
+                }
+            } else {
+                while let Ok(job) = queue.try_recv() {
+                    self.take(job);
                 }
             }
-            // One generation per sampling setting (clients of one run share theirs).
-            while !jobs.is_empty() {
-                let key = |j: &Job| (j.temperature.to_bits(), j.top_p.to_bits(), j.stop.clone());
-                let k = key(&jobs[0]);
-                let (batch, rest): (Vec<Job>, Vec<Job>) = jobs.into_iter().partition(|j| key(j) == k);
-                jobs = rest;
-                self.generate(batch);
-                give_back_memory();
+            self.abort_gone();
+            let stepped = self.engine.step(&self.model);
+            let step = self.counters.steps.fetch_add(1, Ordering::SeqCst) + 1;
+            let peak = self.engine.stats().peak_batch;
+            self.counters.peak_batch.fetch_max(peak, Ordering::SeqCst);
+            match stepped {
+                Ok(out) => self.deliver(out, step),
+                Err(e) => self.fail_all(&e.to_string()),
             }
         }
     }
 
-    fn generate(&mut self, jobs: Vec<Job>) {
-        let Some(first) = jobs.first() else { return };
+    /// Submits each of a job's choices to the engine (a choice whose prompt is refused is
+    /// answered with the reason).
+    fn take(&mut self, job: Job) {
+        let number = self.next_job;
+        self.next_job += 1;
         let options = GenerateOptions {
-            temperature: first.temperature,
-            top_p: first.top_p,
-            stop: first.stop.clone(),
-            top_logprobs: jobs.iter().map(|j| j.top_logprobs).max().unwrap_or(0),
+            temperature: job.temperature,
+            top_p: job.top_p,
+            stop: job.stop.clone(),
+            top_logprobs: job.top_logprobs,
+            max_new_tokens: usize::MAX,
             ..Default::default()
         };
-        let chats = chats_of(&jobs);
-        let routes = Arc::new(std::sync::Mutex::new(routes_of(&jobs)));
-        let hold = first.stop.iter().map(String::len).max().unwrap_or(0);
-        let watch = stream::watch(routes.clone(), self.model.tokenizer.clone(), self.model.eos_token_ids.clone(), hold);
-        self.engine.set_watch(Some(watch));
-        let answered = self.model.answer_chats(&mut self.engine, &chats, &options);
-        self.engine.set_watch(None);
-        if answered.generated > 0 {
-            self.generations.fetch_add(1, Ordering::SeqCst);
+        let n = job.seeds.len();
+        let mut flight = InFlight {
+            routes: routes_of(&job),
+            ids: vec![None; n],
+            answers: (0..n).map(|_| None).collect(),
+            prompt_tokens: vec![0; n],
+            first_token_seen: false,
+            job,
+        };
+        for (choice, chat) in chats_of(&flight.job).iter().enumerate() {
+            self.next_key += 1;
+            let submitted = self.model.chat_request(chat, self.next_key).and_then(|request| {
+                let tokens = request.ids.len();
+                let id = self.engine.submit(&self.model, request, &options);
+                id.map(|id| (id, tokens)).map_err(|e| ChatError::Prompt(e.to_string()))
+            });
+            match submitted {
+                Ok((id, tokens)) => {
+                    flight.ids[choice] = Some(id);
+                    flight.prompt_tokens[choice] = tokens;
+                    self.rows.insert(id, (number, choice));
+                }
+                Err(e) => flight.answers[choice] = Some(Err(e)),
+            }
         }
-        let routes = routes.lock().expect("the watch is gone");
-        let mut answers = answered.answers.into_iter().zip(routes.iter());
-        for job in jobs {
-            let mine: Vec<_> = answers.by_ref().take(job.seeds.len()).collect();
-            // The pictures' share goes back before the answer: a client that asks again at
-            // once finds it free.
-            drop(job.pixels);
-            match job.reply {
-                Replier::Stream(events) => {
-                    for (a, route) in mine {
+        self.jobs.insert(number, flight);
+        self.finish_if_done(number);
+    }
+
+    /// The rows of clients that left stop (the engine reports them at its next step).
+    fn abort_gone(&mut self) {
+        for flight in self.jobs.values().filter(|f| f.job.gone.load(Ordering::SeqCst)) {
+            for id in flight.ids.iter().flatten() {
+                self.engine.abort(*id);
+            }
+        }
+    }
+
+    /// A step's tokens to their streams, its ended requests to their jobs.
+    fn deliver(&mut self, out: StepOutput, step: usize) {
+        for s in &out.sampled {
+            let Some(&(number, choice)) = self.rows.get(&s.id) else { continue };
+            let flight = self.jobs.get_mut(&number).expect("a running row's job is held");
+            if !std::mem::replace(&mut flight.first_token_seen, true) {
+                let waited = step.saturating_sub(flight.job.arrived);
+                self.counters.max_steps_to_first_token.fetch_max(waited, Ordering::SeqCst);
+            }
+            flight.routes[choice].send(&self.model.tokenizer, &self.model.eos_token_ids, s);
+        }
+        for (id, generation) in out.finished {
+            let Some((number, choice)) = self.rows.remove(&id) else { continue };
+            let flight = self.jobs.get_mut(&number).expect("a running row's job is held");
+            flight.ids[choice] = None;
+            let prompt_tokens = flight.prompt_tokens[choice];
+            let answer = ChatAnswer { generation, prompt_tokens };
+            if let Replier::Stream(events) = &flight.job.reply {
+                let _ = events.send(stream_end(&self.model.tokenizer, Ok(answer.clone()), &flight.routes[choice]));
+            }
+            flight.answers[choice] = Some(Ok(answer));
+            self.finish_if_done(number);
+        }
+    }
+
+    /// A failed step failed every request the engine held.
+    fn fail_all(&mut self, error: &str) {
+        self.rows.clear();
+        let numbers: Vec<u64> = self.jobs.keys().copied().collect();
+        for number in numbers {
+            let flight = self.jobs.get_mut(&number).expect("listed");
+            for (answer, id) in flight.answers.iter_mut().zip(&mut flight.ids) {
+                if id.take().is_some() {
+                    *answer = Some(Err(ChatError::Generation(error.to_string())));
+                }
+            }
+            self.finish_if_done(number);
+        }
+    }
+
+    /// Answers job `number` once every choice has ended.
+    fn finish_if_done(&mut self, number: u64) {
+        if self.jobs[&number].answers.iter().any(Option::is_none) {
+            return;
+        }
+        let flight = self.jobs.remove(&number).expect("held");
+        // The pictures' share goes back before the answer: a client that asks again at once
+        // finds it free.
+        drop(flight.job.pixels);
+        let answers = flight.answers.into_iter().map(|a| a.expect("every choice ended"));
+        match flight.job.reply {
+            Replier::Stream(events) => {
+                // Ended choices were sent as they ended; what failed is sent now.
+                for (a, route) in answers.zip(&flight.routes) {
+                    if a.is_err() {
                         let _ = events.send(stream_end(&self.model.tokenizer, a, route));
                     }
                 }
-                Replier::Whole(reply) => {
-                    let k = job.top_logprobs;
-                    let answer = mine
-                        .into_iter()
-                        .map(|(a, _)| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
-                        .collect::<Result<Vec<_>, String>>();
-                    let _ = reply.send(answer);
-                }
+            }
+            Replier::Whole(reply) => {
+                let k = flight.job.top_logprobs;
+                let answer = answers
+                    .map(|a| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
+                    .collect::<Result<Vec<_>, String>>();
+                let _ = reply.send(answer);
             }
         }
     }
@@ -392,33 +519,29 @@ fn give_back_memory() {
     }
 }
 
-/// The chats a batch of jobs asks for: each job's conversation once per seed.
-fn chats_of(jobs: &[Job]) -> Vec<Chat> {
-    jobs.iter()
-        .flat_map(|j| {
-            j.seeds.iter().map(|&seed| Chat {
-                messages: j.messages.clone(),
-                images: j.images.clone(),
-                max_tokens: j.max_tokens,
-                seed: Some(seed),
-                adapter: j.adapter,
-            })
+/// The chats a job asks for: its conversation once per seed.
+fn chats_of(j: &Job) -> Vec<Chat> {
+    j.seeds
+        .iter()
+        .map(|&seed| Chat {
+            messages: j.messages.clone(),
+            images: j.images.clone(),
+            max_tokens: j.max_tokens,
+            seed: Some(seed),
+            adapter: j.adapter,
         })
         .collect()
 }
 
-/// One route per chat (the engine's request key is the chat's index): its choice, its
-/// client's gone flag, and where its tokens stream when they do.
-fn routes_of(jobs: &[Job]) -> Vec<stream::Route> {
-    jobs.iter()
-        .flat_map(|j| {
-            let events = match &j.reply {
-                Replier::Stream(tx) => Some(tx.clone()),
-                Replier::Whole(_) => None,
-            };
-            (0..j.seeds.len()).map(move |c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs))
-        })
-        .collect()
+/// One route per choice: its index, its client's gone flag, and where its tokens stream
+/// when they do.
+fn routes_of(j: &Job) -> Vec<stream::Route> {
+    let events = match &j.reply {
+        Replier::Stream(tx) => Some(tx.clone()),
+        Replier::Whole(_) => None,
+    };
+    let hold = j.stop.iter().map(String::len).max().unwrap_or(0);
+    (0..j.seeds.len()).map(|c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs, hold)).collect()
 }
 
 /// A streamed completion's last event: the text its route has not sent yet and why it
@@ -517,9 +640,13 @@ fn adapter_of(s: &Shared, model: Option<&str>) -> Option<usize> {
 }
 
 async fn stats(State(s): State<Arc<Shared>>) -> Json<Value> {
+    let c = &s.counters;
     Json(json!({
-        "generation_calls": s.generations.load(Ordering::SeqCst),
-        "requests": s.requests.load(Ordering::SeqCst),
+        "requests": c.requests.load(Ordering::SeqCst),
+        "rounds": c.rounds.load(Ordering::SeqCst),
+        "steps": c.steps.load(Ordering::SeqCst),
+        "peak_batch": c.peak_batch.load(Ordering::SeqCst),
+        "max_steps_to_first_token": c.max_steps_to_first_token.load(Ordering::SeqCst),
     }))
 }
 
@@ -590,7 +717,7 @@ async fn chat(State(s): State<Arc<Shared>>, request: axum::extract::Request) -> 
         return refusal;
     }
     let pending = Pending { count: s.queued.clone(), n, gone: job.gone.clone() };
-    s.requests.fetch_add(1, Ordering::SeqCst);
+    s.counters.requests.fetch_add(1, Ordering::SeqCst);
     if s.jobs.send(job).is_err() {
         return error(StatusCode::INTERNAL_SERVER_ERROR, "the generation thread has stopped");
     }

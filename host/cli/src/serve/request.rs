@@ -288,6 +288,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
         reply,
         gone,
         pixels,
+        arrived: s.counters.steps.load(std::sync::atomic::Ordering::SeqCst),
     })
 }
 

@@ -1,6 +1,6 @@
-//! Streaming and cancellation: the engine's watch sees each token as it is sampled, sends
-//! it to its request's event channel (the server-sent-event body reads from it) and stops
-//! the rows of clients that left before the next decode step.
+//! Streaming: each token the engine's step sampled goes to its request's event channel (the
+//! server-sent-event body reads from it); a channel whose body was dropped marks its
+//! request gone, and the worker aborts its rows before the next step.
 
 use super::tokens::{TokenText, token_text};
 use axum::body::Body;
@@ -8,9 +8,9 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use vagen_model::{FinishReason, Sampled, Tokenizer, Watch};
+use vagen_model::{FinishReason, Sampled, Tokenizer};
 use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, Usage};
 
 /// What a streamed request hears from the worker.
@@ -37,6 +37,8 @@ pub(super) struct Route {
     pub sent: usize,
     /// Alternatives per position to send.
     top_logprobs: usize,
+    /// Bytes of text kept back until the end, while a stop string could still cut them.
+    hold: usize,
 }
 
 impl Route {
@@ -45,33 +47,26 @@ impl Route {
         gone: Arc<AtomicBool>,
         events: Option<UnboundedSender<Event>>,
         top_logprobs: usize,
+        hold: usize,
     ) -> Self {
-        Route { choice, gone, events, ids: vec![], sent: 0, top_logprobs }
+        Route { choice, gone, events, ids: vec![], sent: 0, top_logprobs, hold }
     }
-}
 
-/// The watch over `routes` (indexed by engine request key): streams tokens, and stops the
-/// requests whose clients left. `hold` bytes of text are kept back until the end while stop
-/// strings could still cut them.
-pub(super) fn watch(routes: Arc<Mutex<Vec<Route>>>, tokenizer: Tokenizer, eos: Vec<u32>, hold: usize) -> Watch {
-    Box::new(move |sampled: &[Sampled]| {
-        let mut routes = routes.lock().expect("the worker never panics holding it");
-        for s in sampled {
-            let r = &mut routes[s.key as usize];
-            let Some(events) = &r.events else { continue };
-            if !eos.contains(&s.token) {
-                r.ids.push(s.token);
-            }
-            let text = fresh_text(&tokenizer, &r.ids, &mut r.sent, hold);
-            let top = s.top.iter().take(r.top_logprobs).map(|&(t, l)| (token_text(&tokenizer, t), l)).collect();
-            let token = token_text(&tokenizer, s.token);
-            let event = Event::Token { choice: r.choice, id: s.token, token, logprob: s.logprob, text, top };
-            if events.send(event).is_err() {
-                r.gone.store(true, Ordering::SeqCst);
-            }
+    /// Streams a token just sampled for this route's choice (nothing when it is answered
+    /// whole); a client that left is marked gone.
+    pub fn send(&mut self, tokenizer: &Tokenizer, eos: &[u32], s: &Sampled) {
+        let Some(events) = &self.events else { return };
+        if !eos.contains(&s.token) {
+            self.ids.push(s.token);
         }
-        (0..routes.len() as u64).filter(|&k| routes[k as usize].gone.load(Ordering::SeqCst)).collect()
-    })
+        let text = fresh_text(tokenizer, &self.ids, &mut self.sent, self.hold);
+        let top = s.top.iter().take(self.top_logprobs).map(|&(t, l)| (token_text(tokenizer, t), l)).collect();
+        let token = token_text(tokenizer, s.token);
+        let event = Event::Token { choice: self.choice, id: s.token, token, logprob: s.logprob, text, top };
+        if events.send(event).is_err() {
+            self.gone.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// The text `ids` decode to past the `sent` bytes already sent, up to `hold` bytes short of

@@ -94,8 +94,7 @@ impl KvRows {
         let n = starts.len() as i64;
         let index = lens.iter().all(|&l| l == 1).then(|| {
             let s: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
-            Tensor::from_slice(&s)
-                .to_device(self.device)
+            crate::device::upload(&s, self.device)
                 .view([n, 1, 1, 1])
                 .expand([n, self.kv_heads, 1, self.head_dim], false)
         });

@@ -11,7 +11,7 @@ use crate::generate::{Ends, Row};
 use crate::{FinishReason, Result};
 use rand_chacha::ChaCha8Rng;
 use rand_core::SeedableRng;
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// Prompt tokens a request must gain by waiting for a request of the same wave to be
 /// prefilled (and copying it) rather than starting from what is cached: each wait is one
@@ -19,11 +19,11 @@ use std::collections::VecDeque;
 const MIN_WAIT_GAIN: usize = 16;
 
 /// What the scheduler knows of a request.
-pub(crate) struct Ask<'a> {
+pub(crate) struct Ask {
     /// The trajectory: its cached sequence is extended in place.
     pub key: u64,
     /// The prompt's content keys, one per position (what cached rows are compared with).
-    pub content: &'a [u64],
+    pub content: Vec<u64>,
     /// Tokens it may generate.
     pub cap: usize,
     /// Seeds its draw stream.
@@ -86,40 +86,83 @@ pub(crate) struct Retired {
     pub done: Vec<(usize, Row)>,
 }
 
-/// One `generate` call's schedule.
-pub(crate) struct Scheduler<'a> {
-    asks: Vec<Ask<'a>>,
-    options: &'a EngineOptions,
-    slots: &'a mut Slots,
-    stats: &'a mut EngineStats,
-    /// The engine's call counter: when rows were last used.
-    now: u64,
+/// The engine's schedule: the cached rows' metadata, the requests it holds (by the
+/// engine's request number), those waiting and those being decoded.
+pub(crate) struct Scheduler {
+    asks: HashMap<usize, Ask>,
+    /// The engine's limits, as of the last step.
+    pub options: EngineOptions,
+    pub slots: Slots,
+    pub stats: EngineStats,
+    /// The engine's round counter (a round: from idle to idle): when rows were last used.
+    pub now: u64,
     pub active: Vec<Active>,
     queue: VecDeque<usize>,
 }
 
-impl<'a> Scheduler<'a> {
-    pub fn new(
-        asks: Vec<Ask<'a>>,
-        options: &'a EngineOptions,
-        slots: &'a mut Slots,
-        stats: &'a mut EngineStats,
-        now: u64,
-    ) -> Self {
-        let queue = (0..asks.len()).collect();
-        Scheduler { asks, options, slots, stats, now, active: vec![], queue }
+impl Scheduler {
+    pub fn new(options: EngineOptions, slots: Slots) -> Self {
+        Scheduler {
+            asks: HashMap::new(),
+            options,
+            slots,
+            stats: EngineStats::default(),
+            now: 0,
+            active: vec![],
+            queue: VecDeque::new(),
+        }
     }
 
-    /// Every request still waits or decodes.
+    /// A request to run, numbered `r` by the engine; it waits until [`Self::admit`] places it.
+    pub fn submit(&mut self, r: usize, ask: Ask) {
+        self.asks.insert(r, ask);
+        self.queue.push_back(r);
+    }
+
+    /// Whether a request continues trajectory `key` now.
+    pub fn holds_key(&self, key: u64) -> bool {
+        self.asks.values().any(|a| a.key == key)
+    }
+
+    /// No request waits or decodes.
     pub fn done(&self) -> bool {
         self.active.is_empty() && self.queue.is_empty()
     }
 
-    /// Rows for every request of the call, its longest prompt and answer each.
-    pub fn reserve(&mut self) -> Result<Vec<Move>> {
-        let need = self.asks.iter().map(|a| a.content.len() + a.cap).max().unwrap_or(0);
-        self.make_room(0, need, self.asks.len().min(self.options.max_batch.get()))?;
-        Ok(self.slots.take_moves())
+    /// Some request waits for a row.
+    pub fn waiting(&self) -> bool {
+        !self.queue.is_empty()
+    }
+
+    /// Forgets every request (a step failed part-way; the cached rows are cleared beside).
+    pub fn forget_requests(&mut self) {
+        self.asks.clear();
+        self.active.clear();
+        self.queue.clear();
+    }
+
+    /// Room for the waiting requests: rows for as many as the batch takes, each its longest
+    /// prompt and answer. `None` while the rows being decoded leave too little memory (the
+    /// requests wait until some end).
+    pub fn reserve(&mut self) -> Result<Option<Vec<Move>>> {
+        let need = self.queue.iter().map(|r| self.asks[r].content.len() + self.asks[r].cap).max().unwrap_or(0);
+        let rows = (self.active.len() + self.queue.len()).min(self.options.max_batch.get());
+        let keep = self.active.len();
+        let cap = need.max(self.slots.capacity()).next_multiple_of(64);
+        if keep > 0 && self.slots.bytes_for(keep + 1, cap) > self.slots.budget {
+            return Ok(None);
+        }
+        self.make_room(keep, need, rows)?;
+        Ok(Some(self.slots.take_moves()))
+    }
+
+    /// Refuses a prompt of `len` tokens and `cap` new ones that no row could ever hold.
+    pub fn fits(&self, len: usize, cap: usize) -> Result<()> {
+        let positions = (len + cap).next_multiple_of(64);
+        if self.slots.bytes_for(1, positions) > self.slots.budget {
+            return Err(self.slots.over_budget(1, positions));
+        }
+        Ok(())
     }
 
     /// The reusable prefix of request `r`'s prompt among the cached rows (at least one
@@ -128,11 +171,11 @@ impl<'a> Scheduler<'a> {
         if !self.options.reuse {
             return None;
         }
-        let ask = &self.asks[r];
+        let ask = &self.asks[&r];
         let limit = ask.content.len() - 1;
         let mut best: Option<Source> = None;
         for slot in self.slots.slots.iter().filter(|s| s.owner.is_some()) {
-            let len = common_prefix(&slot.ids, ask.content).min(limit);
+            let len = common_prefix(&slot.ids, &ask.content).min(limit);
             let own = slot.owner == Some(ask.key);
             let better = match best {
                 None => len > 0 || own,
@@ -195,10 +238,10 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let cached = self.source(r);
-            let content = self.asks[r].content;
+            let content = &self.asks[&r].content;
             let in_wave = wave
                 .iter()
-                .map(|&(q, _)| common_prefix(self.asks[q].content, content))
+                .map(|&(q, _)| common_prefix(&self.asks[&q].content, content))
                 .max()
                 .unwrap_or(0)
                 .min(content.len() - 1);
@@ -229,7 +272,7 @@ impl<'a> Scheduler<'a> {
             if !placed {
                 return Ok(j);
             }
-            let ask = &self.asks[r];
+            let ask = &self.asks[&r];
             self.stats.requests += 1;
             self.stats.prompt_tokens += ask.content.len();
             let rng = ChaCha8Rng::seed_from_u64(ask.seed);
@@ -243,7 +286,7 @@ impl<'a> Scheduler<'a> {
         let at = self.slots.find(s.serial).expect("a source row is kept");
         self.slots.swap(at, target);
         let slot = &mut self.slots.slots[target];
-        if common_prefix(&slot.ids, self.asks[r].content) < slot.ids.len() {
+        if common_prefix(&slot.ids, &self.asks[&r].content) < slot.ids.len() {
             self.stats.fallbacks += 1;
         }
         slot.ids.truncate(s.len);
@@ -255,7 +298,7 @@ impl<'a> Scheduler<'a> {
     /// false when no row is free. `needed[0]` is this request's source, the rest those of
     /// later members of the wave (kept from eviction).
     fn place_new(&mut self, target: usize, r: usize, source: Option<Source>, needed: &[Option<u64>]) -> Result<bool> {
-        let key = self.asks[r].key;
+        let key = self.asks[&r].key;
         let own = self.slots.slots.iter().position(|s| s.owner == Some(key));
         if let Some(o) = own
             && self.options.reuse
@@ -300,7 +343,7 @@ impl<'a> Scheduler<'a> {
     /// What row `row` still shares with request `r`'s prompt, at most `planned`: an earlier
     /// member of the wave may have cut the row back to its own shared part since.
     fn still_shared(&self, row: usize, r: usize, planned: usize) -> usize {
-        common_prefix(&self.slots.slots[row].ids, self.asks[r].content).min(planned)
+        common_prefix(&self.slots.slots[row].ids, &self.asks[&r].content).min(planned)
     }
 
     /// A row at or after `first` for a new sequence: the request's own old row, a free
@@ -311,7 +354,7 @@ impl<'a> Scheduler<'a> {
         own: Option<usize>,
         reserved: &dyn Fn(&Slot) -> bool,
     ) -> Result<Option<usize>> {
-        let slots = &mut *self.slots;
+        let slots = &mut self.slots;
         if let Some(o) = own.filter(|&o| o >= first && !reserved(&slots.slots[o])) {
             return Ok(Some(o));
         }
@@ -336,7 +379,7 @@ impl<'a> Scheduler<'a> {
     /// it for every row, else fewer rows, the least recently used cached ones evicted
     /// (never the first `keep`, which are being decoded).
     fn make_room(&mut self, keep: usize, cap: usize, rows: usize) -> Result<()> {
-        let slots = &mut *self.slots;
+        let slots = &mut self.slots;
         let cap = cap.max(slots.capacity()).next_multiple_of(64);
         let roomy = if cap > slots.capacity() { (cap + cap / 2).next_multiple_of(64) } else { cap };
         let rows = slots.rows().max(keep).max(rows);
@@ -349,7 +392,7 @@ impl<'a> Scheduler<'a> {
         }
         if fit < rows {
             // Keep the most recently used cached rows in front, then drop the rest.
-            let mut cached: Vec<usize> = (keep..rows).collect();
+            let mut cached: Vec<usize> = (keep..slots.rows()).collect();
             cached.sort_by_key(|&i| std::cmp::Reverse(slots.slots[i].used));
             let order: Vec<u64> = cached.iter().map(|&i| slots.slots[i].serial).collect();
             for (k, serial) in order.iter().enumerate() {
@@ -369,13 +412,13 @@ impl<'a> Scheduler<'a> {
         let parts: Vec<PrefillRow> = (from..self.active.len())
             .map(|i| {
                 let (request, past) = (self.active[i].request, self.slots.slots[i].ids.len());
-                PrefillRow { request, past, len: self.asks[request].content.len() - past }
+                PrefillRow { request, past, len: self.asks[&request].content.len() - past }
             })
             .collect();
         let out = self.forwards(from, parts);
         for p in &out {
             for (i, part) in (p.start..).zip(&p.rows) {
-                let new = &self.asks[part.request].content[part.past..];
+                let new = &self.asks[&part.request].content[part.past..];
                 self.slots.slots[i].ids.extend_from_slice(new);
             }
             self.stats.prefilled_tokens += p.rows.iter().map(|r| r.len).sum::<usize>();
@@ -404,16 +447,20 @@ impl<'a> Scheduler<'a> {
         out
     }
 
+    /// Forgets the cached rows no request is decoding (their keys and values are stale).
+    pub fn forget_cached(&mut self) {
+        for slot in &mut self.slots.slots[self.active.len()..] {
+            slot.owner = None;
+            slot.ids.clear();
+        }
+    }
+
     /// New weights: the running rows' keys and values are the old ones', so each row is
     /// run again whole (its prompt and every token it sampled), that forward sampling its
     /// next token in place of a decode step; cached rows not running are forgotten. A row's
     /// part past its prompt is its own sampled ids (`PrefillRow::len` reaches into them).
     pub fn recompute(&mut self) -> Vec<Prefill> {
-        let m = self.active.len();
-        for slot in &mut self.slots.slots[m..] {
-            slot.owner = None;
-            slot.ids.clear();
-        }
+        self.forget_cached();
         let mut parts = vec![];
         for (i, a) in self.active.iter().enumerate() {
             let slot = &mut self.slots.slots[i];
@@ -433,6 +480,7 @@ impl<'a> Scheduler<'a> {
             slot.ids.push(t as u64);
         }
         self.stats.decode_steps += 1;
+        self.stats.peak_batch = self.stats.peak_batch.max(feed.len());
         Decode { feed, past }
     }
 
@@ -441,17 +489,18 @@ impl<'a> Scheduler<'a> {
         self.active[start..end].iter_mut().map(|a| crate::sampling::uniform(&mut a.rng)).collect()
     }
 
-    /// The tokens sampled for rows `start..`, one each, by weights `version` (when known).
-    pub fn record(
+    /// The tokens sampled for rows `start..`, one each, by weights `version` (when known);
+    /// `ends(r)` says what ends request `r`.
+    pub fn record<'e>(
         &mut self,
         start: usize,
         tokens: &[i64],
         logprobs: &[f32],
         version: Option<u64>,
-        ends: &Ends,
+        ends: impl Fn(usize) -> Ends<'e>,
     ) -> Result<()> {
         for (a, (&t, &l)) in self.active[start..].iter_mut().zip(tokens.iter().zip(logprobs)) {
-            a.row.push(t as u32, l, a.cap, ends)?;
+            a.row.push(t as u32, l, a.cap, &ends(a.request))?;
             a.row.versions.extend(version);
         }
         self.stats.generated_tokens += tokens.len();
@@ -466,6 +515,9 @@ impl<'a> Scheduler<'a> {
         }
         let (dropped, kept): (Vec<usize>, Vec<usize>) = self.queue.iter().partition(|r| requests.contains(r));
         self.queue = kept.into();
+        for r in &dropped {
+            self.asks.remove(r);
+        }
         dropped
     }
 
@@ -487,6 +539,7 @@ impl<'a> Scheduler<'a> {
                 self.stats.rows_freed_early += 1;
                 self.stats.freed_at_length += usize::from(ended.row.finish == Some(FinishReason::Length));
             }
+            self.asks.remove(&ended.request);
             done.push((ended.request, ended.row));
         }
         Retired { moves: self.slots.take_moves(), done }
@@ -527,9 +580,10 @@ mod tests {
                 })
                 .collect();
             s.draws(start, end);
-            s.record(start, &tokens, &vec![-1.0; tokens.len()], None, &ends).unwrap();
+            s.record(start, &tokens, &vec![-1.0; tokens.len()], None, |_| ends).unwrap();
         };
-        s.reserve().unwrap();
+        s.now += 1;
+        s.reserve().unwrap().expect("room");
         while !s.done() {
             while let Some(w) = s.admit().unwrap() {
                 for p in &w.prefills {
@@ -550,16 +604,26 @@ mod tests {
         (waves, decodes, rows.into_iter().map(|(_, row)| row).collect())
     }
 
-    fn ask(key: u64, content: &[u64]) -> Ask<'_> {
-        Ask { key, content, cap: 3, seed: key }
+    fn ask(key: u64, content: &[u64]) -> Ask {
+        Ask { key, content: content.to_vec(), cap: 3, seed: key }
+    }
+
+    fn scheduler(asks: Vec<Ask>) -> Scheduler {
+        let mut s = Scheduler::new(options(), Slots::new(1, 1 << 20));
+        submit(&mut s, asks);
+        s
+    }
+
+    fn submit(s: &mut Scheduler, asks: Vec<Ask>) {
+        for (r, a) in asks.into_iter().enumerate() {
+            s.submit(r, a);
+        }
     }
 
     #[test]
     fn a_group_prompt_is_prefilled_once_and_copied_to_its_siblings() {
         let prompts: Vec<Vec<u64>> = (0..4).map(|i| (1..=40).chain([100 + i]).collect()).collect();
-        let (options, mut slots, mut stats) = (options(), Slots::new(1, 1 << 20), EngineStats::default());
-        let asks = prompts.iter().enumerate().map(|(i, p)| ask(i as u64, p)).collect();
-        let mut s = Scheduler::new(asks, &options, &mut slots, &mut stats, 1);
+        let mut s = scheduler(prompts.iter().enumerate().map(|(i, p)| ask(i as u64, p)).collect());
         let (waves, decodes, rows) = drive(&mut s, |r, step| if step == 1 + r % 2 { EOS } else { 7 });
         // The first member alone, whole; then the three others copy its 40 shared
         // positions and prefill their own last token, in one forward.
@@ -572,30 +636,27 @@ mod tests {
         // Every row decodes from where its prompt ends; even requests end a step sooner.
         assert_eq!(decodes[0].past, [41, 41, 41, 41]);
         assert_eq!(rows.iter().map(|r| r.ids.len()).collect::<Vec<_>>(), [2, 3, 2, 3]);
-        assert_eq!((stats.prefilled_tokens, stats.shared_tokens, stats.prefill_calls), (44, 120, 2));
+        assert_eq!((s.stats.prefilled_tokens, s.stats.shared_tokens, s.stats.prefill_calls), (44, 120, 2));
     }
 
     #[test]
     fn a_trajectorys_next_turn_extends_its_own_row_and_an_ended_row_leaves_the_batch() {
         let first: Vec<u64> = (1..=30).collect();
         let other: Vec<u64> = (200..=230).collect();
-        let (options, mut slots, mut stats) = (options(), Slots::new(1, 1 << 20), EngineStats::default());
-        let asks = vec![ask(5, &first), ask(6, &other)];
-        let mut s = Scheduler::new(asks, &options, &mut slots, &mut stats, 1);
+        let mut s = scheduler(vec![ask(5, &first), ask(6, &other)]);
         // Trajectory 5 ends at once; 6 decodes on and takes row 0, 5's row going behind it.
         let (_, decodes, rows) = drive(&mut s, |r, _| if r == 0 { EOS } else { 9 });
         assert_eq!(decodes[0].past, [31], "only trajectory 6 decodes, from row 0");
         assert_eq!(rows[0].finish, Some(FinishReason::Eos));
         let row_of = |slots: &Slots, key| slots.slots.iter().position(|r| r.owner == Some(key)).unwrap();
-        assert_eq!((row_of(&slots, 6), row_of(&slots, 5)), (0, 1));
+        assert_eq!((row_of(&s.slots, 6), row_of(&s.slots, 5)), (0, 1));
         // The next turn of trajectory 5: its prompt, its answer, and a new observation.
         let next: Vec<u64> = first.iter().copied().chain([EOS as u64, 50, 51]).collect();
-        let asks = vec![ask(5, &next)];
-        let mut s = Scheduler::new(asks, &options, &mut slots, &mut stats, 2);
+        submit(&mut s, vec![ask(5, &next)]);
         let (waves, _, _) = drive(&mut s, |_, _| EOS);
         assert_eq!(waves[0].moves, [Move::Swap { a: 1, b: 0, positions: 33 }], "its own row to the front");
         // The answer's last token (EOS) was sampled, never fed: the row holds the prompt.
         assert_eq!(waves[0].prefills[0].rows, [PrefillRow { request: 0, past: 30, len: 3 }]);
-        assert_eq!((stats.reused_tokens, stats.fallbacks), (30, 0));
+        assert_eq!((s.stats.reused_tokens, s.stats.fallbacks), (30, 0));
     }
 }
