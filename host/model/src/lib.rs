@@ -55,7 +55,9 @@ pub use default_model::{
     DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model, random_model,
 };
 pub use device::DType;
-pub use engine::{Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, Refresh, RequestId, Sampled, StepOutput};
+pub use engine::{
+    Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, Refresh, RequestId, Sampled, StepOutput,
+};
 pub use env_tokenizer::tokenizer_for;
 pub use error::{Error, Result, without_cpp_backtrace};
 pub use folder::{FileKind, ModelFolder};

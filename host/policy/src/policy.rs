@@ -1,13 +1,15 @@
 //! The model as a rollout policy: requests rendered through its chat template (as the
 //! training layout lays turns out), answered by batched generation with log-probs.
 
+use std::collections::HashMap;
 use std::rc::Rc;
 use vagen_model::{
     Engine, EngineKind, EngineOptions, EngineRequest, EngineStats, GenerateOptions, Generation, Model, Prompt, Refresh,
+    RequestId,
 };
 use vagen_rollout::{
     AnswerOrigin, ChatTokenizer, ContextOverflow, Image, Message, OutOfContext, Policy, PolicyError, PromptIds,
-    Request, Response, prompt_ids,
+    Request, Response, StreamingPolicy, prompt_ids,
 };
 
 /// The layout's view of a model: its chat template and tokenizer, and for a VL model the
@@ -63,6 +65,10 @@ pub struct ModelPolicy {
     /// The rollout engine (keys and values kept across turns, continuous batching); `None`:
     /// one static batch per turn.
     engine: Option<Engine>,
+    /// The trajectory of each request the engine runs for [`StreamingPolicy`], and answers
+    /// given without it (out of context) not yet polled.
+    running: HashMap<RequestId, usize>,
+    ready: Vec<(usize, Response)>,
 }
 
 impl ModelPolicy {
@@ -71,7 +77,16 @@ impl ModelPolicy {
     pub fn new(model: Rc<Model>, options: GenerateOptions) -> Self {
         let context_window = model.lm.config().max_position_embeddings;
         let engine = Some(Engine::new(EngineOptions::default()));
-        ModelPolicy { model, options, context_window, overflow: ContextOverflow::End, max_image_tokens: 0, engine }
+        ModelPolicy {
+            model,
+            options,
+            context_window,
+            overflow: ContextOverflow::End,
+            max_image_tokens: 0,
+            engine,
+            running: HashMap::new(),
+            ready: vec![],
+        }
     }
 
     /// Generation by the engine `options` name.
@@ -140,6 +155,31 @@ impl ModelPolicy {
         Ok(prompt)
     }
 
+    /// Tokens prompt `p` leaves for the answer (0: none, or over the image budget).
+    fn room(&self, p: &PromptIds) -> usize {
+        if self.over_images(p) { 0 } else { self.context_window.saturating_sub(p.ids.len()) }
+    }
+
+    fn out_of_context(&self, p: &PromptIds) -> Response {
+        let out = OutOfContext { prompt_tokens: p.ids.len(), window: self.context_window };
+        Response { out_of_context: Some(out), ..Response::default() }
+    }
+
+    /// The engine's request for `r` (prompt `p`, `room` tokens left): the trajectory's own
+    /// row, its own draw stream, so what it samples does not depend on which requests
+    /// share its batch.
+    fn engine_request(&self, r: &Request, p: &PromptIds, room: usize) -> Result<EngineRequest, PolicyError> {
+        let prompt = self.model_prompt(p)?;
+        Ok(EngineRequest {
+            key: r.trajectory as u64,
+            ids: prompt.ids,
+            images: prompt.images,
+            max_new_tokens: room.min(self.options.max_new_tokens),
+            seed: self.options.seed.rotate_left(5) ^ r.seed,
+            adapter: 0,
+        })
+    }
+
     /// The prompt as the model takes it: a VL model's images turned into pixel values.
     fn model_prompt(&self, p: &PromptIds) -> Result<Prompt, PolicyError> {
         let pixels = match (&self.model.vision, p.images.is_empty()) {
@@ -161,15 +201,21 @@ impl Policy for ModelPolicy {
         "model"
     }
     fn begin_rollout(&mut self) {
+        self.running.clear();
+        self.ready.clear();
         if let Some(e) = &mut self.engine {
-            e.clear();
+            e.reset();
+        }
+    }
+    fn streaming(&mut self) -> Option<&mut dyn StreamingPolicy> {
+        match self.engine {
+            Some(_) => Some(self),
+            None => None,
         }
     }
     fn respond(&mut self, requests: &[Request]) -> Result<Vec<Response>, PolicyError> {
         let prompts = requests.iter().map(|r| self.prompt(r)).collect::<Result<Vec<_>, _>>()?;
-        let window = self.context_window;
-        let room: Vec<usize> =
-            prompts.iter().map(|p| if self.over_images(p) { 0 } else { window.saturating_sub(p.ids.len()) }).collect();
+        let room: Vec<usize> = prompts.iter().map(|p| self.room(p)).collect();
         let fits: Vec<usize> = (0..prompts.len()).filter(|&i| room[i] > 0).collect();
         // One seed per batch, from the requests' own: the same rollout draws the same tokens.
         let seed = requests.iter().fold(self.options.seed, |acc, r| acc.rotate_left(5) ^ r.seed);
@@ -179,23 +225,13 @@ impl Policy for ModelPolicy {
             ..self.options.clone()
         };
         let requests_for_engine = match self.engine {
-            Some(_) => Some(
-                fits.iter()
-                    .map(|&i| {
-                        let prompt = self.model_prompt(&prompts[i])?;
-                        Ok(EngineRequest {
-                            key: requests[i].trajectory as u64,
-                            ids: prompt.ids,
-                            images: prompt.images,
-                            max_new_tokens: room[i].min(self.options.max_new_tokens),
-                            // Each request's own stream: what it samples does not depend on
-                            // which requests share its batch.
-                            seed: self.options.seed.rotate_left(5) ^ requests[i].seed,
-                            adapter: 0,
-                        })
-                    })
-                    .collect::<Result<Vec<_>, PolicyError>>()?,
-            ),
+            Some(_) => {
+                Some(fits.iter().map(|&i| self.engine_request(&requests[i], &prompts[i], room[i])).collect::<Result<
+                    Vec<_>,
+                    PolicyError,
+                >>(
+                )?)
+            }
             None => None,
         };
         let generations = match (requests_for_engine, &mut self.engine) {
@@ -209,22 +245,61 @@ impl Policy for ModelPolicy {
         let mut generations: std::vec::IntoIter<Generation> =
             generations.map_err(|e| PolicyError::Model(e.to_string()))?.into_iter();
         Ok((0..prompts.len())
-            .map(|i| {
-                if room[i] == 0 {
-                    let out = OutOfContext { prompt_tokens: prompts[i].ids.len(), window };
-                    return Response { out_of_context: Some(out), ..Response::default() };
-                }
-                let g = generations.next().expect("one generation per prompt that fits");
-                Response {
-                    text: g.text,
-                    origin: AnswerOrigin::Model,
-                    token_ids: Some(g.token_ids),
-                    logprobs: Some(g.logprobs),
-                    versions: (!g.versions.is_empty()).then_some(g.versions),
-                    ..Response::default()
-                }
+            .map(|i| match room[i] {
+                0 => self.out_of_context(&prompts[i]),
+                _ => answer(generations.next().expect("one generation per prompt that fits")),
             })
             .collect())
+    }
+}
+
+/// The continuous engine's step loop, driven by the rollout: each request joins the running
+/// batch at the next step.
+impl StreamingPolicy for ModelPolicy {
+    fn submit(&mut self, request: Request) -> Result<(), PolicyError> {
+        let prompt = self.prompt(&request)?;
+        let room = self.room(&prompt);
+        if room == 0 {
+            self.ready.push((request.trajectory, self.out_of_context(&prompt)));
+            return Ok(());
+        }
+        let asked = self.engine_request(&request, &prompt, room)?;
+        let engine =
+            self.engine.as_mut().ok_or_else(|| PolicyError::Model("the static engine does not stream".into()))?;
+        let id = engine.submit(&self.model, asked, &self.options).map_err(|e| PolicyError::Model(e.to_string()))?;
+        self.running.insert(id, request.trajectory);
+        Ok(())
+    }
+
+    fn poll(&mut self) -> Result<Vec<(usize, Response)>, PolicyError> {
+        let mut out = std::mem::take(&mut self.ready);
+        if let Some(engine) = self.engine.as_mut().filter(|_| !self.running.is_empty()) {
+            let step = engine.step(&self.model).map_err(|e| {
+                self.running.clear();
+                PolicyError::Model(e.to_string())
+            })?;
+            for (id, g) in step.finished {
+                let trajectory = self.running.remove(&id).expect("the engine runs only this policy's requests");
+                out.push((trajectory, answer(g)));
+            }
+        }
+        Ok(out)
+    }
+
+    fn pending(&self) -> usize {
+        self.running.len() + self.ready.len()
+    }
+}
+
+/// A generation as the rollout's response.
+fn answer(g: Generation) -> Response {
+    Response {
+        text: g.text,
+        origin: AnswerOrigin::Model,
+        token_ids: Some(g.token_ids),
+        logprobs: Some(g.logprobs),
+        versions: (!g.versions.is_empty()).then_some(g.versions),
+        ..Response::default()
     }
 }
 

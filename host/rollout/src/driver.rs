@@ -9,7 +9,7 @@ use crate::{Format, Parsed};
 use serde::Serialize;
 use std::num::NonZeroU32;
 use std::sync::Arc;
-use vagen_runtime::{ActionSpace, EnvPool, Image, Manifest, Observation, Plugin, StepResult};
+use vagen_runtime::{ActionSpace, EnvPool, Environment, Image, Manifest, Observation, Plugin, StepResult};
 
 /// Why an episode ended early without failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -174,40 +174,47 @@ pub fn rollout(
 ) -> Result<Vec<Trajectory>, RolloutError> {
     policy.begin_rollout();
     let mut play = Play::start(plugin, env_config, seeds, config, shape)?;
-    for turn in 0..plugin.max_turns(shape.max_turns.map(NonZeroU32::get)) as usize {
-        if !play.turn(turn, policy)? {
-            break;
+    let turns = plugin.max_turns(shape.max_turns.map(NonZeroU32::get)) as usize;
+    let needs_oracle = policy.needs_oracle();
+    match policy.streaming() {
+        // Each episode on its own: its next prompt asked the moment its step returns.
+        Some(streaming) if !needs_oracle => play.stream(streaming, turns)?,
+        _ => {
+            for turn in 0..turns {
+                if !play.turn(turn, policy)? {
+                    break;
+                }
+            }
         }
     }
     Ok(play.finish())
 }
 
-/// The episodes of one `rollout` call, turn by turn: each turn asks the oracle (when the
-/// policy wants it), asks the policy, parses, steps every active instance, records.
-struct Play<'a> {
-    config: &'a RolloutConfig,
-    shape: &'a EpisodeShape,
+/// The episodes of one `rollout` call. Turn by turn (`turn`): each turn asks the oracle
+/// (when the policy wants it), asks the policy, parses, steps every active instance,
+/// records. Or each episode on its own (`stream`, `stream.rs`).
+pub(crate) struct Play<'a> {
+    pub config: &'a RolloutConfig,
+    pub shape: &'a EpisodeShape,
     manifest: Arc<Manifest>,
     seeds: &'a [u64],
     /// Members per group.
     g: usize,
-    pool: EnvPool,
+    pub pool: EnvPool,
     /// One per instance of the pool, in its order.
-    episodes: Vec<Episode>,
+    pub episodes: Vec<Episode>,
 }
 
 /// One episode: its record so far and what its instance needs to go on.
-struct Episode {
-    traj: Trajectory,
+pub(crate) struct Episode {
+    pub traj: Trajectory,
     /// The instance's own: its config may set another separator or per-turn limit than the
     /// manifest's defaults.
     space: Arc<ActionSpace>,
     /// What the episode shows the policy next; `None` once it has ended, and while a turn
     /// has it out (asked, not yet recorded).
-    current: Option<Shown>,
+    pub current: Option<Shown>,
     actions_sent: usize,
-    /// This turn's state descriptions before and after the step.
-    states_seen: Option<(String, String)>,
 }
 
 impl Episode {
@@ -223,11 +230,18 @@ impl Episode {
     }
 }
 
-/// A turn's answers: what goes to `step`, and the parse it came from.
-struct Answered {
-    step: Vec<Option<String>>,
-    parsed: Vec<Option<Parsed>>,
+/// An episode's turn between the policy's answer and the env's step: what it was shown,
+/// the response, its parse, and what goes to `step`.
+pub(crate) struct Answered {
+    pub shown: Shown,
+    pub response: Response,
+    pub parsed: Parsed,
+    pub answer: String,
 }
+
+/// What an episode's env did with an answer: the step, and the state descriptions before
+/// and after it (when the records keep them).
+pub(crate) type EnvTurn = Result<(StepResult, Option<(String, String)>), vagen_runtime::Error>;
 
 impl<'a> Play<'a> {
     /// Instances created and reset; an episode that cannot start has failed.
@@ -255,7 +269,6 @@ impl<'a> Play<'a> {
                 space,
                 current: None,
                 actions_sent: 0,
-                states_seen: None,
             })
             .collect();
         let mut play = Play { config, shape, manifest, seeds, g, pool, episodes };
@@ -302,7 +315,7 @@ impl<'a> Play<'a> {
     }
 
     /// One turn of every episode still going; false when none was.
-    fn turn(&mut self, turn: usize, policy: &mut dyn Policy) -> Result<bool, RolloutError> {
+    pub(crate) fn turn(&mut self, turn: usize, policy: &mut dyn Policy) -> Result<bool, RolloutError> {
         if self.episodes.iter().all(|e| e.current.is_none()) {
             return Ok(false);
         }
@@ -313,15 +326,29 @@ impl<'a> Play<'a> {
         if asked.is_empty() {
             return Ok(false);
         }
-        let requests: Vec<Request> = asked.iter().map(|(i, shown)| self.request(*i, shown, turn, &oracles)).collect();
+        let requests: Vec<Request> =
+            asked.iter().map(|(i, shown)| self.request(*i, shown, turn, oracles[*i].clone())).collect();
         let responses = policy.respond(&requests)?;
         if responses.len() != requests.len() {
             return Err(RolloutError::Answers { asked: requests.len(), got: responses.len() });
         }
         let (asked, responses) = self.end_unanswered(turn, asked, responses);
-        let mut answered = self.parse(&asked, &responses);
-        let results = self.step(&answered.step);
-        self.record(turn, asked, responses, &mut answered, results);
+        let mut answers = vec![None; self.episodes.len()];
+        let mut parsed = vec![];
+        for ((i, _), response) in asked.iter().zip(&responses) {
+            let (answer, p) = self.parse_one(*i, response);
+            answers[*i] = Some(answer);
+            parsed.push(p);
+        }
+        let (config, record_states) = (self.config, self.shape.record_states);
+        let mut results = self
+            .pool
+            .for_each(|i, env| answers[i].as_deref().map(|answer| env_turn(env, answer, config, record_states)));
+        for (((i, shown), response), parsed) in asked.into_iter().zip(responses).zip(parsed) {
+            let answer = answers[i].take().expect("answered");
+            let result = results[i].take().expect("stepped");
+            self.record_one(i, turn, Answered { shown, response, parsed, answer }, result);
+        }
         Ok(true)
     }
 
@@ -351,7 +378,7 @@ impl<'a> Play<'a> {
         oracles
     }
 
-    fn request(&self, i: usize, shown: &Shown, turn: usize, oracles: &[Option<String>]) -> Request {
+    pub(crate) fn request(&self, i: usize, shown: &Shown, turn: usize, oracle: Option<String>) -> Request {
         let (e, history, g) = (&self.episodes[i], self.config.history, self.g);
         let kept = kept_turns(&e.traj, history);
         Request {
@@ -365,7 +392,7 @@ impl<'a> Play<'a> {
             images: shown.images.clone(),
             manifest: self.manifest.clone(),
             actions: e.space.clone(),
-            oracle: oracles[i].clone(),
+            oracle,
             last_reward: e.traj.turns.last().map(|t| t.env_reward),
             seed: self.seed(i).wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add((turn * g + i % g) as u64),
         }
@@ -382,148 +409,102 @@ impl<'a> Play<'a> {
         asked
             .into_iter()
             .zip(responses)
-            .filter_map(|((i, shown), mut r)| {
-                let e = &mut self.episodes[i];
-                if let Some(message) = r.lost.take() {
-                    let call = FailedCall::Policy { turn };
-                    e.traj.failure = Some(Failure { call, kind: "unanswered", message });
-                    e.end_at(shown);
-                    return None;
-                }
-                let end = match (r.out_of_context, r.stop) {
-                    (Some(_), _) => Truncation::Context,
-                    (None, true) => Truncation::Stopped,
-                    (None, false) => return Some(((i, shown), r)),
-                };
-                e.traj.truncated = Some(end);
-                e.end_at(shown);
-                None
-            })
+            .filter_map(|((i, shown), r)| self.unanswered(i, turn, shown, r).map(|(shown, r)| ((i, shown), r)))
             .unzip()
     }
 
-    /// Each response read in the format, its actions capped per turn and per episode.
-    fn parse(&mut self, asked: &[(usize, Shown)], responses: &[Response]) -> Answered {
-        let n = self.episodes.len();
-        let (config, shape) = (self.config, self.shape);
-        let mut out = Answered { step: vec![None; n], parsed: vec![None; n] };
-        for ((i, _), response) in asked.iter().zip(responses) {
-            let e = &mut self.episodes[*i];
-            let space = &e.space;
-            let mut p = config.read_answer(&response.text, space, shape.max_actions_per_turn);
-            if let Some(limit) = shape.max_actions_per_episode {
-                let left = limit.get().saturating_sub(e.actions_sent);
-                p.actions.truncate(left);
-            }
-            e.actions_sent += p.actions.len();
-            // Without a format the env gets the text as written, its own separators included.
-            out.step[*i] = Some(config.step_answer(&response.text, &p, space));
-            out.parsed[*i] = Some(p);
-        }
-        out
-    }
-
-    /// Every answered instance stepped in parallel (with its next state description).
-    fn step(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<StepResult, vagen_runtime::Error>>> {
-        let before = self.states(answers);
-        let mut results = self.pool.step_all(answers);
-        let after = self.states(answers);
-        for (((r, b), a), e) in results.iter_mut().zip(before).zip(after).zip(&mut self.episodes) {
-            match (b, a) {
-                (Some(Ok(b)), Some(Ok(a))) => e.states_seen = Some((b, a)),
-                // A state the records need and cannot have fails the episode, as a step would.
-                (Some(Err(err)), _) | (_, Some(Err(err))) if matches!(r, Some(Ok(_))) => *r = Some(Err(err)),
-                _ => {}
-            }
-        }
-        if self.config.describe_state {
-            let states = self.pool.for_each(|i, env| match &results[i] {
-                Some(Ok(step)) if !step.done => Some(env.describe_state()),
-                _ => None,
-            });
-            for (r, state) in results.iter_mut().zip(states) {
-                match (r, state) {
-                    (Some(Ok(step)), Some(Ok(text))) => {
-                        step.observation.text = self.config.shown_observation(&step.observation.text, Some(&text))
-                    }
-                    (r @ Some(Ok(_)), Some(Err(e))) => *r = Some(Err(e)),
-                    _ => {}
-                }
-            }
-        }
-        results
-    }
-
-    /// Every answered instance's state description, when the records keep them.
-    fn states(&mut self, answers: &[Option<String>]) -> Vec<Option<Result<String, vagen_runtime::Error>>> {
-        if !self.shape.record_states {
-            return answers.iter().map(|_| None).collect();
-        }
-        self.pool.for_each(|i, env| answers[i].as_ref().map(|_| env.describe_state()))
-    }
-
-    /// The turn's records: the format reward, the next observation for episodes going on,
-    /// a failure for those whose step faulted.
-    fn record(
+    /// Episode `i`'s response, unless it ended the episode (no room, no answer, lost).
+    pub(crate) fn unanswered(
         &mut self,
+        i: usize,
         turn: usize,
-        asked: Vec<(usize, Shown)>,
-        responses: Vec<Response>,
-        answered: &mut Answered,
-        mut results: Vec<Option<Result<StepResult, vagen_runtime::Error>>>,
-    ) {
-        let config = self.config;
-        for ((i, shown), response) in asked.into_iter().zip(responses) {
-            let p = answered.parsed[i].take().expect("parsed for every answered episode");
-            let answer = answered.step[i].take().unwrap_or_default();
-            let e = &mut self.episodes[i];
-            let step = match results[i].take().expect("stepped") {
-                Err(err) => {
-                    e.traj.failure = Some(Failure::new(FailedCall::Step { turn }, &err));
-                    e.traj.failed_answer = Some(answer);
-                    // The last observation is the one the failed step acted on.
-                    e.end_at(shown);
-                    continue;
-                }
-                Ok(step) => step,
-            };
-            let format_reward = config.format_reward(&p, step.valid_actions);
-            (e.traj.done, e.traj.success) = (step.done, step.success);
-            let out_of_actions = self.shape.max_actions_per_episode.is_some_and(|m| e.actions_sent >= m.get());
-            let next = step.observation;
-            if !step.done && !out_of_actions {
-                let feedback = feedback(&p, step.valid_actions, step.effective_actions);
-                let user = config.user_message(Some(feedback), &next.text);
-                e.current = Some(Shown { user, observation: next.text, images: shared(next.images) });
-            } else {
-                (e.traj.end_observation, e.traj.end_images) = (next.text, shared(next.images));
-            }
-            let Shown { user, observation, images } = shown;
-            let states = e.states_seen.take();
-            e.traj.turns.push(TurnRecord {
-                user,
-                observation,
-                images,
-                response: response.text,
-                origin: response.origin,
-                token_ids: response.token_ids,
-                logprobs: response.logprobs,
-                versions: response.versions,
-                parsed: p,
-                answer,
-                env_reward: step.reward,
-                format_reward,
-                reward: step.reward + format_reward,
-                done: step.done,
-                success: step.success,
-                valid_actions: step.valid_actions,
-                effective_actions: step.effective_actions,
-                metrics: step.metrics.into_iter().map(|m| (m.name, m.value)).collect(),
-                state_before: states.as_ref().map(|(b, _)| b.clone()),
-                state_after: states.map(|(_, a)| a),
-                component_rewards: vec![],
-            });
+        shown: Shown,
+        mut r: Response,
+    ) -> Option<(Shown, Response)> {
+        let e = &mut self.episodes[i];
+        if let Some(message) = r.lost.take() {
+            let call = FailedCall::Policy { turn };
+            e.traj.failure = Some(Failure { call, kind: "unanswered", message });
+            e.end_at(shown);
+            return None;
         }
+        let end = match (r.out_of_context, r.stop) {
+            (Some(_), _) => Truncation::Context,
+            (None, true) => Truncation::Stopped,
+            (None, false) => return Some((shown, r)),
+        };
+        e.traj.truncated = Some(end);
+        e.end_at(shown);
+        None
+    }
+
+    /// Episode `i`'s response read in the format, its actions capped per turn and per
+    /// episode: what goes to `step`, and the parse.
+    pub(crate) fn parse_one(&mut self, i: usize, response: &Response) -> (String, Parsed) {
+        let (config, shape) = (self.config, self.shape);
+        let e = &mut self.episodes[i];
+        let space = &e.space;
+        let mut p = config.read_answer(&response.text, space, shape.max_actions_per_turn);
+        if let Some(limit) = shape.max_actions_per_episode {
+            let left = limit.get().saturating_sub(e.actions_sent);
+            p.actions.truncate(left);
+        }
+        e.actions_sent += p.actions.len();
+        // Without a format the env gets the text as written, its own separators included.
+        (config.step_answer(&response.text, &p, space), p)
+    }
+
+    /// Episode `i`'s turn recorded: the format reward, the next observation when it goes on,
+    /// a failure when its step faulted.
+    pub(crate) fn record_one(&mut self, i: usize, turn: usize, answered: Answered, result: EnvTurn) {
+        let Answered { shown, response, parsed: p, answer } = answered;
+        let config = self.config;
+        let e = &mut self.episodes[i];
+        let (step, states) = match result {
+            Err(err) => {
+                e.traj.failure = Some(Failure::new(FailedCall::Step { turn }, &err));
+                e.traj.failed_answer = Some(answer);
+                // The last observation is the one the failed step acted on.
+                e.end_at(shown);
+                return;
+            }
+            Ok(done) => done,
+        };
+        let format_reward = config.format_reward(&p, step.valid_actions);
+        (e.traj.done, e.traj.success) = (step.done, step.success);
+        let out_of_actions = self.shape.max_actions_per_episode.is_some_and(|m| e.actions_sent >= m.get());
+        let next = step.observation;
+        if !step.done && !out_of_actions {
+            let feedback = feedback(&p, step.valid_actions, step.effective_actions);
+            let user = config.user_message(Some(feedback), &next.text);
+            e.current = Some(Shown { user, observation: next.text, images: shared(next.images) });
+        } else {
+            (e.traj.end_observation, e.traj.end_images) = (next.text, shared(next.images));
+        }
+        let Shown { user, observation, images } = shown;
+        e.traj.turns.push(TurnRecord {
+            user,
+            observation,
+            images,
+            response: response.text,
+            origin: response.origin,
+            token_ids: response.token_ids,
+            logprobs: response.logprobs,
+            versions: response.versions,
+            parsed: p,
+            answer,
+            env_reward: step.reward,
+            format_reward,
+            reward: step.reward + format_reward,
+            done: step.done,
+            success: step.success,
+            valid_actions: step.valid_actions,
+            effective_actions: step.effective_actions,
+            metrics: step.metrics.into_iter().map(|m| (m.name, m.value)).collect(),
+            state_before: states.as_ref().map(|(b, _)| b.clone()),
+            state_after: states.map(|(_, a)| a),
+            component_rewards: vec![],
+        });
     }
 }
 
@@ -540,10 +521,30 @@ fn state_key(observation: &str, images: &[Arc<Image>]) -> u64 {
 }
 
 /// What an active episode shows the policy next.
-struct Shown {
+pub(crate) struct Shown {
     user: String,
     observation: String,
     images: Vec<Arc<Image>>,
+}
+
+/// What `env` makes of `answer`: the state descriptions before and after (when the records
+/// keep them), the step, and the next observation with its state description (when the
+/// prompts show it). A description the records or the prompt need and cannot have fails
+/// the episode, as a failed step would.
+pub(crate) fn env_turn(
+    env: &mut dyn Environment,
+    answer: &str,
+    config: &RolloutConfig,
+    record_states: bool,
+) -> EnvTurn {
+    let before = record_states.then(|| env.describe_state()).transpose()?;
+    let mut step = env.step(answer)?;
+    let after = record_states.then(|| env.describe_state()).transpose()?;
+    if config.describe_state && !step.done {
+        let text = env.describe_state()?;
+        step.observation.text = config.shown_observation(&step.observation.text, Some(&text));
+    }
+    Ok((step, before.zip(after)))
 }
 
 fn shared(images: Vec<Image>) -> Vec<Arc<Image>> {

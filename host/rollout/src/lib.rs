@@ -22,6 +22,7 @@ mod noisy;
 mod parse;
 mod policy;
 mod prompter;
+mod stream;
 
 pub use config::{EpisodeShape, FormatReward, History, RolloutConfig};
 pub use driver::{RolloutError, RolloutMetrics, RolloutTotals, Trajectory, Truncation, TurnRecord, metrics, rollout};
@@ -37,7 +38,7 @@ pub use noisy::NoisyOracle;
 pub use parse::{Parsed, parse};
 pub use policy::{
     AnswerOrigin, ContextOverflow, OraclePolicy, OutOfContext, Policy, PolicyError, RandomPolicy, Request, Response,
-    ScriptedPolicy,
+    ScriptedPolicy, StreamingPolicy,
 };
 pub use prompter::feedback;
 /// The env's RGB8 image, as policies receive it, and the conversation they answer.

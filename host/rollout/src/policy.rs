@@ -144,6 +144,24 @@ pub trait Policy {
     /// A rollout starts: its requests are new trajectories (what a policy kept for earlier
     /// ones, such as cached keys and values, no longer applies: the weights may have moved).
     fn begin_rollout(&mut self) {}
+    /// The policy answering requests one at a time as they come, when it can (a model's
+    /// engine, whose running batch admits requests between decode steps): the driver then
+    /// asks each episode's next turn the moment its env step returns, so a slow env holds
+    /// its own episode only. `None`: a turn's requests are asked together ([`Self::respond`]).
+    fn streaming(&mut self) -> Option<&mut dyn StreamingPolicy> {
+        None
+    }
+}
+
+/// Requests answered as they come ([`Policy::streaming`]).
+pub trait StreamingPolicy {
+    /// Holds `request` until [`Self::poll`] answers it.
+    fn submit(&mut self, request: Request) -> Result<(), PolicyError>;
+    /// A bounded amount of work (one engine step), and the requests answered meanwhile, by
+    /// trajectory.
+    fn poll(&mut self) -> Result<Vec<(usize, Response)>, PolicyError>;
+    /// Requests submitted and not yet answered.
+    fn pending(&self) -> usize;
 }
 
 /// 1..=max actions per turn drawn from the env's action names.

@@ -24,6 +24,12 @@ impl EnvPool {
         self.envs[i].as_mut()
     }
 
+    /// The envs, each to hand to a thread of the caller's (a driver that steps each episode
+    /// as soon as its answer is there); [`EnvPool::new`] takes them back.
+    pub fn into_envs(self) -> Vec<Box<dyn Environment>> {
+        self.envs
+    }
+
     /// Resets env `i` with `seeds[i]`, all at once.
     pub fn reset_all(&mut self, seeds: &[u64]) -> Vec<Result<Observation, Error>> {
         assert_eq!(seeds.len(), self.envs.len(), "one seed per env");

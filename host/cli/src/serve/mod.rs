@@ -475,9 +475,10 @@ impl Worker {
             }
             Replier::Whole(reply) => {
                 let k = flight.job.top_logprobs;
-                let answer = answers
-                    .map(|a| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
-                    .collect::<Result<Vec<_>, String>>();
+                let answer =
+                    answers
+                        .map(|a| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
+                        .collect::<Result<Vec<_>, String>>();
                 let _ = reply.send(answer);
             }
         }

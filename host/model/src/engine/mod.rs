@@ -275,6 +275,18 @@ impl Engine {
         }
     }
 
+    /// Forgets every request it holds (unanswered) and every cached sequence, and releases
+    /// the memory: a caller that gave up on a round (an error elsewhere) starts afresh.
+    pub fn reset(&mut self) {
+        self.live.clear();
+        self.aborted.clear();
+        self.idle = true;
+        if let Some(c) = &mut self.cache {
+            c.schedule.forget_requests();
+        }
+        self.clear();
+    }
+
     /// Holds `request` until a step admits it (between any two steps: a running batch takes
     /// it in). `options` gives its sampling, stop strings, `top_logprobs` and a cap on
     /// `max_new_tokens` (its seed is unused: the request brings its own). A request that
@@ -352,14 +364,7 @@ impl Engine {
         if let Err(e) = result {
             // The schedule runs ahead of the tensors (a planned wave's rows already claim
             // their prompts): after a step that failed part-way no cached row is trusted.
-            self.live.clear();
-            self.aborted.clear();
-            self.idle = true;
-            if let Some(c) = &mut self.cache {
-                c.schedule.forget_requests();
-                c.schedule.slots.clear();
-                c.kv.clear();
-            }
+            self.reset();
             return Err(e);
         }
         if self.live.is_empty() {

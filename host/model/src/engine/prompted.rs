@@ -75,4 +75,3 @@ fn image_key(image: &PixelValues) -> Result<u64> {
     values.iter().for_each(|v| v.to_bits().hash(&mut h));
     Ok(h.finish())
 }
-

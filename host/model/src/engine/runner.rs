@@ -211,7 +211,8 @@ impl Runner<'_> {
             let sampler = &self.live(reqs[rows[0] as usize]).sampler;
             let d: Vec<f64> = rows.iter().map(|&i| draws[i as usize]).collect();
             let (tokens, logprobs) = sampler.step_with(logits, &d);
-            let mut parts = vec![tokens.to_kind(Kind::Double).unsqueeze(1), logprobs.to_kind(Kind::Double).unsqueeze(1)];
+            let mut parts =
+                vec![tokens.to_kind(Kind::Double).unsqueeze(1), logprobs.to_kind(Kind::Double).unsqueeze(1)];
             if k > 0 {
                 let (values, ids) = sampler.top_tensors(logits, k);
                 parts.push(values.to_kind(Kind::Double));
@@ -227,7 +228,8 @@ impl Runner<'_> {
         for (_, rows) in &groups {
             let index = upload(rows, device);
             let part = columns(rows, &logits.index_select(0, &index));
-            let all = out.get_or_insert_with(|| part.new_zeros([reqs.len() as i64, part.size()[1]], (Kind::Double, device)));
+            let all =
+                out.get_or_insert_with(|| part.new_zeros([reqs.len() as i64, part.size()[1]], (Kind::Double, device)));
             let _ = all.index_copy_(0, &index, &part);
         }
         out.expect("a step samples at least one row")
