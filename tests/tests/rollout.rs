@@ -499,3 +499,115 @@ fn format_instructions_can_be_left_out_of_the_system_prompt() {
         );
     }
 }
+
+/// `inner`'s instances, each sleeping `delay` in one step of eight: instance k (in the
+/// order they were made) at its turns k, k + 8, …, so at each turn one member in eight is
+/// slow, a different one each turn.
+struct Sleepy {
+    inner: std::sync::Arc<dyn vagen_runtime::Plugin>,
+    delay: std::time::Duration,
+    made: std::sync::atomic::AtomicUsize,
+}
+
+struct SleepyEnv {
+    inner: Box<dyn vagen_runtime::Environment>,
+    delay: std::time::Duration,
+    index: usize,
+    turns: usize,
+}
+
+impl vagen_runtime::Plugin for Sleepy {
+    fn manifest(&self) -> &vagen_runtime::Manifest {
+        self.inner.manifest()
+    }
+    fn info(&self) -> &vagen_runtime::PluginInfo {
+        self.inner.info()
+    }
+    fn limits(&self) -> &Limits {
+        self.inner.limits()
+    }
+    fn create(&self, config: &str) -> Result<Box<dyn vagen_runtime::Environment>, vagen_runtime::Error> {
+        let index = self.made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Box::new(SleepyEnv { inner: self.inner.create(config)?, delay: self.delay, index, turns: 0 }))
+    }
+}
+
+impl vagen_runtime::Environment for SleepyEnv {
+    fn manifest(&self) -> &vagen_runtime::Manifest {
+        self.inner.manifest()
+    }
+    fn action_space(&self) -> &vagen_runtime::ActionSpace {
+        self.inner.action_space()
+    }
+    fn system_prompt(&mut self) -> Result<String, vagen_runtime::Error> {
+        self.inner.system_prompt()
+    }
+    fn reset(&mut self, seed: u64) -> Result<vagen_runtime::Observation, vagen_runtime::Error> {
+        self.turns = 0;
+        self.inner.reset(seed)
+    }
+    fn step(&mut self, answer: &str) -> Result<vagen_runtime::StepResult, vagen_runtime::Error> {
+        if self.turns % 8 == self.index % 8 {
+            std::thread::sleep(self.delay);
+        }
+        self.turns += 1;
+        self.inner.step(answer)
+    }
+    fn describe_state(&mut self) -> Result<String, vagen_runtime::Error> {
+        self.inner.describe_state()
+    }
+    fn oracle(&mut self) -> Result<Option<String>, vagen_runtime::Error> {
+        self.inner.oracle()
+    }
+}
+
+/// The model's answers asked a turn at a time (it does not offer to stream).
+struct TurnByTurn(ModelPolicy);
+
+impl vagen_rollout::Policy for TurnByTurn {
+    fn name(&self) -> &'static str {
+        "turn-by-turn"
+    }
+    fn respond(
+        &mut self,
+        requests: &[vagen_rollout::Request],
+    ) -> Result<Vec<vagen_rollout::Response>, vagen_rollout::PolicyError> {
+        self.0.respond(requests)
+    }
+    fn begin_rollout(&mut self) {
+        self.0.begin_rollout()
+    }
+}
+
+#[test]
+fn a_slow_env_step_holds_its_own_episode_not_the_batch() {
+    let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
+    let options = GenerateOptions { max_new_tokens: 16, seed: 9, ..Default::default() };
+    let shape = EpisodeShape::groups_of(8).with_max_turns(5);
+    let delay = std::time::Duration::from_millis(200);
+    let play = |delay, policy: &mut dyn vagen_rollout::Policy| {
+        let (inner, _cache) = load("frozenlake", Limits::default());
+        let plugin = Sleepy { inner, delay, made: Default::default() };
+        let started = std::time::Instant::now();
+        let trajs = rollout(&plugin, "", &[3], &RolloutConfig::default(), &shape, policy).unwrap();
+        let answers: Vec<Vec<String>> =
+            trajs.iter().map(|t| t.turns.iter().map(|x| x.response.clone()).collect()).collect();
+        (started.elapsed(), answers)
+    };
+    let mut streamed = ModelPolicy::new(model.clone(), options.clone());
+    let (fast, answers) = play(std::time::Duration::ZERO, &mut streamed);
+    assert!(answers.iter().filter(|a| a.len() >= 5).count() >= 5, "episodes long enough to meet their slow turn");
+    let (slow, slow_answers) = play(delay, &mut streamed);
+    let mut turn_by_turn = TurnByTurn(ModelPolicy::new(model.clone(), options));
+    let (lockstep_fast, lockstep_answers) = play(std::time::Duration::ZERO, &mut turn_by_turn);
+    let (lockstep_slow, _) = play(delay, &mut turn_by_turn);
+    // Same episodes whichever way they were played.
+    assert_eq!(answers, slow_answers);
+    assert_eq!(answers, lockstep_answers);
+    // Each member sleeps once (turn k for member k < 5): streamed, the rollout loses about
+    // one member's 200 ms; turn by turn, every turn waits for its sleeper.
+    let lost = slow.saturating_sub(fast);
+    let lockstep_lost = lockstep_slow.saturating_sub(lockstep_fast);
+    assert!(lost < delay * 7 / 4, "streamed: {fast:?} -> {slow:?}");
+    assert!(lockstep_lost > delay * 3, "turn by turn: {lockstep_fast:?} -> {lockstep_slow:?}");
+}
