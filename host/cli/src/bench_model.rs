@@ -10,7 +10,10 @@ use rand_core::{Rng, SeedableRng};
 use std::path::PathBuf;
 use std::time::Instant;
 use tch::Tensor;
-use vagen_model::{GenerateOptions, Model, PixelValues, Prompt, Qwen2Config, Qwen2VlConfig};
+use vagen_model::{
+    Engine, EngineKind, EngineOptions, EngineRequest, GenerateOptions, Model, OpCount, PixelValues, Prompt,
+    Qwen2Config, Qwen2VlConfig, count_ops,
+};
 
 #[derive(Args)]
 pub struct BenchModelArgs {
@@ -31,6 +34,10 @@ pub struct BenchModelArgs {
     /// Generated tokens per row (end-of-sequence ignored, so every row makes this many).
     #[arg(long, default_value_t = 64)]
     new_tokens: usize,
+    /// The engine timed: `continuous` (the rollouts' and `serve`'s) or `static` (one
+    /// left-padded batch, the baseline).
+    #[arg(long, default_value = "continuous", value_parser = parse_engine)]
+    engine: EngineKind,
     #[command(flatten)]
     reference: Transformers,
     // The JSON line: the model (parameters, bytes of weights and of KV cache per token) and a
@@ -44,6 +51,19 @@ struct Figures {
     vision: Option<f64>,
     prefill: f64,
     decode: f64,
+    /// One decode step of the continuous engine: operators dispatched and those waiting for
+    /// the device, and the engine's reads back to the host (none for transformers').
+    step: Option<StepCount>,
+}
+
+#[derive(Clone, Copy)]
+struct StepCount {
+    ops: OpCount,
+    host_reads: usize,
+}
+
+fn parse_engine(s: &str) -> Result<EngineKind, String> {
+    serde_json::from_value(serde_json::Value::String(s.into())).map_err(|_| format!("{s:?}: continuous or static"))
 }
 
 pub(crate) enum Shape {
@@ -90,12 +110,19 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         a.new_tokens,
         if images > 0 { format!(" after {images} image(s) of {0}x{0} each", a.image_size) } else { String::new() }
     );
-    let bench = Bench { images, image_size: a.image_size, prompt_len: a.prompt_len, new_tokens: a.new_tokens };
+    let bench = Bench {
+        images,
+        image_size: a.image_size,
+        prompt_len: a.prompt_len,
+        new_tokens: a.new_tokens,
+        engine: a.engine,
+    };
     Bench { prompt_len: a.prompt_len.min(8), new_tokens: 2, ..bench }.measure(&model, 1)?; // warm-up
     let mut ours = Vec::new();
     for &b in &a.batch {
         ours.push(bench.measure(&model, b)?);
     }
+    let layers = model.config().num_hidden_layers;
     // Free our weights before transformers loads its copy (a 3B model twice may not fit).
     drop(model);
     let theirs = if a.reference.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
@@ -115,11 +142,16 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
                     "hf_vision_img_s": t.and_then(|t| t.vision),
                     "hf_prefill_tok_s": t.map(|t| t.prefill),
                     "hf_decode_tok_s": t.map(|t| t.decode),
+                    "ops_per_decode_step": ours[i].step.map(|s| s.ops.ops),
+                    "ops_per_layer": ours[i].step.map(|s| s.ops.ops as f64 / layers as f64),
+                    "waits_per_decode_step": ours[i].step.map(|s| s.ops.waits),
+                    "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
                 })
             })
             .collect();
         let line = serde_json::json!({
             "model": described,
+            "engine": a.engine,
             "images": images,
             "image_size": a.image_size,
             "prompt_len": a.prompt_len,
@@ -141,7 +173,8 @@ fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vi
     if vision {
         head += &format!(" {:>15}", "hf vision img/s");
     }
-    head += &format!(" {:>16} {:>16}", "hf prefill tok/s", "hf decode tok/s");
+    head += &format!(" {:>16} {:>16} |", "hf prefill tok/s", "hf decode tok/s");
+    head += &format!(" {:>8} {:>6} {:>6}", "ops/step", "waits", "reads");
     println!("{head}");
     for (i, &b) in batch.iter().enumerate() {
         let t = theirs.map(|t| &t[i]);
@@ -153,7 +186,10 @@ fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vi
         if vision {
             row += &format!(" {:>15}", fmt(t.and_then(|t| t.vision), 2));
         }
-        row += &format!(" {:>16} {:>16}", fmt(t.map(|t| t.prefill), 0), fmt(t.map(|t| t.decode), 0));
+        row += &format!(" {:>16} {:>16} |", fmt(t.map(|t| t.prefill), 0), fmt(t.map(|t| t.decode), 0));
+        if let Some(s) = ours[i].step {
+            row += &format!(" {:>8} {:>6} {:>6}", s.ops.ops, s.ops.waits, s.host_reads);
+        }
         println!("{row}");
     }
 }
@@ -164,6 +200,7 @@ struct Bench {
     image_size: usize,
     prompt_len: usize,
     new_tokens: usize,
+    engine: EngineKind,
 }
 
 impl Bench {
@@ -181,13 +218,28 @@ impl Bench {
         let vision = self.time_vision(model, &prompts)?;
         let width = prompts[0].ids.len();
         let options = |n| GenerateOptions { max_new_tokens: n, temperature: 1.0, ..Default::default() };
+        // Nothing reused between runs: every run prefills its prompts whole.
+        let mut engine = Engine::new(EngineOptions {
+            max_batch: std::num::NonZeroUsize::new(batch).context("a batch of 0")?,
+            reuse: false,
+            ..Default::default()
+        });
+        let mut generate = |n| -> Result<Vec<vagen_model::Generation>> {
+            Ok(match self.engine {
+                EngineKind::Static => model.generate_vl(&prompts, &options(n))?,
+                EngineKind::Continuous => {
+                    engine.reset();
+                    model.generate_with(&mut engine, &requests(&prompts), &options(n))?
+                }
+            })
+        };
         // Untimed first: the allocator grows to this batch's size once.
-        model.generate_vl(&prompts, &options(1))?;
+        generate(1)?;
         let t = Instant::now();
-        model.generate_vl(&prompts, &options(1))?;
+        generate(1)?;
         let prefill_s = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let out = model.generate_vl(&prompts, &options(self.new_tokens))?;
+        let out = generate(self.new_tokens)?;
         let total_s = t.elapsed().as_secs_f64();
         if out.iter().any(|g| g.token_ids.len() != self.new_tokens) {
             bail!("a row stopped before {} tokens", self.new_tokens);
@@ -197,7 +249,30 @@ impl Bench {
             vision,
             prefill: (batch * width) as f64 / prefill_s,
             decode: (batch * (self.new_tokens - 1)) as f64 / decode_s,
+            step: Some(self.count_step(model, &prompts)?),
         })
+    }
+
+    /// The continuous engine's decode steps counted (the mean of 4, after the prefill and a
+    /// first step).
+    fn count_step(&self, model: &Model, prompts: &[Prompt]) -> Result<StepCount> {
+        const STEPS: usize = 4;
+        let mut engine = Engine::new(EngineOptions {
+            max_batch: std::num::NonZeroUsize::new(prompts.len()).context("a batch of 0")?,
+            ..Default::default()
+        });
+        // Rows end after the counted steps: these are steady decode steps, no row leaving.
+        let options = GenerateOptions { max_new_tokens: STEPS + 4, temperature: 1.0, ..Default::default() };
+        for r in requests(prompts) {
+            engine.submit(model, r, &options)?;
+        }
+        engine.step(model)?;
+        engine.step(model)?;
+        let before = engine.stats().host_reads;
+        let (stepped, ops) = count_ops(|| (0..STEPS).try_for_each(|_| engine.step(model).map(drop)));
+        stepped?;
+        let host_reads = (engine.stats().host_reads - before) / STEPS;
+        Ok(StepCount { ops: OpCount { ops: ops.ops / STEPS as u64, waits: ops.waits / STEPS as u64 }, host_reads })
     }
 
     /// `text` after `images` random images (`<|vision_start|>`, pads, `<|vision_end|>` each).
@@ -234,6 +309,22 @@ impl Bench {
         let _ = out.sum(tch::Kind::Float).double_value(&[]);
         Ok(Some(all.len() as f64 / t.elapsed().as_secs_f64()))
     }
+}
+
+/// The prompts as engine requests, each its own trajectory and draw stream.
+fn requests(prompts: &[Prompt]) -> Vec<EngineRequest> {
+    prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| EngineRequest {
+            key: i as u64,
+            ids: p.ids.clone(),
+            images: p.images.clone(),
+            max_new_tokens: usize::MAX,
+            seed: i as u64,
+            adapter: 0,
+        })
+        .collect()
 }
 
 /// The model to benchmark (random weights of a shape, or `--model`) and where transformers
@@ -343,6 +434,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
     Ok(rows
         .iter()
         .map(|r| Figures {
+            step: None,
             vision: r["vision_images_per_s"].as_f64(),
             prefill: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),

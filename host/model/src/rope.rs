@@ -32,7 +32,8 @@ impl Rope {
             _ => freqs,
         };
         let emb = Tensor::cat(&[&freqs, &freqs], -1).unsqueeze(1);
-        (emb.cos().to_kind(kind), emb.sin().to_kind(kind))
+        let cast = |t: Tensor| if kind == Kind::Float { t } else { t.to_kind(kind) };
+        (cast(emb.cos()), cast(emb.sin()))
     }
 }
 

@@ -361,3 +361,32 @@ fn a_trajectory_may_start_from_a_row_its_owner_moves_on_from() {
 fn p2_shared(model: &Model) -> usize {
     model.encode_chat(&[Message::system("FrozenLake. Reach the goal.")], false).unwrap().len() - 1
 }
+
+/// Operators and host reads of steady decode steps (no row joining or leaving) at `batch`.
+fn decode_step_cost(model: &Model, batch: usize) -> (vagen_model::OpCount, usize) {
+    let mut e = engine(EngineOptions::default());
+    let options = GenerateOptions { max_new_tokens: 12, ..sampling(12) };
+    for key in 0..batch as u64 {
+        let ids = model.tokenizer.encode(&format!("Turn 1. The lake, seed {key}")).unwrap();
+        let request = EngineRequest { key, ids, images: vec![], max_new_tokens: 12, seed: key, adapter: 0 };
+        e.submit(model, request, &options).unwrap();
+    }
+    e.step(model).unwrap();
+    let reads = e.stats().host_reads;
+    let (stepped, ops) = vagen_model::count_ops(|| (0..4).map(|_| e.step(model).unwrap()).collect::<Vec<_>>());
+    assert!(stepped.iter().all(|s| s.sampled.len() == batch && s.finished.is_empty()));
+    (vagen_model::OpCount { ops: ops.ops / 4, waits: ops.waits / 4 }, (e.stats().host_reads - reads) / 4)
+}
+
+#[test]
+fn a_decode_step_reads_the_host_once_and_costs_the_same_operators_at_any_batch() {
+    let model = model();
+    let (one, reads) = decode_step_cost(&model, 1);
+    let (eight, reads_eight) = decode_step_cost(&model, 8);
+    assert_eq!((reads, reads_eight), (1, 1), "one read of the step's tokens");
+    assert_eq!((one.waits, eight.waits), (0, 0), "nothing else waits for the device");
+    assert_eq!(one.ops, eight.ops, "no operator per row");
+    // A regression guard, not the goal (20 a layer): 53 a layer and 26 per step today.
+    let layers = model.config().num_hidden_layers as u64;
+    assert!(one.ops <= 60 * layers + 32, "{one:?}");
+}

@@ -135,6 +135,8 @@ pub struct EngineStats {
     pub weight_swaps: usize,
     /// Positions of running rows run again after new weights (prompts and sampled tokens).
     pub recomputed_tokens: usize,
+    /// Reads of results back to the host (each waits for the device): one per forward.
+    pub host_reads: usize,
 }
 
 impl EngineStats {
@@ -158,6 +160,7 @@ impl EngineStats {
         self.peak_kv_bytes = self.peak_kv_bytes.max(o.peak_kv_bytes);
         self.weight_swaps += o.weight_swaps;
         self.recomputed_tokens += o.recomputed_tokens;
+        self.host_reads += o.host_reads;
     }
 
     /// Prompt tokens not run through the model.

@@ -175,6 +175,7 @@ impl Runner<'_> {
         let columns = self.draw(&reqs, &draws, logits, k);
         let n = reqs.len();
         let flat: Vec<f64> = Vec::try_from(columns.flatten(0, -1))?;
+        s.stats.host_reads += 1;
         let width = flat.len() / n.max(1);
         let rows: Vec<&[f64]> = flat.chunks(width.max(1)).collect();
         let tokens: Vec<i64> = rows.iter().map(|c| c[0] as i64).collect();
