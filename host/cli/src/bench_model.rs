@@ -128,27 +128,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     let theirs = if a.reference.transformers { Some(run_transformers(&a, &source, images)?) } else { None };
     print_table(&a.batch, &ours, theirs.as_deref(), images > 0);
     if a.out.json {
-        let rows: Vec<serde_json::Value> = a
-            .batch
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                let t = theirs.as_ref().map(|t| &t[i]);
-                serde_json::json!({
-                    "batch": b,
-                    "vision_img_s": ours[i].vision,
-                    "prefill_tok_s": ours[i].prefill,
-                    "decode_tok_s": ours[i].decode,
-                    "hf_vision_img_s": t.and_then(|t| t.vision),
-                    "hf_prefill_tok_s": t.map(|t| t.prefill),
-                    "hf_decode_tok_s": t.map(|t| t.decode),
-                    "ops_per_decode_step": ours[i].step.map(|s| s.ops.ops),
-                    "ops_per_layer": ours[i].step.map(|s| s.ops.ops as f64 / layers as f64),
-                    "waits_per_decode_step": ours[i].step.map(|s| s.ops.waits),
-                    "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
-                })
-            })
-            .collect();
+        let rows = json_rows(&a.batch, &ours, theirs.as_deref(), layers);
         let line = serde_json::json!({
             "model": described,
             "engine": a.engine,
@@ -161,6 +141,31 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         println!("{line}");
     }
     Ok(())
+}
+
+/// The JSON line's row per batch size: ours, transformers' where it ran, and the decode
+/// step's operator count.
+fn json_rows(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, layers: usize) -> Vec<serde_json::Value> {
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            let t = theirs.map(|t| &t[i]);
+            serde_json::json!({
+                "batch": b,
+                "vision_img_s": ours[i].vision,
+                "prefill_tok_s": ours[i].prefill,
+                "decode_tok_s": ours[i].decode,
+                "hf_vision_img_s": t.and_then(|t| t.vision),
+                "hf_prefill_tok_s": t.map(|t| t.prefill),
+                "hf_decode_tok_s": t.map(|t| t.decode),
+                "ops_per_decode_step": ours[i].step.map(|s| s.ops.ops),
+                "ops_per_layer": ours[i].step.map(|s| s.ops.ops as f64 / layers as f64),
+                "waits_per_decode_step": ours[i].step.map(|s| s.ops.waits),
+                "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
+            })
+        })
+        .collect()
 }
 
 fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vision: bool) {
