@@ -32,7 +32,7 @@ SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "d
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 140, "rollout": 90, "training": 100, "lora": 120,
+    "full": {"machine": 10, "parity": 85, "generation": 180, "rollout": 90, "training": 100, "lora": 120,
              "data_parallel": 40, "asynchronous": 150, "primitive_skill": 120},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
               "data_parallel": 60, "asynchronous": 150, "primitive_skill": 180},
@@ -222,12 +222,16 @@ def bench_model_args(ctx, shape):
 
 def generation(s, ctx):
     rows = []
-    for shape in ["text", "vl"]:
-        args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--transformers", "--python", sys.executable,
-                "--json"]
+    # The continuous engine (rollouts' and serve's) beside transformers; the static one, the
+    # baseline of 2026-11-26, on the text shape alone.
+    runs = [("text", "continuous", True), ("text", "static", False), ("vl", "continuous", True)]
+    for shape, engine, transformers in runs:
+        args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--engine", engine, "--json"]
+        if transformers:
+            args += ["--transformers", "--python", sys.executable]
         out = last_json(s.run(args))
         command = shlex.join(map(str, args))
-        s.figure(f"{shape}_model", out["model"], command)
+        s.figure(f"{shape}_{engine}_model", out["model"], command)
         for r in out["rows"]:
             # Per decode step every weight is read once and each row reads its cache.
             kv_read = r["batch"] * out["model"]["kv_bytes_per_token"] * (out["prompt_len"] + out["new_tokens"] / 2)
@@ -236,6 +240,7 @@ def generation(s, ctx):
             step_ms = 1e3 * r["batch"] / r["decode_tok_s"]
             row = {
                 "shape": out["model"]["name"],
+                "engine": engine,
                 "batch": r["batch"],
                 "prefill_tok_s": round(r["prefill_tok_s"]),
                 "decode_tok_s": round(r["decode_tok_s"]),
@@ -246,6 +251,10 @@ def generation(s, ctx):
                 "decode_ms_per_step": round(step_ms, 3),
                 "floor_ms_per_step": floor_ms and round(floor_ms, 3),
                 "floor_fraction": floor_ms and round(floor_ms / step_ms, 3),
+                # Counted on the continuous engine whichever was timed.
+                "ops_per_step": r.get("ops_per_decode_step"),
+                "waits_per_step": r.get("waits_per_decode_step"),
+                "host_reads_per_step": r.get("host_reads_per_decode_step"),
             }
             rows.append(row)
     s.figure("rows", rows)
