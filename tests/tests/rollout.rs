@@ -500,20 +500,37 @@ fn format_instructions_can_be_left_out_of_the_system_prompt() {
     }
 }
 
-/// `inner`'s instances, each sleeping `delay` in one step of eight: instance k (in the
-/// order they were made) at its turns k, k + 8, …, so at each turn one member in eight is
-/// slow, a different one each turn.
+/// `inner`'s instances, each slow in one step of eight: instance k (in the order they
+/// were made) at its turns k, k + 8, … before `last`, so at each turn one member in eight
+/// is slow, a different one each turn. A slow step waits until another member starts a step of a later
+/// turn (the episodes went on without it), or `delay` at most; `log` records each slow
+/// step's member and whether it was released that way.
 struct Sleepy {
     inner: std::sync::Arc<dyn vagen_runtime::Plugin>,
     delay: std::time::Duration,
+    last: usize,
     made: std::sync::atomic::AtomicUsize,
+    log: StepLog,
 }
+
+#[derive(Default)]
+struct Steps {
+    /// (member, turn) of every step started.
+    started: std::sync::Mutex<Vec<(usize, usize)>>,
+    more: std::sync::Condvar,
+    /// (member, released before `delay`) of every slow step.
+    slow: std::sync::Mutex<Vec<(usize, bool)>>,
+}
+
+type StepLog = std::sync::Arc<Steps>;
 
 struct SleepyEnv {
     inner: Box<dyn vagen_runtime::Environment>,
     delay: std::time::Duration,
+    last: usize,
     index: usize,
     turns: usize,
+    log: StepLog,
 }
 
 impl vagen_runtime::Plugin for Sleepy {
@@ -528,7 +545,9 @@ impl vagen_runtime::Plugin for Sleepy {
     }
     fn create(&self, config: &str) -> Result<Box<dyn vagen_runtime::Environment>, vagen_runtime::Error> {
         let index = self.made.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Ok(Box::new(SleepyEnv { inner: self.inner.create(config)?, delay: self.delay, index, turns: 0 }))
+        let inner = self.inner.create(config)?;
+        let (delay, last, log) = (self.delay, self.last, self.log.clone());
+        Ok(Box::new(SleepyEnv { inner, delay, last, index, turns: 0, log }))
     }
 }
 
@@ -547,8 +566,17 @@ impl vagen_runtime::Environment for SleepyEnv {
         self.inner.reset(seed)
     }
     fn step(&mut self, answer: &str) -> Result<vagen_runtime::StepResult, vagen_runtime::Error> {
-        if self.turns % 8 == self.index % 8 {
-            std::thread::sleep(self.delay);
+        let (me, turn) = (self.index, self.turns);
+        let mut started = self.log.started.lock().unwrap();
+        started.push((me, turn));
+        self.log.more.notify_all();
+        if turn % 8 == me % 8 && turn < self.last {
+            let later = |s: &mut Vec<(usize, usize)>| !s.iter().any(|&(i, t)| i != me && t > turn);
+            let (started, waited) = self.log.more.wait_timeout_while(started, self.delay, later).unwrap();
+            drop(started);
+            self.log.slow.lock().unwrap().push((me, !waited.timed_out()));
+        } else {
+            drop(started);
         }
         self.turns += 1;
         self.inner.step(answer)
@@ -582,32 +610,34 @@ impl vagen_rollout::Policy for TurnByTurn {
 #[test]
 fn a_slow_env_step_holds_its_own_episode_not_the_batch() {
     let model = std::rc::Rc::new(Model::from_spec("default", LoadOptions::default()).unwrap());
-    let options = GenerateOptions { max_new_tokens: 16, seed: 9, ..Default::default() };
+    let options = GenerateOptions { max_new_tokens: 4, seed: 9, ..Default::default() };
     let shape = EpisodeShape::groups_of(8).with_max_turns(5);
-    let delay = std::time::Duration::from_millis(200);
-    let play = |delay, policy: &mut dyn vagen_rollout::Policy| {
+    // The episodes' answers, and each slow step: its member and whether the other members'
+    // episodes went on (a step of a later turn started) while it was held.
+    let play = |policy: &mut dyn vagen_rollout::Policy, delay| {
         let (inner, _cache) = load("frozenlake", Limits::default());
-        let plugin = Sleepy { inner, delay, made: Default::default() };
-        let started = std::time::Instant::now();
+        let log = StepLog::default();
+        let plugin = Sleepy { inner, delay, last: 4, made: Default::default(), log: log.clone() };
         let trajs = rollout(&plugin, "", &[3], &RolloutConfig::default(), &shape, policy).unwrap();
         let answers: Vec<Vec<String>> =
             trajs.iter().map(|t| t.turns.iter().map(|x| x.response.clone()).collect()).collect();
-        (started.elapsed(), answers)
+        let mut slow = log.slow.lock().unwrap().clone();
+        slow.sort();
+        (answers, slow)
     };
-    let mut streamed = ModelPolicy::new(model.clone(), options.clone());
-    let (fast, answers) = play(std::time::Duration::ZERO, &mut streamed);
-    assert!(answers.iter().filter(|a| a.len() >= 5).count() >= 5, "episodes long enough to meet their slow turn");
-    let (slow, slow_answers) = play(delay, &mut streamed);
-    let mut turn_by_turn = TurnByTurn(ModelPolicy::new(model.clone(), options));
-    let (lockstep_fast, lockstep_answers) = play(std::time::Duration::ZERO, &mut turn_by_turn);
-    let (lockstep_slow, _) = play(delay, &mut turn_by_turn);
-    // Same episodes whichever way they were played.
-    assert_eq!(answers, slow_answers);
-    assert_eq!(answers, lockstep_answers);
-    // Each member sleeps once (turn k for member k < 5): streamed, the rollout loses about
-    // one member's 200 ms; turn by turn, every turn waits for its sleeper.
-    let lost = slow.saturating_sub(fast);
-    let lockstep_lost = lockstep_slow.saturating_sub(lockstep_fast);
-    assert!(lost < delay * 7 / 4, "streamed: {fast:?} -> {slow:?}");
-    assert!(lockstep_lost > delay * 3, "turn by turn: {lockstep_fast:?} -> {lockstep_slow:?}");
+    // Streamed, a slow step is held until the others start a later turn, which takes a
+    // turn's generation (~0.1 s here; 5 s leaves room for a loaded machine). Turn by turn
+    // none can start, whatever the wait: 0.2 s.
+    let seconds = std::time::Duration::from_secs_f64;
+    let (streamed, went_on) = play(&mut ModelPolicy::new(model.clone(), options.clone()), seconds(5.0));
+    let (lockstep, held) = play(&mut TurnByTurn(ModelPolicy::new(model.clone(), options)), seconds(0.2));
+    // Members 0 to 3 are each slow once, at their turn before the last (the untrained
+    // model's answers keep every episode going for 5 turns).
+    assert_eq!(went_on.iter().map(|s| s.0).collect::<Vec<_>>(), [0, 1, 2, 3], "{streamed:?}");
+    // The same episodes whichever way they were played.
+    assert_eq!(streamed, lockstep);
+    // Streamed, the others go on while a member is slow; turn by turn, every slow step
+    // holds them all until it ends.
+    assert!(went_on.iter().all(|s| s.1), "{went_on:?}");
+    assert!(held.iter().all(|s| !s.1), "{held:?}");
 }
