@@ -25,8 +25,8 @@ impl RmsNorm {
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let size = [x.size()[x.dim() - 1]];
         let normed = match x.kind() {
-            Kind::Float => x.rms_norm(&size, None::<Tensor>, self.eps),
-            kind => x.to_kind(Kind::Float).rms_norm(&size, None::<Tensor>, self.eps).to_kind(kind),
+            Kind::Float => x.rms_norm(size, None::<Tensor>, self.eps),
+            kind => x.to_kind(Kind::Float).rms_norm(size, None::<Tensor>, self.eps).to_kind(kind),
         };
         &self.weight * normed
     }
