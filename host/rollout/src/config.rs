@@ -97,6 +97,13 @@ pub struct RolloutConfig {
     /// What `explore` applies to: `turn` (each training turn) or `shared-state` (once per
     /// state several episodes of a group are in at the same turn, diverting one of them).
     pub explore_at: ExploreAt,
+    /// Play each episode on its own when the policy streams (the model's continuous
+    /// engine): its next turn asked as soon as its env step returns (true). Off, every
+    /// turn waits for the slowest step, and each engine step's batch is the same from run
+    /// to run whatever the env steps' timing: libtorch's CPU matrix products are not
+    /// bit-identical across batch sizes, so only then are a seeded run's log-probs (and
+    /// what trains on them) reproducible to the last bit.
+    pub stream: bool,
 }
 
 impl Default for RolloutConfig {
@@ -113,6 +120,7 @@ impl Default for RolloutConfig {
             reminder: true,
             explore: 0.0,
             explore_at: ExploreAt::default(),
+            stream: true,
         }
     }
 }

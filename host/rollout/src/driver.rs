@@ -178,7 +178,7 @@ pub fn rollout(
     let needs_oracle = policy.needs_oracle();
     match policy.streaming() {
         // Each episode on its own: its next prompt asked the moment its step returns.
-        Some(streaming) if !needs_oracle => play.stream(streaming, turns)?,
+        Some(streaming) if !needs_oracle && config.stream => play.stream(streaming, turns)?,
         _ => {
             for turn in 0..turns {
                 if !play.turn(turn, policy)? {
