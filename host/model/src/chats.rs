@@ -25,7 +25,6 @@ pub struct Chat {
     pub adapter: usize,
 }
 
-#[derive(Clone)]
 pub struct ChatAnswer {
     pub generation: Generation,
     pub prompt_tokens: usize,

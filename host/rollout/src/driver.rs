@@ -158,6 +158,9 @@ pub enum RolloutError {
     Policy(#[from] PolicyError),
     #[error("the policy answered {got} of {asked} requests")]
     Answers { asked: usize, got: usize },
+    /// A streaming policy answered a trajectory that has no request out.
+    #[error("the policy answered trajectory {0}, which was not waiting for an answer")]
+    Unasked(usize),
     /// The caller's handling of finished episodes (writing a log) failed.
     #[error("{0}")]
     Output(String),

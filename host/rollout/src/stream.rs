@@ -44,7 +44,7 @@ impl<'a> Play<'a> {
                 _ => policy.poll()?,
             };
             for (i, response) in answered {
-                let shown = asked.remove(&i).ok_or(RolloutError::Answers { asked: asked.len(), got: i })?;
+                let shown = asked.remove(&i).ok_or(RolloutError::Unasked(i))?;
                 let turn = self.episodes[i].traj.turns.len();
                 let Some((shown, response)) = self.unanswered(i, turn, shown, response) else { continue };
                 let (answer, parsed) = self.parse_one(i, &response);

@@ -430,11 +430,11 @@ impl Worker {
             let flight = self.jobs.get_mut(&number).expect("a running row's job is held");
             flight.ids[choice] = None;
             let prompt_tokens = flight.prompt_tokens[choice];
-            let answer = ChatAnswer { generation, prompt_tokens };
+            let answer = Ok(ChatAnswer { generation, prompt_tokens });
             if let Replier::Stream(events) = &flight.job.reply {
-                let _ = events.send(stream_end(&self.model.tokenizer, Ok(answer.clone()), &flight.routes[choice]));
+                let _ = events.send(stream_end(&self.model.tokenizer, &answer, &flight.routes[choice]));
             }
-            flight.answers[choice] = Some(Ok(answer));
+            flight.answers[choice] = Some(answer);
             self.finish_if_done(number);
         }
     }
@@ -469,7 +469,7 @@ impl Worker {
                 // Ended choices were sent as they ended; what failed is sent now.
                 for (a, route) in answers.zip(&flight.routes) {
                     if a.is_err() {
-                        let _ = events.send(stream_end(&self.model.tokenizer, a, route));
+                        let _ = events.send(stream_end(&self.model.tokenizer, &a, route));
                     }
                 }
             }
@@ -547,7 +547,7 @@ fn routes_of(j: &Job) -> Vec<stream::Route> {
 
 /// A streamed completion's last event: the text its route has not sent yet and why it
 /// ended, or why it failed.
-fn stream_end(tokenizer: &Tokenizer, answer: Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
+fn stream_end(tokenizer: &Tokenizer, answer: &Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
     match answer {
         Ok(a) => {
             let (text, partial) = answer_text(tokenizer, &a.generation);

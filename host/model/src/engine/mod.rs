@@ -69,6 +69,13 @@ pub struct EngineOptions {
     pub device: Option<crate::DeviceChoice>,
 }
 
+impl EngineOptions {
+    /// `kv_cache_mib` in bytes.
+    fn kv_budget(&self) -> usize {
+        self.kv_cache_mib.get() << 20
+    }
+}
+
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
@@ -281,13 +288,18 @@ impl Engine {
     /// Forgets every request it holds (unanswered) and every cached sequence, and releases
     /// the memory: a caller that gave up on a round (an error elsewhere) starts afresh.
     pub fn reset(&mut self) {
+        self.forget_requests();
+        self.clear();
+    }
+
+    /// Forgets every request it holds; the cached rows stay.
+    fn forget_requests(&mut self) {
         self.live.clear();
         self.aborted.clear();
         self.idle = true;
         if let Some(c) = &mut self.cache {
             c.schedule.forget_requests();
         }
-        self.clear();
     }
 
     /// Holds `request` until a step admits it (between any two steps: a running batch takes
@@ -318,15 +330,14 @@ impl Engine {
                 request.adapter
             )));
         }
-        let budget = self.options.kv_cache_mib.get() << 20;
         let cache = self.cache.get_or_insert_with(|| Cache {
             schedule: Scheduler::new(
                 self.options.clone(),
-                Slots::new(crate::KvCache::bytes_per_position(lm.config(), lm.model.kind()), budget),
+                Slots::new(crate::KvCache::bytes_per_position(lm.config(), lm.model.kind()), self.options.kv_budget()),
             ),
             kv: KvRows::new(lm.config(), lm.model.kind(), lm.model.device()),
         });
-        cache.schedule.slots.budget = budget;
+        cache.schedule.set_limits(&self.options);
         if cache.schedule.holds_key(request.key) {
             return Err(Error::Invalid(format!("trajectory {} already has a request in the engine", request.key)));
         }
@@ -393,8 +404,7 @@ impl Engine {
                 cache.schedule.forget_cached();
             }
         }
-        cache.schedule.options = self.options.clone();
-        cache.schedule.slots.budget = self.options.kv_cache_mib.get() << 20;
+        cache.schedule.set_limits(&self.options);
         let mut runner = Runner { model, live: &self.live, kv: &mut cache.kv, version: *weights.version, out };
         let schedule = &mut cache.schedule;
         runner.retire(schedule)?;
@@ -452,10 +462,7 @@ impl Engine {
             match self.enqueue(model, copy, options, i) {
                 Ok(id) => ids.push(id),
                 Err(e) => {
-                    self.live.clear();
-                    if let Some(c) = &mut self.cache {
-                        c.schedule.forget_requests();
-                    }
+                    self.forget_requests();
                     return Err(e);
                 }
             }

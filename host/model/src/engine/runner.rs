@@ -171,7 +171,9 @@ impl Runner<'_> {
     fn sample(&mut self, s: &mut Scheduler, start: usize, end: usize, logits: &Tensor) -> Result<()> {
         let draws = s.draws(start, end);
         let reqs: Vec<usize> = s.active[start..end].iter().map(|a| a.request).collect();
-        let k = reqs.iter().map(|&r| self.live(r).top_logprobs).max().unwrap_or(0);
+        // At most the vocabulary: the columns of every row are laid out with this `k`.
+        let vocab = logits.size()[1] as usize;
+        let k = reqs.iter().map(|&r| self.live(r).top_logprobs).max().unwrap_or(0).min(vocab);
         let columns = self.draw(&reqs, &draws, logits, k);
         let n = reqs.len();
         let flat: Vec<f64> = Vec::try_from(columns.flatten(0, -1))?;
@@ -185,7 +187,7 @@ impl Runner<'_> {
         let ends = |r: usize| Ends { eos, stop: &live[&r].stop, tokenizer };
         s.record(start, &tokens, &logprobs, self.version, ends)?;
         for (i, (a, c)) in s.active[start..end].iter_mut().zip(&rows).enumerate() {
-            let own = self.live[&a.request].top_logprobs;
+            let own = self.live[&a.request].top_logprobs.min(k);
             let top: Vec<(u32, f32)> = (0..own).map(|j| (c[2 + k + j] as u32, c[2 + j] as f32)).collect();
             if own > 0 {
                 a.row.top.push(top.clone());

@@ -113,6 +113,13 @@ impl Scheduler {
         }
     }
 
+    /// The engine's limits as they are now (its options are the caller's to change):
+    /// batch, prefill and reuse settings, and the cache's byte budget.
+    pub fn set_limits(&mut self, options: &EngineOptions) {
+        self.options = options.clone();
+        self.slots.budget = options.kv_budget();
+    }
+
     /// A request to run, numbered `r` by the engine; it waits until [`Self::admit`] places it.
     pub fn submit(&mut self, r: usize, ask: Ask) {
         self.asks.insert(r, ask);
@@ -148,7 +155,7 @@ impl Scheduler {
         let need = self.queue.iter().map(|r| self.asks[r].content.len() + self.asks[r].cap).max().unwrap_or(0);
         let rows = (self.active.len() + self.queue.len()).min(self.options.max_batch.get());
         let keep = self.active.len();
-        let cap = need.max(self.slots.capacity()).next_multiple_of(64);
+        let cap = self.slots.positions_for(need);
         if keep > 0 && self.slots.bytes_for(keep + 1, cap) > self.slots.budget {
             return Ok(None);
         }
@@ -380,7 +387,7 @@ impl Scheduler {
     /// (never the first `keep`, which are being decoded).
     fn make_room(&mut self, keep: usize, cap: usize, rows: usize) -> Result<()> {
         let slots = &mut self.slots;
-        let cap = cap.max(slots.capacity()).next_multiple_of(64);
+        let cap = slots.positions_for(cap);
         let roomy = if cap > slots.capacity() { (cap + cap / 2).next_multiple_of(64) } else { cap };
         let rows = slots.rows().max(keep).max(rows);
         if slots.bytes_for(rows, roomy) <= slots.budget {

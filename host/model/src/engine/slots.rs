@@ -70,6 +70,11 @@ impl Slots {
         self.rows() * self.cap * self.bytes_per_position
     }
 
+    /// The capacity rows need to hold `need` positions: never less than now, in steps of 64.
+    pub fn positions_for(&self, need: usize) -> usize {
+        need.max(self.cap).next_multiple_of(64)
+    }
+
     pub fn bytes_for(&self, rows: usize, cap: usize) -> usize {
         rows * cap * self.bytes_per_position
     }
