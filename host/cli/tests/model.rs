@@ -333,7 +333,7 @@ fn a_run_killed_during_sft_and_during_rl_with_a_torn_checkpoint_resumes_to_the_e
         format!(
             "[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\nmax_turns = 2\nval_episodes = 2\n\
              [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 6\nper_turn = true\n\
-             system_prompt = \"FrozenLake.\"\n[schedule]\nsteps = 8\neval_every = 0\nsave_every = 1\n\
+             system_prompt = \"FrozenLake.\"\n[schedule]\nsteps = 8\neval_every = 0\nsave_every = 1\nkeep_last = 4\n\
              [sft]\nsteps = 40\nepisodes_per_step = 2\nsave_every = 2\n",
             plugin.display().to_string()
         ),

@@ -11,11 +11,13 @@ it. Sizes: full (a GPU, minutes) or --quick (tiny shapes: the CPU dry run that
 """
 
 import argparse
+import atexit
 import json
 import os
 import pathlib
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -566,6 +568,8 @@ def main():
     ctx.bandwidth = None
     ctx.started_at = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     ctx.scratch = pathlib.Path(tempfile.mkdtemp(prefix="gpu-bundle-"))
+    # Models and runs the sections write (about 200 MB on a dry run): gone when the report is.
+    atexit.register(shutil.rmtree, ctx.scratch, ignore_errors=True)
     budgets = BUDGETS["quick" if args.quick else "full"]
     records = []
     for name in SECTIONS:

@@ -620,11 +620,32 @@ fn test_phases(phases: &Phases, extra: &[String]) -> Result<()> {
     // both cores), so a second lane gained nothing there and slowed timing-bounded tests
     // past their bounds (docs/experiments.md, "The test suite's time").
     let lanes = std::env::var("VAGEN_TEST_LANES").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-    let tests = phases.time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases));
+    // Tests write checkpoints and models under the temp folder: a full disk fails them with
+    // ENOSPC far from the cause, so the free space is printed where it can be read beside them.
+    println!("disk: {} free before the tests", free_disk());
+    let tests = phases
+        .time("tests", || suite::run_jobs(jobs, lanes, &root().join("target/test-logs"), phases))
+        .map_err(|e| format!("{e} (disk: {} free after the tests)", free_disk()));
     match (rules, tests) {
         (Err(a), Err(b)) => Err(format!("{a}\n{b}")),
         (rules, tests) => rules.and(tests),
     }
+}
+
+/// Free space where the build and the tests write, e.g. `12.3 GiB in target/, 12.3 GiB in /tmp`.
+fn free_disk() -> String {
+    let free = |path: &Path| -> Option<f64> {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: a zeroed statvfs is a valid out-parameter; `c` is a NUL-terminated path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0)
+            .then(|| (st.f_bavail as f64) * (st.f_frsize as f64) / (1u64 << 30) as f64)
+    };
+    [(root().join("target"), "target/"), (std::env::temp_dir(), "the temp folder")]
+        .iter()
+        .map(|(p, name)| free(p).map_or(format!("? in {name}"), |g| format!("{g:.1} GiB in {name}")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The guests and the wheel compile while the venvs, gloo, ManiSkill and the SDK toolchains
