@@ -161,6 +161,8 @@ fn json_rows(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, laye
                 "hf_decode_tok_s": t.map(|t| t.decode),
                 "ops_per_decode_step": ours[i].step.map(|s| s.ops.ops),
                 "ops_per_layer": ours[i].step.map(|s| s.ops.ops as f64 / layers as f64),
+                "computing_ops_per_decode_step": ours[i].step.map(|s| s.ops.computing),
+                "computing_ops_per_layer": ours[i].step.map(|s| s.ops.computing as f64 / layers as f64),
                 "waits_per_decode_step": ours[i].step.map(|s| s.ops.waits),
                 "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
             })
@@ -179,7 +181,7 @@ fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vi
         head += &format!(" {:>15}", "hf vision img/s");
     }
     head += &format!(" {:>16} {:>16} |", "hf prefill tok/s", "hf decode tok/s");
-    head += &format!(" {:>8} {:>6} {:>6}", "ops/step", "waits", "reads");
+    head += &format!(" {:>8} {:>9} {:>6} {:>6}", "ops/step", "computing", "waits", "reads");
     println!("{head}");
     for (i, &b) in batch.iter().enumerate() {
         let t = theirs.map(|t| &t[i]);
@@ -193,7 +195,7 @@ fn print_table(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, vi
         }
         row += &format!(" {:>16} {:>16} |", fmt(t.map(|t| t.prefill), 0), fmt(t.map(|t| t.decode), 0));
         if let Some(s) = ours[i].step {
-            row += &format!(" {:>8} {:>6} {:>6}", s.ops.ops, s.ops.waits, s.host_reads);
+            row += &format!(" {:>8} {:>9} {:>6} {:>6}", s.ops.ops, s.ops.computing, s.ops.waits, s.host_reads);
         }
         println!("{row}");
     }
@@ -277,7 +279,7 @@ impl Bench {
         let (stepped, ops) = count_ops(|| (0..STEPS).try_for_each(|_| engine.step(model).map(drop)));
         stepped?;
         let host_reads = (engine.stats().host_reads - before) / STEPS;
-        Ok(StepCount { ops: OpCount { ops: ops.ops / STEPS as u64, waits: ops.waits / STEPS as u64 }, host_reads })
+        Ok(StepCount { ops: ops.per(STEPS as u64), host_reads })
     }
 
     /// `text` after `images` random images (`<|vision_start|>`, pads, `<|vision_end|>` each).

@@ -25,6 +25,7 @@ mod chats;
 mod checkpoint;
 mod config;
 pub(crate) mod default_model;
+mod derived;
 mod device;
 mod engine;
 mod env_tokenizer;

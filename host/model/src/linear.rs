@@ -33,6 +33,11 @@ impl Linear {
         self.forward_rows(x, None)
     }
 
+    /// Whether a forward with `rows` is `x Wᵀ + b` alone (no adapter applies).
+    pub fn plain(&self, rows: Option<&AdapterRows>) -> bool {
+        self.lora.is_none() && (rows.is_none() || self.bank.is_empty())
+    }
+
     /// With `rows`, each row also through its served adapter.
     pub fn forward_rows(&self, x: &Tensor, rows: Option<&AdapterRows>) -> Tensor {
         let y = x.linear(&self.weight, self.bias.as_ref());

@@ -1,6 +1,7 @@
 //! The Qwen2 decoder. The struct tree mirrors the HF weight names
 //! (`model.layers.N.self_attn.q_proj.weight`, …) so loading is a name-for-name copy.
 
+use crate::derived::{Derived, grad_enabled};
 use crate::kv_cache::LayerCache;
 use crate::linear::{AdapterRows, Linear, Site, param};
 use crate::rope::{self, Rope};
@@ -21,14 +22,14 @@ impl RmsNorm {
 
     /// HF's order: normalised in f32, cast back, then scaled by the weight in the
     /// activations' dtype. libtorch's fused `rms_norm` gives the bits of HF's four
-    /// operators (`pow`, `mean`, `rsqrt`, `mul`; checked on the CPU in f32 and bf16).
+    /// operators (`pow`, `mean`, `rsqrt`, `mul`; checked on the CPU in f32 and bf16), with
+    /// the weight inside it in f32 only: in bf16 it scales before casting back.
     pub fn forward(&self, x: &Tensor) -> Tensor {
         let size = [x.size()[x.dim() - 1]];
-        let normed = match x.kind() {
-            Kind::Float => x.rms_norm(size, None::<Tensor>, self.eps),
-            kind => x.to_kind(Kind::Float).rms_norm(size, None::<Tensor>, self.eps).to_kind(kind),
-        };
-        &self.weight * normed
+        match x.kind() {
+            Kind::Float => x.rms_norm(size, Some(&self.weight), self.eps),
+            kind => &self.weight * x.to_kind(Kind::Float).rms_norm(size, None::<Tensor>, self.eps).to_kind(kind),
+        }
     }
 }
 
@@ -40,6 +41,10 @@ struct Attention {
     heads: i64,
     kv_heads: i64,
     head_dim: i64,
+    /// The three projections' weights and biases concatenated, for forwards that record
+    /// no gradients: one matmul instead of three (the same bits on the CPU), and RoPE on
+    /// the queries and keys at once.
+    qkv: Derived,
 }
 
 impl Attention {
@@ -53,7 +58,31 @@ impl Attention {
             heads: c.num_attention_heads as i64,
             kv_heads: c.num_key_value_heads as i64,
             head_dim: d as i64,
+            qkv: Derived::default(),
         }
+    }
+
+    /// Queries, keys and values, `[batch, heads, seq, head_dim]`, RoPE applied.
+    fn project(&self, x: &Tensor, rope: (&Tensor, &Tensor), rows: Option<&AdapterRows>) -> (Tensor, Tensor, Tensor) {
+        let (b, t) = (x.size()[0], x.size()[1]);
+        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
+        let (q, k, v) = (&self.q_proj, &self.k_proj, &self.v_proj);
+        if [q, k, v].iter().any(|l| !l.plain(rows)) || grad_enabled() {
+            let q = rope::apply(&split(q.forward_rows(x, rows), self.heads), rope.0, rope.1);
+            let k = rope::apply(&split(k.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
+            return (q, k, split(v.forward_rows(x, rows), self.kv_heads));
+        }
+        let biases: Vec<&Tensor> = [q, k, v].iter().filter_map(|l| l.bias.as_ref()).collect();
+        let sources: Vec<&Tensor> = [&q.weight, &k.weight, &v.weight].into_iter().chain(biases.iter().copied()).collect();
+        let fused = self.qkv.get(&sources, || {
+            let mut out = vec![Tensor::cat(&[&q.weight, &k.weight, &v.weight], 0)];
+            out.extend((biases.len() == 3).then(|| Tensor::cat(&biases, 0)));
+            out
+        });
+        let (h, kv) = (self.heads, self.kv_heads);
+        let all = split(x.linear(&fused[0], fused.get(1)), h + 2 * kv);
+        let qk = rope::apply(&all.narrow(1, 0, h + kv), rope.0, rope.1);
+        (qk.narrow(1, 0, h), qk.narrow(1, h, kv), all.narrow(1, h + kv, kv))
     }
 
     fn forward<'c>(
@@ -65,10 +94,7 @@ impl Attention {
         rows: Option<&AdapterRows>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
-        let q = rope::apply(&split(self.q_proj.forward_rows(x, rows), self.heads), rope.0, rope.1);
-        let k = rope::apply(&split(self.k_proj.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
-        let v = split(self.v_proj.forward_rows(x, rows), self.kv_heads);
+        let (q, k, v) = self.project(x, rope, rows);
         let mut fold = false;
         let (k, v) = match cache {
             Some((cache, layer)) => {

@@ -255,6 +255,7 @@ def generation(s, ctx):
                 "floor_fraction": floor_ms and round(floor_ms / step_ms, 3),
                 # Counted on the continuous engine whichever was timed.
                 "ops_per_step": r.get("ops_per_decode_step"),
+                "computing_ops_per_step": r.get("computing_ops_per_decode_step"),
                 "waits_per_step": r.get("waits_per_decode_step"),
                 "host_reads_per_step": r.get("host_reads_per_decode_step"),
             }
