@@ -159,7 +159,7 @@ fn opt_rank(a: &BenchDpArgs) -> Result<()> {
         Some(r) => Ranks::join(&r, &Default::default(), device)?,
         None => Ranks::single(),
     };
-    let options = LoadOptions { device, dtype: DType::F32 };
+    let options = LoadOptions { device, dtype: DType::F32, ..LoadOptions::default() };
     let model = match shape_config(&a.shape)? {
         Shape::Text(c) => vagen_model::benchmark_model(c, None, 0, options)?,
         Shape::Vl(c) => vagen_model::benchmark_model(c.text.clone(), Some(c), 0, options)?,

@@ -141,7 +141,7 @@ fn load(shape: &str, options: LoadOptions) -> Result<Model> {
 }
 
 fn measure(a: &BenchTrainArgs, shape: &str, variant: &str, with_critic: bool) -> Result<serde_json::Value> {
-    let options = LoadOptions { device: a.run_on.device.resolve()?, dtype: a.dtype };
+    let options = LoadOptions { device: a.run_on.device.resolve()?, dtype: a.dtype, ..LoadOptions::default() };
     let mut model = load(shape, options)?;
     if let Some(lora) = lora_config(variant)? {
         model.attach_lora(&lora, 0)?;

@@ -92,7 +92,7 @@ impl Model {
     /// of `modules_to_save`, which train, copied) and which has no adapter of its own yet.
     pub fn sharing_base(&self) -> Result<Model> {
         let shared = self.base_to_share();
-        let options = LoadOptions { device: self.device(), dtype: self.dtype };
+        let options = LoadOptions { device: self.device(), dtype: self.dtype, lm_head_f32: self.lm.lm_head_f32 };
         let mut model = Model::assemble_with(self.parts(), options, |_| Ok(()), shared, |_| Ok(()))?;
         model.name_or_path = self.name_or_path.clone();
         Ok(model)
@@ -131,7 +131,7 @@ impl Model {
         let vars = self.vs.variables();
         let mut tensors = base_variables(&vars);
         tensors.extend(self.merged_weights());
-        let options = LoadOptions { device: self.device(), dtype: self.dtype };
+        let options = LoadOptions { device: self.device(), dtype: self.dtype, lm_head_f32: self.lm.lm_head_f32 };
         let mut model = Model::assemble(self.parts(), &tensors, Path::new("<merged>"), options)?;
         model.name_or_path = self.name_or_path.clone();
         Ok(model)

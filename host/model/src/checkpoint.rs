@@ -18,11 +18,14 @@ use vagen_abi::Image;
 pub struct LoadOptions {
     pub device: Device,
     pub dtype: DType,
+    /// Logits from an f32 copy of the LM head over f32 hidden states, whatever `dtype`
+    /// (see [`Qwen2ForCausalLM::logits`]).
+    pub lm_head_f32: bool,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { device: Device::Cpu, dtype: DType::F32 }
+        LoadOptions { device: Device::Cpu, dtype: DType::F32, lm_head_f32: false }
     }
 }
 
@@ -128,7 +131,8 @@ impl Model {
         let Parts { config, vl, tokenizer, tokenizer_config, generation_config, chat } = parts;
         let mut vs = VarStore::new(options.device);
         crate::lora::add_shared(&vs.root(), shared);
-        let lm = Qwen2ForCausalLM::new(&vs.root(), &config);
+        let mut lm = Qwen2ForCausalLM::new(&vs.root(), &config);
+        lm.lm_head_f32 = options.lm_head_f32;
         let vision = vl.map(|(config, processor)| Vision {
             tower: VisionTower::new(vs.root() / "visual", &config.vision),
             config,

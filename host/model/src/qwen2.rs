@@ -73,7 +73,8 @@ impl Attention {
             return (q, k, split(v.forward_rows(x, rows), self.kv_heads));
         }
         let biases: Vec<&Tensor> = [q, k, v].iter().filter_map(|l| l.bias.as_ref()).collect();
-        let sources: Vec<&Tensor> = [&q.weight, &k.weight, &v.weight].into_iter().chain(biases.iter().copied()).collect();
+        let sources: Vec<&Tensor> =
+            [&q.weight, &k.weight, &v.weight].into_iter().chain(biases.iter().copied()).collect();
         let fused = self.qkv.get(&sources, || {
             let mut out = vec![Tensor::cat(&[&q.weight, &k.weight, &v.weight], 0)];
             out.extend((biases.len() == 3).then(|| Tensor::cat(&biases, 0)));
@@ -378,6 +379,10 @@ pub(crate) fn right_pad(rows: &[&[u32]], device: tch::Device) -> Tensor {
 pub struct Qwen2ForCausalLM {
     pub model: Qwen2Model,
     lm_head: Option<Tensor>,
+    /// See [`Self::logits`].
+    pub lm_head_f32: bool,
+    /// The head in f32, for forwards without gradients.
+    head_f32: Derived,
 }
 
 impl Qwen2ForCausalLM {
@@ -385,17 +390,28 @@ impl Qwen2ForCausalLM {
         let model = Qwen2Model::new(p / "model", c);
         let lm_head = (!c.tie_word_embeddings)
             .then(|| param(&(p / "lm_head"), "weight", &[c.vocab_size as i64, c.hidden_size as i64], Init::Const(0.)));
-        Qwen2ForCausalLM { model, lm_head }
+        Qwen2ForCausalLM { model, lm_head, lm_head_f32: false, head_f32: Derived::default() }
     }
 
     pub fn config(&self) -> &Qwen2Config {
         self.model.config()
     }
 
-    /// Logits `[batch, seq, vocab]` in f32 for hidden states from [`Qwen2Model::forward`].
+    /// Logits `[batch, seq, vocab]` in f32 for hidden states from [`Qwen2Model::forward`]:
+    /// in the parameters' dtype and then cast (as transformers), or with `lm_head_f32`
+    /// computed in f32 from f32 copies of the hidden states and the head (generation keeps
+    /// the copy of the head while the weights are unchanged; training casts it each forward,
+    /// so its gradient reaches the weights).
     pub fn logits(&self, hidden: &Tensor) -> Tensor {
         let head = self.lm_head.as_ref().unwrap_or(self.model.embed_weight());
-        hidden.linear::<Tensor>(head, None).to_kind(Kind::Float)
+        if !self.lm_head_f32 || head.kind() == Kind::Float {
+            return hidden.linear::<Tensor>(head, None).to_kind(Kind::Float);
+        }
+        let head_f32 = match grad_enabled() {
+            true => head.to_kind(Kind::Float),
+            false => self.head_f32.get(&[head], || vec![head.to_kind(Kind::Float)]).remove(0),
+        };
+        hidden.to_kind(Kind::Float).linear::<Tensor>(&head_f32, None)
     }
 
     /// Forward and head in one call.

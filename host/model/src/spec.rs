@@ -212,7 +212,7 @@ pub struct ModelSpec {
 
 impl ModelSpec {
     pub fn options(&self) -> Result<LoadOptions> {
-        Ok(LoadOptions { device: self.device.resolve()?, dtype: self.dtype })
+        Ok(LoadOptions { device: self.device.resolve()?, dtype: self.dtype, ..LoadOptions::default() })
     }
 
     /// The model, an embedded one drawn from [`crate::DEFAULT_SEED`] unless the spec names

@@ -55,7 +55,7 @@ impl ValueModel {
             }
             return Ok(critic);
         }
-        let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
+        let options = LoadOptions { device: actor.device(), dtype: actor.dtype, ..LoadOptions::default() };
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));
         Self::assemble(actor.config().clone(), vl, actor.vs.variables(), Path::new("<actor>"), options)
     }
@@ -88,7 +88,7 @@ impl ValueModel {
     /// Over `actor`'s frozen base (its tensors, not copies): a new adapter as `config`
     /// says and a zero head.
     fn sharing_base(actor: &Model, config: &LoraConfig) -> Result<Self> {
-        let options = LoadOptions { device: actor.device(), dtype: actor.dtype };
+        let options = LoadOptions { device: actor.device(), dtype: actor.dtype, ..LoadOptions::default() };
         let shared: HashMap<String, Tensor> =
             actor.base_to_share().into_iter().filter(|(n, _)| !n.starts_with("lm_head.")).collect();
         let vl = actor.vision.as_ref().map(|v| (v.config.clone(), v.processor.clone()));

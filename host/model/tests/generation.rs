@@ -135,3 +135,31 @@ fn the_default_model_is_built_from_a_seed_and_chats() {
     let c = vagen_model::default_model(99, LoadOptions::default()).unwrap();
     assert_ne!(logits(&a, &prompt[0]).double_value(&[0, 0]), logits(&c, &prompt[0]).double_value(&[0, 0]));
 }
+
+/// `lm_head_f32` on a bf16 model: logits are the f32 product of the hidden states and the
+/// head, the same bits with and without gradients (generation's cached copy of the head and
+/// training's cast), and training's gradient reaches the bf16 head.
+#[test]
+fn an_f32_lm_head_computes_logits_in_f32_in_generation_and_training_alike() {
+    let options = LoadOptions { dtype: vagen_model::DType::Bf16, lm_head_f32: true, ..LoadOptions::default() };
+    let model = Model::load(&fixtures().join("tiny-qwen2"), options).unwrap();
+    let seq = &prompts(&model)[1];
+    let ids = tch::Tensor::from_slice(&seq.iter().map(|&t| t as i64).collect::<Vec<_>>()).unsqueeze(0);
+    let pos = tch::Tensor::arange(seq.len() as i64, tch::kind::INT64_CPU).unsqueeze(0);
+    let hidden = tch::no_grad(|| model.lm.model.forward(&ids, &pos, None, None).unwrap());
+    let head = model.vs.variables()["lm_head.weight"].shallow_clone();
+    assert_eq!(head.kind(), tch::Kind::BFloat16);
+    let want = hidden.to_kind(tch::Kind::Float).matmul(&head.to_kind(tch::Kind::Float).tr());
+    let generating = tch::no_grad(|| model.lm.logits(&hidden));
+    let training = model.lm.logits(&hidden);
+    assert!(generating.equal(&want) && training.detach().equal(&want));
+    let bf16 = hidden.matmul(&head.tr()).to_kind(tch::Kind::Float);
+    assert!(!bf16.equal(&want), "the bf16 product rounds its outputs");
+    training.sum(tch::Kind::Float).backward();
+    assert!(head.grad().defined() && head.grad().abs().sum(tch::Kind::Float).double_value(&[]) > 0.0);
+    // Generation follows a weight changed in place.
+    let _ = tch::no_grad(|| head.get(0).fill_(0.5));
+    let moved = tch::no_grad(|| model.lm.logits(&hidden));
+    assert!(!moved.equal(&generating));
+    assert!(moved.equal(&hidden.to_kind(tch::Kind::Float).matmul(&head.to_kind(tch::Kind::Float).tr())));
+}

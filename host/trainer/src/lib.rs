@@ -51,7 +51,7 @@ mod warnings;
 pub use aggregate::{LossAgg, aggregate};
 pub use async_section::AsyncSection;
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
-pub use config::{CriticInit, TrainConfig};
+pub use config::{CriticInit, OffPolicyChoice, TrainConfig};
 pub use config_error::ConfigError;
 pub use judge_access::JudgeAccess;
 pub use metrics::{StepMetrics, read as read_metrics};
@@ -62,7 +62,7 @@ pub use policy_loss::{
     Behaviour, KlKind, KlPenalty, OffPolicy, PolicyLoss, PolicyLossConfig, PolicyLossInput, policy_loss,
 };
 pub use progress::Progress;
-pub use rollout_section::{RolloutSection, SequenceConfig};
+pub use rollout_section::{ReuseLogprobs, RolloutSection, SequenceConfig};
 pub use run_lock::set_aside as set_run_aside;
 pub use setup::load_model;
 pub use step_batch::{CreditColumns, ScoreColumns, SeqColumns, StepBatch, TokenColumns, TurnColumns};

@@ -39,7 +39,7 @@ pub(crate) fn load(cfg: &TrainConfig, runtime: &Runtime, run_dir: &Path) -> Resu
     let judge: Option<Arc<dyn Judge>> = match &cfg.judge {
         None => None,
         Some(JudgeSection::Local { model, device, dtype }) => {
-            let options = LoadOptions { device: device.resolve()?, dtype: *dtype };
+            let options = LoadOptions { device: device.resolve()?, dtype: *dtype, ..LoadOptions::default() };
             let model = model
                 .load(vagen_model::DEFAULT_SEED, options)
                 .with_context(|| format!("loading the judge model {model}"))?;

@@ -59,8 +59,61 @@ pub struct SequenceConfig {
     /// Take the old log-probs from generation (the full tempered distribution, as the
     /// training forward computes them) instead of a second no-grad forward over the batch:
     /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
-    /// report how far generation and training disagree (≈1e-7 on CPU in f32).
-    pub reuse_logprobs: bool,
+    /// report how far generation and training disagree (≈1e-7 on CPU in f32). `auto`
+    /// (default): reused in f32, recomputed in bf16 and f16, where generation's kernels and
+    /// batch shapes round differently from the training forward's (0.07 nats measured).
+    pub reuse_logprobs: ReuseLogprobs,
+}
+
+/// `rollout.reuse_logprobs`: `true`, `false` or `"auto"` (see [`SequenceConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(try_from = "ReuseWritten", into = "ReuseWritten")]
+pub enum ReuseLogprobs {
+    #[default]
+    Auto,
+    Always,
+    Never,
+}
+
+impl ReuseLogprobs {
+    /// Whether generation's log-probs stand for the old ones for an actor of `dtype`.
+    pub fn reuses(self, dtype: vagen_model::DType) -> bool {
+        match self {
+            ReuseLogprobs::Always => true,
+            ReuseLogprobs::Never => false,
+            ReuseLogprobs::Auto => dtype == vagen_model::DType::F32,
+        }
+    }
+}
+
+/// As a config writes it.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum ReuseWritten {
+    Flag(bool),
+    Word(String),
+}
+
+impl TryFrom<ReuseWritten> for ReuseLogprobs {
+    type Error = String;
+    fn try_from(w: ReuseWritten) -> Result<Self, String> {
+        match w {
+            ReuseWritten::Flag(true) => Ok(ReuseLogprobs::Always),
+            ReuseWritten::Flag(false) => Ok(ReuseLogprobs::Never),
+            ReuseWritten::Word(w) if w == "auto" => Ok(ReuseLogprobs::Auto),
+            ReuseWritten::Word(w) => Err(format!("{w:?}: expected true, false or \"auto\"")),
+        }
+    }
+}
+
+impl From<ReuseLogprobs> for ReuseWritten {
+    fn from(r: ReuseLogprobs) -> Self {
+        match r {
+            ReuseLogprobs::Auto => ReuseWritten::Word("auto".into()),
+            ReuseLogprobs::Always => ReuseWritten::Flag(true),
+            ReuseLogprobs::Never => ReuseWritten::Flag(false),
+        }
+    }
 }
 
 impl Default for SequenceConfig {
@@ -72,7 +125,7 @@ impl Default for SequenceConfig {
             max_image_tokens: 0,
             max_image_pixels: 0,
             rewards: RewardPlacement::PerTurn,
-            reuse_logprobs: false,
+            reuse_logprobs: ReuseLogprobs::Auto,
         }
     }
 }
@@ -155,5 +208,25 @@ mod tests {
         assert_eq!(again, section);
         let odd: RolloutSection = toml::from_str("temprature = 1.0\nformat = \"no-think\"").unwrap();
         assert_eq!(odd.unknown_keys(), ["rollout.temprature"]);
+    }
+
+    #[test]
+    fn reuse_logprobs_is_a_flag_or_auto_and_auto_reuses_in_f32_only() {
+        use vagen_model::DType;
+        let read = |v: &str| toml::from_str::<RolloutSection>(&format!("reuse_logprobs = {v}"));
+        for (v, want) in
+            [("true", ReuseLogprobs::Always), ("false", ReuseLogprobs::Never), ("\"auto\"", ReuseLogprobs::Auto)]
+        {
+            let section = read(v).unwrap();
+            assert_eq!(section.sequences.reuse_logprobs, want, "{v}");
+            let again: RolloutSection = toml::from_str(&toml::to_string(&section).unwrap()).unwrap();
+            assert_eq!(again, section, "{v} round-trips");
+        }
+        assert_eq!(RolloutSection::default().sequences.reuse_logprobs, ReuseLogprobs::Auto);
+        let err = read("\"sometimes\"").unwrap_err().to_string();
+        assert!(err.contains("sometimes") && err.contains("auto"), "{err}");
+        let auto = ReuseLogprobs::Auto;
+        assert_eq!([DType::F32, DType::Bf16, DType::F16].map(|d| auto.reuses(d)), [true, false, false]);
+        assert!(ReuseLogprobs::Always.reuses(DType::Bf16) && !ReuseLogprobs::Never.reuses(DType::F32));
     }
 }

@@ -34,7 +34,7 @@ SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "d
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 180, "rollout": 90, "training": 100, "lora": 120,
+    "full": {"machine": 10, "parity": 85, "generation": 180, "rollout": 90, "training": 120, "lora": 120,
              "data_parallel": 40, "asynchronous": 150, "primitive_skill": 120},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
               "data_parallel": 60, "asynchronous": 150, "primitive_skill": 180},
@@ -337,8 +337,8 @@ def training(s, ctx):
         }
         rows.append(row)
         s.figure(name, row, shlex.join(map(str, args)))
-    rows.append(update_steps(s, ctx))
-    keys = list(rows[0].keys())
+    rows += update_steps(s, ctx)
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     s.tables.append(("bounded training runs (means over RL steps)", keys, [[r.get(k) for k in keys] for r in rows]))
 
 
@@ -370,22 +370,31 @@ SHAPE_TINY = dict(vocab_size=1032, hidden_size=64, intermediate_size=128, num_hi
 
 
 def update_steps(s, ctx):
-    """A few RL steps of the 0.5B shape in bf16 (its tokens/s and the device's peak memory)."""
+    """A few RL steps of the 0.5B shape in bf16 (its tokens/s and the device's peak memory),
+    with the LM head in bf16 and in f32 (`model.lm_head_f32`): generation's log-probs against
+    the training forward's in each (old log-probs recomputed, as `reuse_logprobs = "auto"`
+    does in bf16)."""
     folder = ctx.scratch / "random-0.5b"
     shape = SHAPE_TINY if ctx.quick else SHAPE_0_5B
     random_checkpoint(folder, shape, "bfloat16")
-    run_dir = ctx.scratch / "train-0.5b"
-    sets = {"model.path": str(folder), "model.dtype": "bf16", "model.device": ctx.device, "sft.steps": 0,
-            "schedule.steps": 3, "schedule.eval_every": 0, "schedule.save_every": 0, "env.val_episodes": 4}
-    args = train_command("frozenlake-cpu.toml", run_dir, sets)
-    s.run(args, watch_gpu=not ctx.cpu)
-    _, rl, mean = logged(run_dir, "the bf16 run")
-    row = {"run": f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16", "rl_steps": len(rl),
-           "step_s": mean("timing_s/step"), "rollout_s": mean("timing_s/rollout"),
-           "score_s": mean("timing_s/old_log_prob"), "update_s": mean("timing_s/update"),
-           "tokens_per_s": mean("throughput/tokens_per_s"), "peak_gpu_mib": s.peak_gpu_mib}
-    s.figure("update_bf16", row, shlex.join(map(str, args)))
-    return row
+    rows = []
+    for head_f32 in [False, True]:
+        run_dir = ctx.scratch / f"train-0.5b-head-{'f32' if head_f32 else 'bf16'}"
+        sets = {"model.path": str(folder), "model.dtype": "bf16", "model.device": ctx.device, "sft.steps": 0,
+                "schedule.steps": 3, "schedule.eval_every": 0, "schedule.save_every": 0, "env.val_episodes": 4,
+                "model.lm_head_f32": head_f32}
+        args = train_command("frozenlake-cpu.toml", run_dir, sets)
+        s.run(args, watch_gpu=not ctx.cpu)
+        _, rl, mean = logged(run_dir, "the bf16 run")
+        row = {"run": f"{shape['hidden_size']}x{shape['num_hidden_layers']} bf16" + (", f32 head" if head_f32 else ""),
+               "rl_steps": len(rl), "step_s": mean("timing_s/step"), "rollout_s": mean("timing_s/rollout"),
+               "score_s": mean("timing_s/old_log_prob"), "update_s": mean("timing_s/update"),
+               "tokens_per_s": mean("throughput/tokens_per_s"),
+               "logprob_diff_max": max(m.get("rollout/logprob_diff_max", 0.0) for m in rl),
+               "off_policy_weight": mean("actor/off_policy_weight"), "peak_gpu_mib": s.peak_gpu_mib}
+        s.figure(f"update_bf16{'_head_f32' if head_f32 else ''}", row, shlex.join(map(str, args)))
+        rows.append(row)
+    return rows
 
 
 def lora(s, ctx):

@@ -15,10 +15,11 @@ pub struct AlgorithmSection {
     pub policy_loss: PolicyLossConfig,
     pub value_loss: ValueLossConfig,
     /// Off-policy correction against the policy that sampled each token (generation's
-    /// log-probs): `none`, `tis` or `decoupled` (see `OffPolicy`). Without
-    /// `rollout.reuse_logprobs`, π_old is the update's own forward and generation's numerics
-    /// (another engine, batch shapes, bf16) are what it corrects.
-    pub off_policy: OffPolicy,
+    /// log-probs): `none`, `tis` or `decoupled` (see `OffPolicy`), or `auto` (default):
+    /// `tis` for a bf16 or f16 actor, `none` in f32. Without `rollout.reuse_logprobs`, π_old
+    /// is the update's own forward and generation's numerics (another engine, batch shapes,
+    /// bf16) are what it corrects.
+    pub off_policy: OffPolicyChoice,
     /// TIS's truncation of w = π_old / π_behaviour, and decoupled PPO's cap (tokens over it
     /// count zero) (2.0).
     pub off_policy_cap: f64,
@@ -31,8 +32,33 @@ impl Default for AlgorithmSection {
             filter: FilterConfig { keep_fraction: 1.0, ..FilterConfig::default() },
             policy_loss: PolicyLossConfig::default(),
             value_loss: ValueLossConfig::default(),
-            off_policy: OffPolicy::None,
+            off_policy: OffPolicyChoice::Auto,
             off_policy_cap: 2.0,
+        }
+    }
+}
+
+/// `algorithm.off_policy`: see [`AlgorithmSection::off_policy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OffPolicyChoice {
+    #[default]
+    Auto,
+    None,
+    Tis,
+    Decoupled,
+}
+
+impl OffPolicyChoice {
+    /// The correction an actor of `dtype` trains with. In bf16 and f16 generation and the
+    /// training forward disagree by up to 0.07 nats (an H100, docs/gpu.md), which TIS with
+    /// its cap of 2 corrects as verl, slime and SkyRL do; in f32 they agree to ≈1e-7.
+    pub fn resolve(self, dtype: vagen_model::DType) -> OffPolicy {
+        match self {
+            OffPolicyChoice::Auto if dtype == vagen_model::DType::F32 => OffPolicy::None,
+            OffPolicyChoice::Auto | OffPolicyChoice::Tis => OffPolicy::Tis,
+            OffPolicyChoice::None => OffPolicy::None,
+            OffPolicyChoice::Decoupled => OffPolicy::Decoupled,
         }
     }
 }
@@ -78,5 +104,28 @@ impl AlgorithmSection {
         checks.extend(a.lambda_turn.map(|l| ("algorithm.advantage.lambda_turn", l, Unit)));
         checks.extend(a.lambda_token.map(|l| ("algorithm.advantage.lambda_token", l, Unit)));
         in_ranges(checks)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vagen_model::DType;
+
+    #[test]
+    fn off_policy_auto_is_tis_where_generation_rounds_otherwise_than_training() {
+        assert_eq!(AlgorithmSection::default().off_policy, OffPolicyChoice::Auto);
+        let auto = OffPolicyChoice::Auto;
+        assert_eq!(
+            [DType::F32, DType::Bf16, DType::F16].map(|d| auto.resolve(d)),
+            [OffPolicy::None, OffPolicy::Tis, OffPolicy::Tis]
+        );
+        // A correction written out is kept in every dtype.
+        for (written, want) in [("none", OffPolicy::None), ("tis", OffPolicy::Tis), ("decoupled", OffPolicy::Decoupled)]
+        {
+            let s: AlgorithmSection = toml::from_str(&format!("off_policy = {written:?}")).unwrap();
+            assert_eq!([DType::F32, DType::Bf16].map(|d| s.off_policy.resolve(d)), [want, want]);
+        }
+        assert!(toml::from_str::<AlgorithmSection>("off_policy = \"sometimes\"").is_err());
     }
 }

@@ -9,7 +9,7 @@ mod model;
 mod optim;
 mod reward;
 
-pub use algorithm::AlgorithmSection;
+pub use algorithm::{AlgorithmSection, OffPolicyChoice};
 pub use env::EnvSection;
 pub use model::{CriticInit, CriticSection, ModelSection};
 pub use optim::{OptimSection, ScheduleSection, SftSection};

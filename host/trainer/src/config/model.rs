@@ -23,6 +23,10 @@ pub struct ModelSection {
     /// checkpoints then hold the adapter in PEFT's layout; a critic is its own adapter and
     /// head over the same base; `engine.merge_lora` generates from a merged copy.
     pub lora: Option<vagen_model::LoraConfig>,
+    /// Logits from an f32 copy of the LM head over f32 hidden states, in generation and in
+    /// training alike, whatever `dtype`: the softmax's inputs lose no bits to bf16 rounding
+    /// (as slime and verl offer). Costs the head's weights again in f32.
+    pub lm_head_f32: bool,
 }
 
 impl Default for ModelSection {
@@ -33,6 +37,7 @@ impl Default for ModelSection {
             device: DeviceChoice::Auto,
             freeze_vision: false,
             lora: None,
+            lm_head_f32: false,
         }
     }
 }

@@ -137,7 +137,11 @@ pub(crate) fn new_optimizer(
 }
 
 pub(super) fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
-    Ok(LoadOptions { device: cfg.rank_device.unwrap_or(cfg.model.device).resolve()?, dtype: cfg.model.dtype })
+    Ok(LoadOptions {
+        device: cfg.rank_device.unwrap_or(cfg.model.device).resolve()?,
+        dtype: cfg.model.dtype,
+        lm_head_f32: cfg.model.lm_head_f32,
+    })
 }
 
 /// The KL reference, first saving `actor` as it when the run has none yet (RL is
