@@ -17,6 +17,7 @@ mod merge_lora;
 mod model_args;
 mod model_policy;
 mod parity_dump;
+mod seeds;
 mod serve;
 mod serve_env;
 mod train;

@@ -42,6 +42,11 @@ pub struct TrainArgs {
     /// launcher's variables say the rank instead.
     #[arg(long, value_name = "N")]
     nproc: Option<usize>,
+    /// Train the config from N seeds (`schedule.seed`, +1, …), one after another, each in
+    /// `RUN_DIR/seed-S/`; print each seed's held-out figures and their mean ± sd (also in
+    /// `RUN_DIR/seeds.json`). The same command again continues where it stopped.
+    #[arg(long, value_name = "N", requires = "config", conflicts_with_all = ["resume", "restart", "nproc"])]
+    seeds: Option<usize>,
 }
 
 impl TrainArgs {
@@ -51,6 +56,17 @@ impl TrainArgs {
         if let Some(dir) = &self.resume {
             return Trainer::resume_ranked(dir, &self.overrides, self.allow_native, access, rdzv.as_ref());
         }
+        let (cfg, run_dir) = self.config(access)?;
+        let main = rdzv.as_ref().is_none_or(|r| r.rank == 0);
+        if self.restart && main && run_dir.join("config.toml").exists() {
+            let aside = vagen_trainer::set_run_aside(&run_dir)?;
+            eprintln!("--restart: the earlier run in {} is now {}", run_dir.display(), aside.display());
+        }
+        Trainer::new_ranked(cfg, &run_dir, rdzv.as_ref())
+    }
+
+    /// The config as read and overridden, and the run folder (`runs/STEM` by default).
+    fn config(&self, access: JudgeAccess) -> Result<(TrainConfig, PathBuf)> {
         let path = self.config.as_ref().expect("clap requires --config without --resume");
         let mut cfg = TrainConfig::from_file(path, &self.overrides)?;
         cfg.allow_native = self.allow_native;
@@ -59,12 +75,18 @@ impl TrainArgs {
             let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "run".into());
             PathBuf::from("runs").join(stem)
         });
-        let main = rdzv.as_ref().is_none_or(|r| r.rank == 0);
-        if self.restart && main && run_dir.join("config.toml").exists() {
-            let aside = vagen_trainer::set_run_aside(&run_dir)?;
-            eprintln!("--restart: the earlier run in {} is now {}", run_dir.display(), aside.display());
-        }
-        Trainer::new_ranked(cfg, &run_dir, rdzv.as_ref())
+        Ok((cfg, run_dir))
+    }
+
+    /// With `--seeds N`: the config over N seeds.
+    fn over_seeds(&self) -> Option<Result<()>> {
+        let n = self.seeds?;
+        Some((|| {
+            let access = JudgeAccess::from_user(self.judge_key_env.clone(), self.judge_host.clone())?;
+            let (cfg, run_dir) = self.config(access.clone())?;
+            let (overrides, allow_native) = (self.overrides.clone(), self.allow_native);
+            crate::seeds::SeedRuns { cfg, n, run_dir, overrides, allow_native, access }.run()
+        })())
     }
 
     /// With `--nproc`: this command line, less `--nproc`, as that many ranks.
@@ -92,7 +114,7 @@ fn ranked<T>(t: &mut Trainer, f: impl FnOnce(&mut Trainer) -> Result<T>) -> Resu
 }
 
 pub fn train(a: TrainArgs) -> Result<()> {
-    if let Some(done) = a.launched() {
+    if let Some(done) = a.launched().or_else(|| a.over_seeds()) {
         return done;
     }
     let mut t = a.trainer()?;
@@ -108,6 +130,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
 }
 
 pub fn sft(a: TrainArgs) -> Result<()> {
+    if a.seeds.is_some() {
+        bail!("--seeds trains the whole config (`train --seeds N`); `sft` runs one seed");
+    }
     if let Some(done) = a.launched() {
         return done;
     }

@@ -600,3 +600,70 @@ fn a_run_killed_before_its_first_checkpoint_is_started_again_with_restart() {
     assert!(aside.join("config.toml").is_file() && aside.join("metrics.jsonl").is_file(), "the old run kept whole");
     assert!(run.join("checkpoints/step-000001/state.json").is_file());
 }
+
+/// `train --seeds 2`: each seed its own run and folder, each seed's figures and their mean ±
+/// sd printed and in `seeds.json`; the same command again reads finished seeds back, resumes
+/// one stopped after a checkpoint, and starts over one stopped before any.
+#[test]
+fn train_over_seeds_prints_each_seed_and_the_spread_and_continues_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.toml");
+    let plugin = root().join("target/plugins/frozenlake.wasm");
+    std::fs::write(
+        &config,
+        format!(
+            "[env]\nplugin = {:?}\ngroups = 2\ngroup_size = 2\nmax_turns = 2\nval_episodes = 4\n\
+             [model]\ndevice = \"cpu\"\n[rollout]\nformat = \"no-think\"\nmax_new_tokens = 6\nper_turn = true\n\
+             system_prompt = \"FrozenLake.\"\n[schedule]\nseed = 5\nsteps = 2\neval_every = 0\nsave_every = 1\n\
+             [sft]\nsteps = 0\n",
+            plugin.display().to_string()
+        ),
+    )
+    .unwrap();
+    let run = dir.path().join("runs");
+    let args = ["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--seeds", "2"];
+    let o = host(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap();
+    let seeds = summary["seeds"].as_array().unwrap();
+    assert_eq!(seeds.iter().map(|s| s["seed"].as_u64().unwrap()).collect::<Vec<_>>(), [5, 6]);
+    for s in seeds {
+        let folder = run.join(format!("seed-{}", s["seed"]));
+        let written = std::fs::read_to_string(folder.join("config.toml")).unwrap();
+        assert!(written.contains(&format!("seed = {}", s["seed"])), "{written}");
+        let line =
+            format!("{:>6} {:>10.3} {:>9.3}", s["seed"], s["start"].as_f64().unwrap(), s["end"].as_f64().unwrap());
+        assert!(out.contains(&line), "{line:?} in\n{out}");
+    }
+    let ends: Vec<f64> = seeds.iter().map(|s| s["end"].as_f64().unwrap()).collect();
+    let mean = (ends[0] + ends[1]) / 2.0;
+    assert!((summary["end"]["mean"].as_f64().unwrap() - mean).abs() < 1e-12, "{summary}");
+    let sd = (ends[0] - ends[1]).abs() / 2f64.sqrt();
+    assert!((summary["end"]["sd"].as_f64().unwrap() - sd).abs() < 1e-12, "{summary}");
+    assert!(out.contains("held-out success over 2 seeds (mean ± sd)"), "{out}");
+    // Seed 5 finished; seed 6 stopped after its first checkpoint: it resumes there and
+    // ends as the whole run did. A seed stopped before any checkpoint starts over.
+    let seed6 = run.join("seed-6");
+    std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
+    std::fs::remove_dir_all(seed6.join("checkpoints/step-000002")).unwrap();
+    let o = host(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("seed 5: done before") && err.contains("seed 6: resuming"), "{err}");
+    let again: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap();
+    assert_eq!(again, summary, "the resumed seed ends where the whole run ended");
+    std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
+    std::fs::remove_dir_all(seed6.join("checkpoints")).unwrap();
+    let o = host(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success() && err.contains("stopped before a checkpoint; set aside"), "{err}");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap(),
+        summary
+    );
+    // Refused: no seeds, or with --resume.
+    let zero =
+        host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--seeds", "0"]);
+    assert!(!zero.status.success() && String::from_utf8_lossy(&zero.stderr).contains("--seeds 0"));
+}
