@@ -2,7 +2,9 @@
 //! `RUN_DIR/seed-S/`, then each seed's held-out figures and their mean ± standard deviation,
 //! printed and written to `RUN_DIR/seeds.json`. The same command again continues: a seed
 //! that finished is read back, one that stopped part-way resumes from its last checkpoint,
-//! one that stopped before any starts over (its folder set aside, not deleted).
+//! one that stopped before any starts over (its folder set aside, not deleted). A seed's
+//! folder holding another config than the command's (the seed aside) is refused: one mean
+//! never mixes two configs.
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -72,6 +74,7 @@ impl SeedRuns {
         for k in 0..self.n as u64 {
             let seed = base.checked_add(k).context("schedule.seed + --seeds passes the largest seed")?;
             let dir = self.run_dir.join(format!("seed-{seed}"));
+            self.check_same_config(seed, &dir)?;
             let f = match read_figures(&dir)? {
                 Some(done) => {
                     eprintln!("seed {seed}: done before ({})", dir.display());
@@ -89,12 +92,39 @@ impl SeedRuns {
         Ok(())
     }
 
+    /// The command's config with `seed`.
+    fn config(&self, seed: u64) -> TrainConfig {
+        let mut cfg = self.cfg.clone();
+        cfg.schedule.seed = seed;
+        cfg
+    }
+
+    /// Refuses a seed folder whose run was made with another config.
+    fn check_same_config(&self, seed: u64, dir: &Path) -> Result<()> {
+        let path = dir.join("config.toml");
+        if !path.exists() {
+            return Ok(());
+        }
+        let theirs = TrainConfig::from_file(&path, &[]).with_context(|| format!("reading {}", path.display()))?;
+        if theirs.to_toml() != self.config(seed).to_toml() {
+            bail!(
+                "{} was trained with another config than this command's (seed aside): give another --run-dir, \
+                 or the config and --set it was run with",
+                path.display()
+            );
+        }
+        Ok(())
+    }
+
     /// Trains `seed` in `dir` (resuming what a stopped run left), and records its figures.
     fn train_one(&self, seed: u64, dir: &Path) -> Result<SeedFigures> {
         let started = dir.join("config.toml").exists();
         let mut t = if started && vagen_trainer::latest_checkpoint(dir)?.is_some() {
             eprintln!("seed {seed}: resuming {}", dir.display());
-            Trainer::resume_ranked(dir, &self.overrides, self.allow_native, self.access.clone(), None)?
+            // The run's own seed last: a `--set schedule.seed` chose the first seed only.
+            let mut overrides = self.overrides.clone();
+            overrides.push(format!("schedule.seed={seed}"));
+            Trainer::resume_ranked(dir, &overrides, self.allow_native, self.access.clone(), None)?
         } else {
             if started {
                 let aside = vagen_trainer::set_run_aside(dir)?;
@@ -105,9 +135,7 @@ impl SeedRuns {
                 );
             }
             eprintln!("seed {seed}: {}", dir.display());
-            let mut cfg = self.cfg.clone();
-            cfg.schedule.seed = seed;
-            Trainer::new_ranked(cfg, dir, None)?
+            Trainer::new_ranked(self.config(seed), dir, None)?
         };
         let (start, end) = t.run().with_context(|| format!("seed {seed} ({})", dir.display()))?;
         let f = SeedFigures { seed, start, end };

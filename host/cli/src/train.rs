@@ -82,6 +82,11 @@ impl TrainArgs {
     fn over_seeds(&self) -> Option<Result<()>> {
         let n = self.seeds?;
         Some((|| {
+            if Rendezvous::from_env()?.is_some() {
+                bail!(
+                    "--seeds runs its seeds one after another in this process: start it without a launcher (torchrun, srun)"
+                );
+            }
             let access = JudgeAccess::from_user(self.judge_key_env.clone(), self.judge_host.clone())?;
             let (cfg, run_dir) = self.config(access.clone())?;
             let (overrides, allow_native) = (self.overrides.clone(), self.allow_native);

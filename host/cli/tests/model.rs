@@ -642,28 +642,39 @@ fn train_over_seeds_prints_each_seed_and_the_spread_and_continues_where_it_stopp
     let sd = (ends[0] - ends[1]).abs() / 2f64.sqrt();
     assert!((summary["end"]["sd"].as_f64().unwrap() - sd).abs() < 1e-12, "{summary}");
     assert!(out.contains("held-out success over 2 seeds (mean ± sd)"), "{out}");
-    // Seed 5 finished; seed 6 stopped after its first checkpoint: it resumes there and
-    // ends as the whole run did. A seed stopped before any checkpoint starts over.
+    // Seed 5 finished; seed 6 stopped after its first checkpoint: it resumes there (with its
+    // own seed) and its second step is the whole run's. A seed stopped before any
+    // checkpoint starts over and makes the same steps again.
     let seed6 = run.join("seed-6");
+    let step2 = |dir: &Path| {
+        let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap();
+        let last =
+            text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()).rfind(|m| m["step"] == 2);
+        let m = last.expect("step 2 logged");
+        ["actor/pg_loss", "actor/grad_norm", "train/reward", "val/success"].map(|k| m[k].clone())
+    };
+    let whole = step2(&seed6);
+    assert!(whole.iter().all(|v| v.is_number()), "{whole:?}");
     std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
     std::fs::remove_dir_all(seed6.join("checkpoints/step-000002")).unwrap();
     let o = host(&args);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success(), "{err}");
     assert!(err.contains("seed 5: done before") && err.contains("seed 6: resuming"), "{err}");
+    assert_eq!(step2(&seed6), whole, "the resumed seed's step 2 is the whole run's");
     let again: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap();
-    assert_eq!(again, summary, "the resumed seed ends where the whole run ended");
+    assert_eq!(again, summary);
     std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
     std::fs::remove_dir_all(seed6.join("checkpoints")).unwrap();
     let o = host(&args);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success() && err.contains("stopped before a checkpoint; set aside"), "{err}");
-    assert_eq!(
-        serde_json::from_slice::<serde_json::Value>(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap(),
-        summary
-    );
-    // Refused: no seeds, or with --resume.
+    assert_eq!(step2(&seed6), whole, "started over, the same steps");
+    // Refused: no seeds; a folder of another config (its runs are not mixed into one mean).
     let zero =
         host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--seeds", "0"]);
     assert!(!zero.status.success() && String::from_utf8_lossy(&zero.stderr).contains("--seeds 0"));
+    let other = host(&[&args[..], &["--set", "optim.actor_lr=0.5"]].concat());
+    let err = String::from_utf8_lossy(&other.stderr);
+    assert!(!other.status.success() && err.contains("seed-5/config.toml") && err.contains("another config"), "{err}");
 }

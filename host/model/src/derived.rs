@@ -16,11 +16,12 @@ pub(crate) fn grad_enabled() -> bool {
     unsafe { vagen_grad_enabled() != 0 }
 }
 
-/// What a tensor holds, as far as a derived copy is concerned: its memory (replaced by a
-/// dtype or device change) and its version counter (bumped by every in-place write).
-fn stamp(t: &Tensor) -> (usize, i64) {
+/// What a tensor holds, as far as a derived copy is concerned: its memory and dtype
+/// (replaced by a dtype or device change, `set_data` included) and its version counter
+/// (bumped by every in-place write).
+fn stamp(t: &Tensor) -> (usize, tch::Kind, i64) {
     // SAFETY: `as_ptr` is the live `at::Tensor` behind `t`.
-    (t.data_ptr() as usize, unsafe { vagen_tensor_version(t.as_ptr()) })
+    (t.data_ptr() as usize, t.kind(), unsafe { vagen_tensor_version(t.as_ptr()) })
 }
 
 #[derive(Default)]
@@ -29,10 +30,11 @@ pub(crate) struct Derived {
 }
 
 struct Held {
-    stamps: Vec<(usize, i64)>,
-    /// The sources themselves (shared, not copied): their memory cannot be freed and
-    /// reused by another tensor at the same address while the stamps name it.
-    _sources: Vec<Tensor>,
+    stamps: Vec<(usize, tch::Kind, i64)>,
+    /// The sources' memory, held by tensors of their own (`detach`: a new tensor on the same
+    /// memory, which `set_data` on a source does not move): it cannot be freed and reused
+    /// at the same address while the stamps name it.
+    _memory: Vec<Tensor>,
     tensors: Vec<Tensor>,
 }
 
@@ -50,8 +52,13 @@ impl Derived {
         *held = None;
         let tensors = tch::no_grad(make);
         let out = tensors.iter().map(Tensor::shallow_clone).collect();
-        *held = Some(Held { stamps, _sources: sources.iter().map(|t| t.shallow_clone()).collect(), tensors });
+        *held = Some(Held { stamps, _memory: sources.iter().map(|t| t.detach()).collect(), tensors });
         out
+    }
+
+    /// Drops the copy (a training forward would leave it stale, and wants its memory).
+    pub fn clear(&self) {
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 
@@ -68,10 +75,19 @@ mod tests {
         assert_eq!(sum(&w, &derived), 8.0);
         let _ = w.get(0).fill_(3.0); // an in-place write through a view
         assert_eq!(sum(&w, &derived), 16.0);
-        w = w.to_kind(Kind::Double); // replaced
-        assert_eq!(sum(&w, &derived), 16.0);
-        let _ = tch::no_grad(|| w.g_add_scalar_(1.0));
+        w = w.to_kind(Kind::Double) + 1.0; // replaced
         assert_eq!(sum(&w, &derived), 24.0);
+        let _ = tch::no_grad(|| w.g_add_scalar_(1.0));
+        assert_eq!(sum(&w, &derived), 32.0);
+        // `set_data` (a VarStore's dtype change) keeps the tensor and moves its memory: to
+        // f32 and back, the memory it had cannot come back under the same stamp.
+        for (kind, value) in [(Kind::Float, 5.0), (Kind::Double, 6.0)] {
+            let mut v = w.shallow_clone();
+            tch::no_grad(|| v.set_data(&w.to_kind(kind).fill_(value)));
+            assert_eq!(sum(&w, &derived), value * 8.0, "{kind:?}");
+        }
+        derived.clear();
+        assert_eq!(sum(&w, &derived), 48.0);
         assert!(grad_enabled());
         assert!(!tch::no_grad(grad_enabled));
     }

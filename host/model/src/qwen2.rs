@@ -62,12 +62,25 @@ impl Attention {
         }
     }
 
-    /// Queries, keys and values, `[batch, heads, seq, head_dim]`, RoPE applied.
-    fn project(&self, x: &Tensor, rope: (&Tensor, &Tensor), rows: Option<&AdapterRows>) -> (Tensor, Tensor, Tensor) {
+    /// Queries, keys and values, `[batch, heads, seq, head_dim]`, RoPE applied. `generating`:
+    /// a forward with a KV cache, which may take the fused projection; every other forward
+    /// (training, and the old log-probs recomputed beside it) takes the three matmuls, so
+    /// the two compute the same bits on any device.
+    fn project(
+        &self,
+        x: &Tensor,
+        rope: (&Tensor, &Tensor),
+        rows: Option<&AdapterRows>,
+        generating: bool,
+    ) -> (Tensor, Tensor, Tensor) {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
         let (q, k, v) = (&self.q_proj, &self.k_proj, &self.v_proj);
-        if [q, k, v].iter().any(|l| !l.plain(rows)) || grad_enabled() {
+        if grad_enabled() {
+            // The copy would go stale through the update; its memory serves the update.
+            self.qkv.clear();
+        }
+        if [q, k, v].iter().any(|l| !l.plain(rows)) || !generating || grad_enabled() {
             let q = rope::apply(&split(q.forward_rows(x, rows), self.heads), rope.0, rope.1);
             let k = rope::apply(&split(k.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
             return (q, k, split(v.forward_rows(x, rows), self.kv_heads));
@@ -95,7 +108,7 @@ impl Attention {
         rows: Option<&AdapterRows>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let (q, k, v) = self.project(x, rope, rows);
+        let (q, k, v) = self.project(x, rope, rows, cache.is_some());
         let mut fold = false;
         let (k, v) = match cache {
             Some((cache, layer)) => {
@@ -408,7 +421,10 @@ impl Qwen2ForCausalLM {
             return hidden.linear::<Tensor>(head, None).to_kind(Kind::Float);
         }
         let head_f32 = match grad_enabled() {
-            true => head.to_kind(Kind::Float),
+            true => {
+                self.head_f32.clear();
+                head.to_kind(Kind::Float)
+            }
             false => self.head_f32.get(&[head], || vec![head.to_kind(Kind::Float)]).remove(0),
         };
         hidden.to_kind(Kind::Float).linear::<Tensor>(&head_f32, None)

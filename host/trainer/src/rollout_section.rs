@@ -60,14 +60,14 @@ pub struct SequenceConfig {
     /// training forward computes them) instead of a second no-grad forward over the batch:
     /// about a fifth of a step saved. Off, the forward runs and `rollout/logprob_diff_*`
     /// report how far generation and training disagree (≈1e-7 on CPU in f32). `auto`
-    /// (default): reused in f32, recomputed in bf16 and f16, where generation's kernels and
-    /// batch shapes round differently from the training forward's (0.07 nats measured).
+    /// (default): reused in f32 (see `TrainConfig::reuses_logprobs`), recomputed in bf16 and
+    /// f16, where generation's kernels and batch shapes round differently from the training
+    /// forward's (0.07 nats measured), and wherever π_old must differ from the sampler's.
     pub reuse_logprobs: ReuseLogprobs,
 }
 
 /// `rollout.reuse_logprobs`: `true`, `false` or `"auto"` (see [`SequenceConfig`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(try_from = "ReuseWritten", into = "ReuseWritten")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum ReuseLogprobs {
     #[default]
     Auto,
@@ -76,43 +76,48 @@ pub enum ReuseLogprobs {
 }
 
 impl ReuseLogprobs {
-    /// Whether generation's log-probs stand for the old ones for an actor of `dtype`.
-    pub fn reuses(self, dtype: vagen_model::DType) -> bool {
+    /// Whether generation's log-probs stand for the old ones, `auto` deciding by what
+    /// `generation_matches_training` says: generation computes what the training forward
+    /// does up to rounding (f32; the weights generation uses are the ones being trained, not
+    /// a stale or merged copy; no correction that needs the two apart).
+    pub fn reuses(self, generation_matches_training: bool) -> bool {
         match self {
             ReuseLogprobs::Always => true,
             ReuseLogprobs::Never => false,
-            ReuseLogprobs::Auto => dtype == vagen_model::DType::F32,
+            ReuseLogprobs::Auto => generation_matches_training,
         }
     }
 }
 
-/// As a config writes it.
-#[derive(Serialize, Deserialize)]
-#[serde(untagged)]
-enum ReuseWritten {
-    Flag(bool),
-    Word(String),
-}
-
-impl TryFrom<ReuseWritten> for ReuseLogprobs {
-    type Error = String;
-    fn try_from(w: ReuseWritten) -> Result<Self, String> {
-        match w {
-            ReuseWritten::Flag(true) => Ok(ReuseLogprobs::Always),
-            ReuseWritten::Flag(false) => Ok(ReuseLogprobs::Never),
-            ReuseWritten::Word(w) if w == "auto" => Ok(ReuseLogprobs::Auto),
-            ReuseWritten::Word(w) => Err(format!("{w:?}: expected true, false or \"auto\"")),
+impl Serialize for ReuseLogprobs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ReuseLogprobs::Auto => s.serialize_str("auto"),
+            ReuseLogprobs::Always => s.serialize_bool(true),
+            ReuseLogprobs::Never => s.serialize_bool(false),
         }
     }
 }
 
-impl From<ReuseLogprobs> for ReuseWritten {
-    fn from(r: ReuseLogprobs) -> Self {
-        match r {
-            ReuseLogprobs::Auto => ReuseWritten::Word("auto".into()),
-            ReuseLogprobs::Always => ReuseWritten::Flag(true),
-            ReuseLogprobs::Never => ReuseWritten::Flag(false),
+impl<'de> Deserialize<'de> for ReuseLogprobs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Written;
+        impl serde::de::Visitor<'_> for Written {
+            type Value = ReuseLogprobs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or \"auto\"")
+            }
+            fn visit_bool<E>(self, b: bool) -> Result<ReuseLogprobs, E> {
+                Ok(if b { ReuseLogprobs::Always } else { ReuseLogprobs::Never })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<ReuseLogprobs, E> {
+                match s {
+                    "auto" => Ok(ReuseLogprobs::Auto),
+                    _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+                }
+            }
         }
+        d.deserialize_any(Written)
     }
 }
 
@@ -211,8 +216,7 @@ mod tests {
     }
 
     #[test]
-    fn reuse_logprobs_is_a_flag_or_auto_and_auto_reuses_in_f32_only() {
-        use vagen_model::DType;
+    fn reuse_logprobs_is_a_flag_or_auto() {
         let read = |v: &str| toml::from_str::<RolloutSection>(&format!("reuse_logprobs = {v}"));
         for (v, want) in
             [("true", ReuseLogprobs::Always), ("false", ReuseLogprobs::Never), ("\"auto\"", ReuseLogprobs::Auto)]
@@ -223,10 +227,12 @@ mod tests {
             assert_eq!(again, section, "{v} round-trips");
         }
         assert_eq!(RolloutSection::default().sequences.reuse_logprobs, ReuseLogprobs::Auto);
-        let err = read("\"sometimes\"").unwrap_err().to_string();
-        assert!(err.contains("sometimes") && err.contains("auto"), "{err}");
+        for bad in ["\"sometimes\"", "1"] {
+            let err = read(bad).unwrap_err().to_string();
+            assert!(err.contains("reuse_logprobs") && err.contains("true, false or \"auto\""), "{err}");
+        }
         let auto = ReuseLogprobs::Auto;
-        assert_eq!([DType::F32, DType::Bf16, DType::F16].map(|d| auto.reuses(d)), [true, false, false]);
-        assert!(ReuseLogprobs::Always.reuses(DType::Bf16) && !ReuseLogprobs::Never.reuses(DType::F32));
+        assert_eq!([true, false].map(|m| auto.reuses(m)), [true, false]);
+        assert!(ReuseLogprobs::Always.reuses(false) && !ReuseLogprobs::Never.reuses(true));
     }
 }

@@ -31,7 +31,7 @@ impl ScoreOptions {
     /// As the run's config says: the update's temperature and micro-batches.
     pub fn of(cfg: &TrainConfig) -> Self {
         ScoreOptions {
-            reuse_logprobs: cfg.rollout.sequences.reuse_logprobs.reuses(cfg.model.dtype),
+            reuse_logprobs: cfg.reuses_logprobs(),
             temperature: cfg.rollout.sampling.temperature.max(1e-6),
             micro_batch: cfg.optim.micro_batch,
             micro_batch_tokens: cfg.optim.micro_batch_tokens,

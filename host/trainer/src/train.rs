@@ -185,13 +185,7 @@ impl Trainer {
         let (update, step_s) = (t3.elapsed().as_secs_f64(), t0.elapsed().as_secs_f64());
         let t =
             Timings { rollout, score, update, step: step_s, vision: vagen_model::vision_forward_seconds() - vision0 };
-        let mut m = log(
-            step + 1,
-            &collected,
-            &updated,
-            t,
-            !self.cfg.rollout.sequences.reuse_logprobs.reuses(self.cfg.model.dtype),
-        );
+        let mut m = log(step + 1, &collected, &updated, t, !self.cfg.reuses_logprobs());
         if self.pipeline.is_some() {
             log_async(&mut m, &collected, self.cfg.asynchronous.max_staleness, step, t, publish);
         }

@@ -25,7 +25,8 @@ fn visual_weights(dir: &std::path::Path) -> BTreeMap<String, Tensor> {
 #[test]
 fn a_vl_step_on_pictures_starts_at_ratio_one_and_generation_matches_the_training_forward() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = parse(&vision_config("bi-level-gae", ""), &["schedule.steps=1"]).unwrap();
+    // Old log-probs from the training forward, to compare generation's with.
+    let cfg = parse(&vision_config("bi-level-gae", ""), &["schedule.steps=1", "rollout.reuse_logprobs=false"]).unwrap();
     Trainer::new(cfg, dir.path()).unwrap().run().unwrap();
     let m = step_line(dir.path(), 1);
     let f = |k: &str| m[k].as_f64().unwrap_or_else(|| panic!("{k}: {m}"));

@@ -91,6 +91,20 @@ pub struct TrainConfig {
 }
 
 impl TrainConfig {
+    /// Whether generation's log-probs are the old ones (`rollout.reuse_logprobs`): `auto`
+    /// reuses them only where generation computes what the training forward would, up to
+    /// f32 rounding: an f32 actor, generating from the weights being trained (no `[async]`
+    /// staleness, no merged LoRA copy), with no off-policy correction, which needs π_old
+    /// apart from the sampler's.
+    pub fn reuses_logprobs(&self) -> bool {
+        let dtype = self.model.dtype;
+        let matches = dtype == vagen_model::DType::F32
+            && self.asynchronous.max_staleness == 0
+            && !self.engine.merge_lora
+            && self.algorithm.off_policy.resolve(dtype) == crate::policy_loss::OffPolicy::None;
+        self.rollout.sequences.reuse_logprobs.reuses(matches)
+    }
+
     /// Reads `text` (from `path`, for messages) with `overrides` (`a.b=c`, the value in TOML
     /// syntax, or a bare string) applied first.
     pub fn parse(text: &str, path: &str, overrides: &[String]) -> Result<Self, ConfigError> {
