@@ -36,9 +36,10 @@ fn results(line: &serde_json::Map<String, serde_json::Value>) -> Vec<(String, se
 fn with_weights_that_never_change_the_generator_thread_plays_what_the_trainer_would() {
     // Every version of the weights is the first, so the thread's batches must be the
     // synchronous trainer's, figure for figure.
+    // Old log-probs recomputed in both (`auto` reuses them only without staleness).
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let sync = run(a.path(), &[FROZEN]);
-    let ahead = run(b.path(), &[FROZEN, "async.max_staleness=2"]);
+    let sync = run(a.path(), &[FROZEN, "rollout.reuse_logprobs=false"]);
+    let ahead = run(b.path(), &[FROZEN, "async.max_staleness=2", "rollout.reuse_logprobs=false"]);
     assert_eq!(sync.len(), 4);
     for (s, t) in sync.iter().zip(&ahead) {
         assert_eq!(results(s), results(t));
