@@ -64,15 +64,19 @@ pub struct SeedRuns {
 }
 
 impl SeedRuns {
-    pub fn run(self) -> Result<()> {
+    pub fn run(mut self) -> Result<()> {
         if self.n == 0 {
             bail!("--seeds 0: nothing to train (give at least 1)");
         }
         std::fs::create_dir_all(&self.run_dir).with_context(|| format!("creating {}", self.run_dir.display()))?;
         let base = self.cfg.schedule.seed;
+        // Every seed on the same component bytes: a registry tag is resolved once, here.
+        self.cfg.pin_components().context("resolving the config's oci:// components")?;
         let mut figures = Vec::with_capacity(self.n);
         for k in 0..self.n as u64 {
-            let seed = base.checked_add(k).context("schedule.seed + --seeds passes the largest seed")?;
+            // A TOML integer is an i64.
+            let seed = base.checked_add(k).filter(|&s| s <= i64::MAX as u64);
+            let seed = seed.context("schedule.seed + --seeds passes the largest seed a config can hold")?;
             let dir = self.run_dir.join(format!("seed-{seed}"));
             self.check_same_config(seed, &dir)?;
             let f = match read_figures(&dir)? {
@@ -99,21 +103,28 @@ impl SeedRuns {
         cfg
     }
 
-    /// Refuses a seed folder whose run was made with another config.
+    /// Records the command's config for `seed` beside its folder (`seed-S.config.toml`: the
+    /// trainer starts only in an empty folder) before the run starts, or refuses a folder
+    /// recorded with another one. The comparison is with this record, not
+    /// the run's `config.toml`, which the trainer completes (derived settings, pinned
+    /// components) and which a run started otherwise than by `--seeds` also has.
     fn check_same_config(&self, seed: u64, dir: &Path) -> Result<()> {
-        let path = dir.join("config.toml");
-        if !path.exists() {
-            return Ok(());
-        }
-        let theirs = TrainConfig::from_file(&path, &[]).with_context(|| format!("reading {}", path.display()))?;
-        if theirs.to_toml() != self.config(seed).to_toml() {
-            bail!(
+        let (record, ours) = (dir.with_extension("config.toml"), self.config(seed).to_toml());
+        match std::fs::read_to_string(&record) {
+            Ok(theirs) if theirs == ours => Ok(()),
+            Ok(_) => bail!(
                 "{} was trained with another config than this command's (seed aside): give another --run-dir, \
                  or the config and --set it was run with",
-                path.display()
-            );
+                dir.display()
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if dir.join("config.toml").exists() {
+                    bail!("{} holds a run not started by --seeds: give another --run-dir", dir.display());
+                }
+                write_atomic(&record, &ours)
+            }
+            Err(e) => Err(e).with_context(|| format!("reading {}", record.display())),
         }
-        Ok(())
     }
 
     /// Trains `seed` in `dir` (resuming what a stopped run left), and records its figures.
@@ -179,7 +190,7 @@ fn print_summary(s: &Summary, sft: bool) {
 
 /// Writes `text` to `path` through a temporary file and a rename: a reader never sees half.
 fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("json.partial");
+    let tmp = path.with_extension("partial");
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }

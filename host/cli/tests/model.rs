@@ -676,5 +676,5 @@ fn train_over_seeds_prints_each_seed_and_the_spread_and_continues_where_it_stopp
     assert!(!zero.status.success() && String::from_utf8_lossy(&zero.stderr).contains("--seeds 0"));
     let other = host(&[&args[..], &["--set", "optim.actor_lr=0.5"]].concat());
     let err = String::from_utf8_lossy(&other.stderr);
-    assert!(!other.status.success() && err.contains("seed-5/config.toml") && err.contains("another config"), "{err}");
+    assert!(!other.status.success() && err.contains("seed-5") && err.contains("another config"), "{err}");
 }
