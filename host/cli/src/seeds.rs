@@ -6,6 +6,7 @@
 //! folder holding another config than the command's (the seed aside) is refused: one mean
 //! never mixes two configs.
 
+use crate::eval::write_whole;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -91,7 +92,7 @@ impl SeedRuns {
         let summary = summarise(figures);
         print_summary(&summary, self.cfg.sft.steps > 0);
         let path = self.run_dir.join("seeds.json");
-        write_atomic(&path, &serde_json::to_string_pretty(&summary)?)?;
+        write_whole(&path, serde_json::to_string_pretty(&summary)?.as_bytes())?;
         println!("run folders: {}/seed-*; figures: {}", self.run_dir.display(), path.display());
         Ok(())
     }
@@ -121,7 +122,7 @@ impl SeedRuns {
                 if dir.join("config.toml").exists() {
                     bail!("{} holds a run not started by --seeds: give another --run-dir", dir.display());
                 }
-                write_atomic(&record, &ours)
+                write_whole(&record, ours.as_bytes())
             }
             Err(e) => Err(e).with_context(|| format!("reading {}", record.display())),
         }
@@ -150,7 +151,7 @@ impl SeedRuns {
         };
         let (start, end) = t.run().with_context(|| format!("seed {seed} ({})", dir.display()))?;
         let f = SeedFigures { seed, start, end };
-        write_atomic(&dir.join(FIGURES), &serde_json::to_string_pretty(&f)?)?;
+        write_whole(&dir.join(FIGURES), serde_json::to_string_pretty(&f)?.as_bytes())?;
         Ok(f)
     }
 }
@@ -186,13 +187,6 @@ fn print_summary(s: &Summary, sft: bool) {
         s.end,
         s.gain
     );
-}
-
-/// Writes `text` to `path` through a temporary file and a rename: a reader never sees half.
-fn write_atomic(path: &Path, text: &str) -> Result<()> {
-    let tmp = path.with_extension("partial");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -76,11 +76,12 @@ impl Attention {
         let (b, t) = (x.size()[0], x.size()[1]);
         let split = |y: Tensor, heads: i64| y.view([b, t, heads, self.head_dim]).transpose(1, 2);
         let (q, k, v) = (&self.q_proj, &self.k_proj, &self.v_proj);
-        if grad_enabled() {
+        let training = grad_enabled();
+        if training {
             // The copy would go stale through the update; its memory serves the update.
             self.qkv.clear();
         }
-        if [q, k, v].iter().any(|l| !l.plain(rows)) || !generating || grad_enabled() {
+        if training || !generating || [q, k, v].iter().any(|l| !l.plain(rows)) {
             let q = rope::apply(&split(q.forward_rows(x, rows), self.heads), rope.0, rope.1);
             let k = rope::apply(&split(k.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
             return (q, k, split(v.forward_rows(x, rows), self.kv_heads));

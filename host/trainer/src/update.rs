@@ -106,7 +106,7 @@ fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, ac
             mask: &micro.loss_mask,
             entropy: Some(&entropy),
             ref_log_probs: ref_logp,
-            behaviour: match cfg.algorithm.off_policy.resolve(cfg.model.dtype) {
+            behaviour: match cfg.off_policy() {
                 OffPolicy::None => None,
                 correction => Some(Behaviour {
                     log_probs: column(&micro.behaviour_logprobs, "behaviour log-probs")?,
@@ -124,7 +124,7 @@ fn micro_step(cfg: &TrainConfig, models: &Models, micro: &Micro, weight: f64, ac
     acc.add("actor/pg_clipfrac", out.clip_frac_high + out.clip_frac_low, weight);
     acc.add("actor/ppo_kl", out.approx_kl, weight);
     acc.add("actor/entropy", out.entropy, weight);
-    if cfg.algorithm.off_policy.resolve(cfg.model.dtype) != OffPolicy::None {
+    if cfg.off_policy() != OffPolicy::None {
         acc.add("actor/off_policy_weight", out.off_policy_weight, weight);
         acc.add("actor/off_policy_capped_frac", out.off_policy_capped, weight);
     }

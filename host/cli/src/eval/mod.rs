@@ -16,6 +16,7 @@ mod summary;
 use anyhow::{Context, Result, bail};
 pub use args::EvalArgs;
 use args::{PolicyChoice, Setup};
+pub(crate) use records::write_whole;
 use records::{EpisodeRecord, ResultsDir};
 use summary::Summary;
 

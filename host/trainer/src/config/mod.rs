@@ -97,12 +97,16 @@ impl TrainConfig {
     /// staleness, no merged LoRA copy), with no off-policy correction, which needs π_old
     /// apart from the sampler's.
     pub fn reuses_logprobs(&self) -> bool {
-        let dtype = self.model.dtype;
-        let matches = dtype == vagen_model::DType::F32
+        let matches = self.model.dtype == vagen_model::DType::F32
             && self.asynchronous.max_staleness == 0
             && !self.engine.merge_lora
-            && self.algorithm.off_policy.resolve(dtype) == crate::policy_loss::OffPolicy::None;
+            && self.off_policy() == crate::policy_loss::OffPolicy::None;
         self.rollout.sequences.reuse_logprobs.reuses(matches)
+    }
+
+    /// The off-policy correction this run trains with (`algorithm.off_policy` for its dtype).
+    pub fn off_policy(&self) -> crate::policy_loss::OffPolicy {
+        self.algorithm.off_policy.resolve(self.model.dtype)
     }
 
     /// Reads `text` (from `path`, for messages) with `overrides` (`a.b=c`, the value in TOML
