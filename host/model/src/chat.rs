@@ -79,7 +79,7 @@ impl ChatTemplate {
     /// The prompt text for `messages`; with `add_generation_prompt` it ends with the opening
     /// of an assistant turn, as `apply_chat_template(..., add_generation_prompt=True)`.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_value(Value::from_serialize(messages), add_generation_prompt)
+        self.render_chat(messages, &[], false, add_generation_prompt)
     }
 
     /// [`Self::render`] with each `<image>` marker in a message as an image entry of list
@@ -87,14 +87,28 @@ impl ChatTemplate {
     /// multimodal templates (Qwen2.5-VL's) place `<|vision_start|><|image_pad|><|vision_end|>`.
     /// Messages without a marker stay plain strings.
     pub fn render_with_images(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_value(Value::from_serialize(image_content(messages)), add_generation_prompt)
+        self.render_chat(messages, &[], true, add_generation_prompt)
     }
 
-    fn render_value(&self, messages: Value, add_generation_prompt: bool) -> Result<String> {
+    /// The prompt of a chat in OpenAI's format, as vLLM renders one: `tools` (as the client
+    /// sent them) passed to the template as `tools`, and each tool call's arguments as the
+    /// object they encode (a template writes them with `tojson`); JSON objects keep their
+    /// keys' order, as Python's dicts do. `images`: as [`Self::render_with_images`].
+    pub fn render_chat(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        images: bool,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
+        let messages: Vec<Value> = messages.iter().map(|m| message_value(m, images)).collect();
+        let tools: Vec<Value> = tools.iter().map(Value::from_serialize).collect();
         let template = self.env.get_template("chat").map_err(|e| Error::Template(describe(&e)))?;
         let mut ctx: BTreeMap<String, Value> =
             self.special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
-        ctx.insert("messages".into(), messages);
+        ctx.insert("messages".into(), Value::from(messages));
+        // transformers passes `tools=None` when there are none, which templates test for.
+        ctx.insert("tools".into(), if tools.is_empty() { Value::from(()) } else { Value::from(tools) });
         ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         let mut out = Capped(Vec::new());
         template.render_captured_to(ctx, &mut out).map_err(|e| match e.kind() {
@@ -132,27 +146,48 @@ impl std::io::Write for Capped {
     }
 }
 
-/// Messages as transformers' JSON, content with `<image>` markers split into list entries.
-fn image_content(messages: &[Message]) -> Vec<serde_json::Value> {
-    use serde_json::json;
-    messages
-        .iter()
-        .map(|m| {
-            if !m.content.contains(vagen_abi::IMAGE_MARKER) {
-                return json!({ "role": m.role, "content": m.content });
+/// A message as the template reads it (transformers' dict): role, content (with `images`,
+/// content holding `<image>` markers split into list entries), and where present the tool
+/// calls (arguments decoded) and the id of the call a tool message answers.
+fn message_value(m: &Message, images: bool) -> Value {
+    let content = if images && m.content.contains(vagen_abi::IMAGE_MARKER) {
+        let mut parts = vec![];
+        for (i, piece) in m.content.split(vagen_abi::IMAGE_MARKER).enumerate() {
+            if i > 0 {
+                parts.push(Value::from_iter([("type", "image")]));
             }
-            let mut parts = vec![];
-            for (i, piece) in m.content.split(vagen_abi::IMAGE_MARKER).enumerate() {
-                if i > 0 {
-                    parts.push(json!({ "type": "image" }));
-                }
-                if !piece.is_empty() {
-                    parts.push(json!({ "type": "text", "text": piece }));
-                }
+            if !piece.is_empty() {
+                parts.push(Value::from_iter([("type", "text"), ("text", piece)]));
             }
-            json!({ "role": m.role, "content": parts })
-        })
-        .collect()
+        }
+        Value::from(parts)
+    } else {
+        Value::from(m.content.as_str())
+    };
+    let mut fields = vec![("role", Value::from(m.role.as_str())), ("content", content)];
+    if !m.tool_calls.is_empty() {
+        let calls = m.tool_calls.iter().map(|c| {
+            // vLLM decodes the arguments before rendering (templates write them with
+            // `tojson`); text that is not JSON stays text.
+            let arguments = json_value(&c.arguments).unwrap_or_else(|_| Value::from(c.arguments.as_str()));
+            let function = Value::from_iter([("name", Value::from(c.name.as_str())), ("arguments", arguments)]);
+            Value::from_iter([
+                ("id", Value::from(c.id.as_str())),
+                ("type", Value::from("function")),
+                ("function", function),
+            ])
+        });
+        fields.push(("tool_calls", calls.collect()));
+    }
+    if let Some(id) = &m.tool_call_id {
+        fields.push(("tool_call_id", Value::from(id.as_str())));
+    }
+    Value::from_iter(fields)
+}
+
+/// JSON text as a template value, objects keeping their keys' order.
+fn json_value(text: &str) -> std::result::Result<Value, serde_json::Error> {
+    serde_json::from_str(text)
 }
 
 /// `bos_token`, `eos_token`, … as plain strings (the config may hold `{"content": ...}`).
@@ -186,8 +221,9 @@ fn describe(e: &minijinja::Error) -> String {
 fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja::Error> {
     let indent: Option<usize> = kwargs.get("indent")?;
     kwargs.assert_all_used()?;
-    let json = serde_json::to_value(&value)
-        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    // Written from the template's value itself, whose maps keep their order (as Python's
+    // dicts, which `json.dumps` writes in order).
+    let json = value;
     let mut out = Vec::new();
     let result = match indent {
         Some(n) => {
@@ -289,7 +325,7 @@ mod tests {
 
     fn render(source: &str) -> Result<String> {
         let template = ChatTemplate::new(source, BTreeMap::new())?;
-        template.render(&[Message { role: "user".into(), content: "hi".into() }], true)
+        template.render(&[Message::user("hi")], true)
     }
 
     #[test]

@@ -23,6 +23,19 @@ pub struct Chat {
     pub seed: Option<u64>,
     /// The served adapter that answers it (0: the model as it is).
     pub adapter: usize,
+    /// Tools offered to the model, as the client sent them (rendered by the chat template,
+    /// [`crate::ChatTemplate::render_chat`]).
+    pub tools: Vec<serde_json::Value>,
+    /// Text the answer starts with, written after the generation prompt (a forced tool
+    /// call's opening): part of the prompt, not sampled.
+    pub answer_prefix: String,
+}
+
+impl Chat {
+    /// A conversation to continue with no tools and nothing forced.
+    pub fn new(messages: Vec<Message>, images: Vec<Image>, max_tokens: usize, seed: Option<u64>) -> Self {
+        Chat { messages, images, max_tokens, seed, adapter: 0, tools: Vec::new(), answer_prefix: String::new() }
+    }
 }
 
 pub struct ChatAnswer {
@@ -86,14 +99,21 @@ impl Model {
         Ok(())
     }
 
+    /// `chat`'s prompt: its messages and tools rendered by the chat template, the generation
+    /// prompt, then its answer's prefix.
+    pub fn chat_prompt(&self, chat: &Chat) -> crate::Result<crate::Prompt> {
+        let template = self.chat_template()?;
+        let mut text = template.render_chat(&chat.messages, &chat.tools, self.vision.is_some(), true)?;
+        text.push_str(&chat.answer_prefix);
+        self.encode_rendered(&text, &chat.images)
+    }
+
     /// The engine request that continues `chat` as trajectory `key`: its prompt rendered by
     /// the chat template, its cap within the context's room, its seed (drawn from the
     /// prompt when the chat has none).
     pub fn chat_request(&self, chat: &Chat, key: u64) -> Result<EngineRequest, ChatError> {
-        let prompt = self
-            .past_the_context(&chat.messages)
-            .and_then(|()| self.encode_chat_images(&chat.messages, &chat.images, true))
-            .map_err(|e| ChatError::Prompt(e.to_string()))?;
+        let prompt = self.past_the_context(&chat.messages).and_then(|()| self.chat_prompt(chat));
+        let prompt = prompt.map_err(|e| ChatError::Prompt(e.to_string()))?;
         let room = self.config().max_position_embeddings.saturating_sub(prompt.ids.len());
         if room == 0 {
             return Err(ChatError::Prompt(format!("the prompt's {} tokens fill the context", prompt.ids.len())));

@@ -203,14 +203,21 @@ impl Model {
         images: &[Image],
         add_generation_prompt: bool,
     ) -> Result<Prompt> {
+        let text = self.chat_template()?.render_chat(messages, &[], self.vision.is_some(), add_generation_prompt)?;
+        self.encode_rendered(&text, images)
+    }
+
+    /// A prompt's text as the chat template rendered it (with an `<image>` entry's tokens
+    /// for each of `images`, in order) as this model's prompt. A text-only model takes no
+    /// images.
+    pub fn encode_rendered(&self, text: &str, images: &[Image]) -> Result<Prompt> {
         let Some(vision) = &self.vision else {
             if !images.is_empty() {
                 self.vision()?;
             }
-            return Ok(Prompt::text(self.encode_chat(messages, add_generation_prompt)?));
+            return Ok(Prompt::text(self.tokenizer.encode(text)?));
         };
-        let text = self.chat_template()?.render_with_images(messages, add_generation_prompt)?;
-        let ids = self.tokenizer.encode(&text)?;
+        let ids = self.tokenizer.encode(text)?;
         let pixels: Vec<PixelValues> = images
             .iter()
             .enumerate()

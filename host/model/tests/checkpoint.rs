@@ -220,7 +220,7 @@ fn model_folder_files_are_read_within_bounds() {
         std::fs::write(d.join("chat_template.jinja"), spin).unwrap();
     });
     let model = Model::load(spin.path(), LoadOptions::default()).unwrap();
-    let hi = [vagen_model::Message { role: "user".into(), content: "hi".into() }];
+    let hi = [vagen_model::Message::user("hi")];
     let err = model.chat.as_ref().unwrap().render(&hi, true).unwrap_err();
     assert!(err.to_string().contains("fuel"), "{err}");
 }

@@ -65,6 +65,41 @@ fn chat_templates_render_byte_identically() {
 }
 
 #[test]
+fn chats_with_tools_render_as_transformers_renders_them_for_vllm() {
+    // `reference/make_tool_fixtures.py`: tools as sent (keys in their order), calls'
+    // arguments decoded, tool messages answering them.
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures().join("tool-chats.json")).unwrap()).unwrap();
+    let template = load("tiny-qwen2");
+    let template = template.chat_template().unwrap();
+    let cases = cases.as_array().unwrap();
+    assert_eq!(cases.len(), 6);
+    for case in cases {
+        let messages: Vec<Message> = case["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                let mut message = Message::new(m["role"].as_str().unwrap(), m["content"].as_str().unwrap());
+                message.tool_call_id = m["tool_call_id"].as_str().map(String::from);
+                for c in m["tool_calls"].as_array().into_iter().flatten() {
+                    message.tool_calls.push(vagen_model::ToolCall {
+                        id: c["id"].as_str().unwrap().into(),
+                        name: c["function"]["name"].as_str().unwrap().into(),
+                        arguments: c["function"]["arguments"].as_str().unwrap().into(),
+                    });
+                }
+                message
+            })
+            .collect();
+        let tools = case["tools"].as_array().unwrap();
+        let add = case["add_generation_prompt"].as_bool().unwrap();
+        let text = template.render_chat(&messages, tools, false, add).unwrap();
+        assert_eq!(text, case["text"].as_str().unwrap(), "add_generation_prompt={add}: {messages:?}");
+    }
+}
+
+#[test]
 fn the_folder_template_is_the_one_transformers_uses() {
     // tiny-qwen2 keeps its template in chat_template.jinja (transformers 5 layout).
     let e = common::expected();

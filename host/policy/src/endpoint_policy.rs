@@ -23,12 +23,12 @@ pub struct EndpointPolicy {
 
 impl EndpointPolicy {
     fn body(&self, r: &Request) -> Value {
-        let mut messages = vec![ChatMessage { role: "system".into(), content: Content::Text(r.system.clone()) }];
+        let mut messages = vec![ChatMessage::new("system", Content::Text(r.system.clone()))];
         for turn in &r.history {
-            messages.push(ChatMessage { role: "user".into(), content: content(&turn.user, &turn.images) });
-            messages.push(ChatMessage { role: "assistant".into(), content: Content::Text(turn.response.clone()) });
+            messages.push(ChatMessage::new("user", content(&turn.user, &turn.images)));
+            messages.push(ChatMessage::new("assistant", Content::Text(turn.response.clone())));
         }
-        messages.push(ChatMessage { role: "user".into(), content: content(&r.user, &r.images) });
+        messages.push(ChatMessage::new("user", content(&r.user, &r.images)));
         let request = ChatRequest {
             model: Some(self.endpoint.options.model.clone()),
             messages,

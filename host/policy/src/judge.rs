@@ -74,7 +74,7 @@ impl Judge for LocalJudge {
                 .iter()
                 .map(|&i| {
                     let (messages, images) = messages(&requests[i]);
-                    Chat { messages, images, max_tokens: requests[i].max_tokens as usize, seed: None, adapter: 0 }
+                    Chat::new(messages, images, requests[i].max_tokens as usize, None)
                 })
                 .collect();
             let options = GenerateOptions { temperature: f64::from_bits(bits), ..Default::default() };

@@ -40,6 +40,14 @@ pub struct ChatRequest {
     /// With `logprobs`: the most likely tokens at each position, 0–20.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_logprobs: Option<i64>,
+    /// Functions the model may call: `{"type": "function", "function": {"name", ...}}`
+    /// each, kept as sent (the chat template writes them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Value>>,
+    /// `"auto"` (the default with tools), `"none"`, `"required"` or one function
+    /// (`{"type": "function", "function": {"name": ...}}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<Value>,
     /// Every other field, for the server to accept (harmless ones) or refuse by name.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -56,6 +64,60 @@ pub struct ChatMessage {
     pub role: String,
     #[serde(default)]
     pub content: Content,
+    /// An assistant turn's calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallEntry>>,
+    /// A `tool` message's: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message of `role` with `content` and no tool calls.
+    pub fn new(role: impl Into<String>, content: Content) -> Self {
+        ChatMessage { role: role.into(), content, tool_calls: None, tool_call_id: None }
+    }
+}
+
+/// One call in an assistant message: `{"id", "type": "function", "function": {"name",
+/// "arguments"}}`, the arguments as JSON text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallEntry {
+    pub id: String,
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// A streamed piece of a call: the first of each call has its index, id, type and name,
+/// the arguments follow (here: whole, in the same piece).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeltaToolCall {
+    pub index: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<DeltaFunction>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DeltaFunction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
 }
 
 /// A message's content: a string, or parts (text, and images as `data:` URLs).
@@ -139,6 +201,8 @@ pub struct AssistantMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCallEntry>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -201,6 +265,8 @@ pub struct Delta {
     pub role: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<DeltaToolCall>>,
 }
 
 /// Every error's body: `{"error": {"message", "type", "param", "code"}}`.
@@ -235,6 +301,7 @@ mod tests {
         assert_eq!(r.messages[2].content, Content::Empty);
         assert_eq!(r.stop.unwrap().strings(), ["x"]);
         assert_eq!(r.n, Some(2));
-        assert_eq!(r.other.keys().collect::<Vec<_>>(), ["tools"]);
+        assert_eq!(r.tools, Some(vec![]));
+        assert!(r.other.is_empty());
     }
 }

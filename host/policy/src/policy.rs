@@ -32,6 +32,15 @@ impl ChatTokenizer for ChatModel<'_> {
         }
         .map_err(|e| e.to_string())
     }
+    fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        let template = self.chat_template().map_err(|e| e.to_string())?;
+        template.render_chat(messages, tools, self.vision.is_some(), add_generation_prompt).map_err(|e| e.to_string())
+    }
     fn image_pad(&self) -> Option<u32> {
         self.vision.as_ref().map(|v| v.config.image_token_id)
     }

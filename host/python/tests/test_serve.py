@@ -118,8 +118,8 @@ def test_n_choices_are_the_single_requests_seeded_in_turn_with_logprobs(client):
 
 def test_what_the_server_does_not_implement_is_refused_by_name(client):
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(tools=[{"type": "function", "function": {"name": "f"}}], **ASK)
-    assert e.value.body["param"] == "tools"
+        client.chat.completions.create(logit_bias={"5": 10}, **ASK)
+    assert e.value.body["param"] == "logit_bias"
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(response_format={"type": "json_object"}, **ASK)
     with pytest.raises(openai.NotFoundError) as e:

@@ -12,6 +12,19 @@ use vagen_runtime::Image;
 /// What the layout needs from a tokenizer with a chat template.
 pub trait ChatTokenizer {
     fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String, String>;
+    /// [`Self::render`] with tools offered (OpenAI's `tools`, as sent), for templates that
+    /// write them.
+    fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: &[serde_json::Value],
+        add_generation_prompt: bool,
+    ) -> Result<String, String> {
+        match tools.is_empty() {
+            true => self.render(messages, add_generation_prompt),
+            false => Err("this chat template takes no tools".into()),
+        }
+    }
     fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
     fn decode(&self, ids: &[u32]) -> Result<String, String>;
     /// The token closing an assistant turn (`<|im_end|>`), when the template has one.
@@ -253,7 +266,7 @@ fn walk(
 /// Each image placeholder of `ids` (one per image, as the template writes it) repeated to
 /// the tokens its image takes; the tokens added in all, or `None` for a model without
 /// vision (nothing to expand).
-fn expand_images(
+pub(crate) fn expand_images(
     tok: &dyn ChatTokenizer,
     ids: &mut Vec<u32>,
     images: &[Arc<Image>],
@@ -288,7 +301,7 @@ fn expand_images(
 
 /// Where the template's assistant segment ends its turn: just after the end-of-turn
 /// token's text, or the whole segment when there is none.
-fn end_of_turn_offset(tok: &dyn ChatTokenizer, segment: &str) -> Result<usize, LayoutError> {
+pub(crate) fn end_of_turn_offset(tok: &dyn ChatTokenizer, segment: &str) -> Result<usize, LayoutError> {
     let Some(eot) = tok.end_of_turn() else {
         return Ok(segment.len());
     };

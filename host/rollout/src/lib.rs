@@ -11,6 +11,7 @@
 //!   [`FailurePolicy`] with typed [`Failure`]s) that the CLI and the trainer share.
 //! - [`layout`]: one training sequence per trajectory from the sampled ids.
 
+mod chat_layout;
 mod config;
 mod driver;
 mod episodes;
@@ -24,6 +25,7 @@ mod policy;
 mod prompter;
 mod stream;
 
+pub use chat_layout::layout_chat;
 pub use config::{EpisodeShape, FormatReward, History, RolloutConfig};
 pub use driver::{RolloutError, RolloutMetrics, RolloutTotals, Trajectory, Truncation, TurnRecord, metrics, rollout};
 pub use episodes::{Episodes, Outcome};

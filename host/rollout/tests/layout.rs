@@ -2,7 +2,9 @@
 //! tokenizer. The real chat-template path, with the embedded model's tokenizer, is tested
 //! beside the model (host/model/tests/layout.rs): these need no libtorch.
 
-use vagen_rollout::{AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, Message, RewardPlacement, layout};
+use vagen_rollout::{
+    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, Message, RewardPlacement, layout, layout_chat,
+};
 
 /// ChatML with one id per character (100 + code point) and two special tokens.
 struct Toy;
@@ -201,4 +203,40 @@ fn the_next_prompt_extends_the_laid_out_turns_with_their_sampled_ids() {
     let first = prompt_ids(&tok, "sys", &[], "hi", &[]).unwrap().ids;
     let conversation = [Message::system("sys"), Message::user("hi")];
     assert_eq!(first, tok.encode(&tok.render(&conversation, true).unwrap()).unwrap());
+}
+
+#[test]
+fn a_chat_is_laid_out_with_the_loss_on_its_assistant_messages_only() {
+    let messages = [
+        Message::system("S"),
+        Message::user("q"),
+        Message::assistant("ab"),
+        Message::new("tool", "7"),
+        Message::assistant("cd"),
+        Message::user("left out"),
+    ];
+    let seq = layout_chat(&Toy, &messages, &[], &[], &LayoutOptions::default()).unwrap();
+    // The whole rendered conversation up to the last answer's end of turn, token for token.
+    let whole = Toy.render(&messages[..5], false).unwrap();
+    let expected = Toy.encode(whole.strip_suffix('\n').unwrap()).unwrap();
+    assert_eq!(seq.ids, expected);
+    let answers: Vec<String> =
+        spans(&seq.loss_mask).iter().map(|&(a, b)| Toy.decode(&seq.ids[a..b]).unwrap()).collect();
+    assert_eq!(answers, ["ab<|im_end|>", "cd<|im_end|>"]);
+    assert_eq!(seq.advantage_mask, seq.loss_mask);
+    assert_eq!(seq.turn_ends.len(), 2);
+    assert!(!seq.truncated && seq.rewards.iter().all(|&r| r == 0.0));
+
+    // Turns past the budget are dropped whole; a first one is an error; no answer, nothing to learn.
+    let first = seq.turn_ends[0] + 1;
+    let short = layout_chat(&Toy, &messages, &[], &[], &LayoutOptions { max_tokens: first + 3, ..Default::default() });
+    let short = short.unwrap();
+    assert_eq!((short.ids.len(), short.truncated), (first, true));
+    let tiny = LayoutOptions { max_tokens: 4, ..Default::default() };
+    assert!(matches!(layout_chat(&Toy, &messages, &[], &[], &tiny), Err(LayoutError::TooLong { .. })));
+    assert_eq!(layout_chat(&Toy, &messages[..2], &[], &[], &LayoutOptions::default()), Err(LayoutError::Empty));
+    // A template that takes no tools says so.
+    let tools = [serde_json::json!({"type": "function", "function": {"name": "f"}})];
+    let err = layout_chat(&Toy, &messages, &tools, &[], &LayoutOptions::default()).unwrap_err();
+    assert!(matches!(err, LayoutError::Template(ref e) if e.contains("takes no tools")), "{err:?}");
 }

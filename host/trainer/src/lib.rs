@@ -15,6 +15,7 @@
 
 mod aggregate;
 mod async_section;
+mod chat_data;
 mod checkpoint;
 mod collect;
 mod config;

@@ -74,7 +74,7 @@ impl OpenAiJudge {
                     Some(text) => Content::Text(text),
                     None => Content::Parts(m.content.iter().map(part).collect()),
                 };
-                ChatMessage { role: m.role.clone(), content }
+                ChatMessage::new(m.role.clone(), content)
             })
             .collect();
         // The same question draws the same answer (as the local judge's): servers that

@@ -1,6 +1,8 @@
 //! The SFT warm start's step: cross-entropy on the answer tokens of (noisy) oracle episodes
-//! played through the rollout path, the mean over every rank's tokens.
+//! played through the rollout path, or of conversations from a file (`sft.data`), the mean
+//! over every rank's tokens.
 
+use crate::chat_data::ChatData;
 use crate::collect::collect_sft;
 use crate::config::SftSection;
 use crate::metrics::StepMetrics;
@@ -12,9 +14,15 @@ use anyhow::Result;
 use tch::Kind;
 use vagen_model::Model;
 
-/// SFT step `done + 1` (`done` steps before it) on `actor`: its mean loss, and what the
-/// optimiser step did.
-pub(crate) fn step(run: &RunEnv, actor: &Model, opt: &mut AdamW, done: usize) -> Result<(f64, StepReport)> {
+/// SFT step `done + 1` (`done` steps before it) on `actor`, on `chats` when the run has a
+/// file of them: its mean loss, and what the optimiser step did.
+pub(crate) fn step(
+    run: &RunEnv,
+    actor: &Model,
+    opt: &mut AdamW,
+    done: usize,
+    chats: Option<&ChatData>,
+) -> Result<(f64, StepReport)> {
     let cfg = run.cfg;
     // With a fixed dataset, every step replays the same episodes.
     let k = match cfg.sft.dataset_steps {
@@ -22,7 +30,13 @@ pub(crate) fn step(run: &RunEnv, actor: &Model, opt: &mut AdamW, done: usize) ->
         n => (done % n) as u64,
     };
     // This rank's share of the step's episodes; the mean is over every rank's tokens.
-    let batch = collect_sft(run, actor, k, done + 1)?;
+    let batch = match chats {
+        Some(data) => {
+            let n = cfg.sft.episodes_per_step;
+            data.step_batch(cfg, actor, k, n, run.ranks.share(n))?
+        }
+        None => collect_sft(run, actor, k, done + 1)?,
+    };
     // Mean cross-entropy over the step's answer tokens, accumulated as sums.
     let mut total = 0.0;
     let mut tokens = [batch.tokens.loss_mask.iter().filter(|&&m| m).count() as f64];

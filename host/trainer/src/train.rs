@@ -2,6 +2,7 @@
 //! evaluating and saving on schedule. Each phase is a function of its own module; this
 //! holds the run's state between them.
 
+use crate::chat_data::ChatData;
 use crate::checkpoint::{self, TrainerState};
 use crate::collect::{Collected, Rollouts, collect};
 use crate::config::{CriticInit, TrainConfig};
@@ -126,16 +127,19 @@ impl Trainer {
         Ok((start, end))
     }
 
-    /// Supervised steps on (noisy) oracle trajectories through the rollout path; cross-
-    /// entropy on the oracle's answer tokens only (`sft.rs`).
+    /// Supervised steps on (noisy) oracle trajectories through the rollout path, or on the
+    /// conversations of `sft.data`; cross-entropy on the answer tokens only (`sft.rs`).
     pub fn sft(&mut self) -> Result<()> {
         let (steps, done) = (self.cfg.sft.steps, self.state.sft_steps_done);
+        let vision = self.actor.vision.is_some();
+        let chats = self.cfg.sft.data.as_deref().map(|path| ChatData::load(path, vision)).transpose()?;
         let mut bar = Progress::new(steps as u64, "SFT steps", self.ranks.is_main(), done as u64);
         while self.state.sft_steps_done < steps {
             // Field by field, not `run_env()`: the optimiser is borrowed mutably beside it.
             let run =
                 RunEnv { cfg: &self.cfg, plugin: self.plugin.as_ref(), ranks: &self.ranks, run_dir: &self.run_dir };
-            let (loss, report) = crate::sft::step(&run, &self.actor, &mut self.actor_opt, self.state.sft_steps_done)?;
+            let done = self.state.sft_steps_done;
+            let (loss, report) = crate::sft::step(&run, &self.actor, &mut self.actor_opt, done, chats.as_ref())?;
             self.refresh_generator()?;
             self.skipped.count(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;

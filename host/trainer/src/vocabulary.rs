@@ -1,5 +1,6 @@
 //! What the embedded model takes from the env it is trained on: a tokenizer retrained on the
-//! env's texts (its words a token or two each, not one per couple of letters) and, unless
+//! env's texts and `sft.data`'s (its words a token or two each, not one per couple of
+//! letters) and, unless
 //! the config sets it, `rollout.max_new_tokens` from the oracle's longest answer. A real
 //! checkpoint keeps its own tokenizer and budget.
 
@@ -49,6 +50,10 @@ pub fn env_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<EnvTexts> {
                 }
             }
         }
+    }
+    // The conversations SFT learns from, when the run has a file of them.
+    if let Some(path) = &cfg.sft.data {
+        texts.extend(crate::chat_data::ChatData::load(path, true)?.texts());
     }
     Ok(EnvTexts { texts, oracle_answers })
 }

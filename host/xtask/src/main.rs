@@ -361,6 +361,7 @@ fn fixtures() -> Result<()> {
         "host/algo/reference/pass_at_k.py",
         "host/model/reference/make_fixtures.py",
         "host/model/reference/make_vl_fixtures.py",
+        "host/model/reference/make_tool_fixtures.py",
     ] {
         let mut cmd = Command::new(venv_python());
         cmd.current_dir(root()).arg(script);

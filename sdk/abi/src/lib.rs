@@ -22,7 +22,7 @@
 
 mod types;
 
-pub use types::{ActionSpace, EnvError, IMAGE_MARKER, Image, Manifest, Message, Modality, Observation, Step};
+pub use types::{ActionSpace, EnvError, IMAGE_MARKER, Image, Manifest, Message, Modality, Observation, Step, ToolCall};
 
 use serde::{Serialize, de::DeserializeOwned};
 

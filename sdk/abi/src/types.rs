@@ -8,19 +8,37 @@ use serde::{Deserialize, Serialize};
 pub const IMAGE_MARKER: &str = "<image>";
 
 /// One conversation turn, as transformers' `{"role": ..., "content": ...}`: what a policy
-/// is asked and a chat template renders.
+/// is asked and a chat template renders. Chats in OpenAI's format add an assistant's tool
+/// calls and, on a `tool` message, the call it answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The text, with an `<image>` marker where each image stands.
     pub content: String,
+    /// The functions an assistant turn calls, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// On a `tool` message: the id of the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+/// A function an assistant turn calls, as OpenAI's `tool_calls` entries hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the `tool` message answering it names.
+    pub id: String,
+    /// The function's name.
+    pub name: String,
+    /// Its arguments as JSON text (an object), as the model wrote them.
+    pub arguments: String,
 }
 
 impl Message {
     /// A message of any role.
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
-        Message { role: role.into(), content: content.into() }
+        Message { role: role.into(), content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
     }
     /// A system message.
     pub fn system(content: impl Into<String>) -> Self {

@@ -17,6 +17,7 @@
 mod request;
 mod stream;
 mod tokens;
+mod tools;
 
 use crate::model_args::ModelArgs;
 use anyhow::{Context, Result};
@@ -36,11 +37,11 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokens::{TokenText, answer_text, token_text};
 use vagen_model::{
     Chat, ChatAnswer, ChatError, Engine, EngineOptions, FinishReason, GenerateOptions, Image, Message, Model,
-    RequestId, StepOutput, Tokenizer,
+    RequestId, StepOutput, Tokenizer, ToolCall, ToolFormat,
 };
 use vagen_policy::openai::{
-    AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ErrorBody, ErrorDetail, TokenLogprob,
-    TopLogprob, Usage,
+    AssistantMessage, ChatRequest, ChatResponse, Choice, ChoiceLogprobs, ErrorBody, ErrorDetail, FunctionCall,
+    TokenLogprob, ToolCallEntry, TopLogprob, Usage,
 };
 
 #[derive(Args)]
@@ -115,6 +116,7 @@ struct Job {
     seeds: Vec<u64>,
     /// Alternatives per position to return (`top_logprobs`).
     top_logprobs: usize,
+    tools: tools::ToolUse,
     /// The served adapter (0: the base).
     adapter: usize,
     reply: Replier,
@@ -137,7 +139,9 @@ type Reply = Result<Vec<Answer>, String>;
 
 /// One completion.
 struct Answer {
+    /// Its text (before its tool calls, when it has any).
     text: String,
+    calls: Vec<ToolCall>,
     finish: FinishReason,
     prompt_tokens: usize,
     token_ids: Vec<u32>,
@@ -163,6 +167,8 @@ struct Shared {
     queued: Arc<AtomicUsize>,
     jobs: mpsc::Sender<Job>,
     has_vision: bool,
+    /// How the model writes tool calls (`None`: its template writes none).
+    tool_format: Option<ToolFormat>,
     counters: Arc<Counters>,
 }
 
@@ -193,6 +199,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         names.push(adapter.clone());
     }
     let has_vision = model.vision.is_some();
+    let tool_format = model.chat_template().ok().and_then(ToolFormat::of);
     let (jobs, queue) = mpsc::channel::<Job>();
     let counters = Arc::new(Counters::default());
     let worker = Worker {
@@ -227,6 +234,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         queued: Arc::new(AtomicUsize::new(0)),
         jobs,
         has_vision,
+        tool_format,
         counters,
     });
     let app = Router::new()
@@ -432,7 +440,8 @@ impl Worker {
             let prompt_tokens = flight.prompt_tokens[choice];
             let answer = Ok(ChatAnswer { generation, prompt_tokens });
             if let Replier::Stream(events) = &flight.job.reply {
-                let _ = events.send(stream_end(&self.model.tokenizer, &answer, &flight.routes[choice]));
+                let end = stream_end(&self.model.tokenizer, &answer, &flight.routes[choice], &flight.job.tools);
+                let _ = events.send(end);
             }
             flight.answers[choice] = Some(answer);
             self.finish_if_done(number);
@@ -469,24 +478,23 @@ impl Worker {
                 // Ended choices were sent as they ended; what failed is sent now.
                 for (a, route) in answers.zip(&flight.routes) {
                     if a.is_err() {
-                        let _ = events.send(stream_end(&self.model.tokenizer, &a, route));
+                        let _ = events.send(stream_end(&self.model.tokenizer, &a, route, &flight.job.tools));
                     }
                 }
             }
             Replier::Whole(reply) => {
-                let k = flight.job.top_logprobs;
-                let answer =
-                    answers
-                        .map(|a| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k)))
-                        .collect::<Result<Vec<_>, String>>();
+                let (k, tools) = (flight.job.top_logprobs, &flight.job.tools);
+                let answer = answers
+                    .map(|a| Ok(self.whole_answer(a.map_err(|e| e.to_string())?, k, tools)))
+                    .collect::<Result<Vec<_>, String>>();
                 let _ = reply.send(answer);
             }
         }
     }
 
     /// A completion answered whole, with each token's text and its `k` most likely
-    /// alternatives (for `logprobs`).
-    fn whole_answer(&self, a: ChatAnswer, k: usize) -> Answer {
+    /// alternatives (for `logprobs`), its tool calls read as `tools` asks.
+    fn whole_answer(&self, a: ChatAnswer, k: usize, tools: &tools::ToolUse) -> Answer {
         let tokenizer = &self.model.tokenizer;
         let tokens = a.generation.token_ids.iter().map(|&t| token_text(tokenizer, t)).collect();
         let top = a
@@ -496,8 +504,10 @@ impl Worker {
             .map(|at| at.iter().take(k).map(|&(t, l)| (token_text(tokenizer, t), l)).collect())
             .collect();
         let (text, partial) = answer_text(tokenizer, &a.generation);
+        let (text, calls) = tools.read(&text);
         Answer {
             text,
+            calls,
             partial,
             finish: a.generation.finish,
             prompt_tokens: a.prompt_tokens,
@@ -530,6 +540,8 @@ fn chats_of(j: &Job) -> Vec<Chat> {
             max_tokens: j.max_tokens,
             seed: Some(seed),
             adapter: j.adapter,
+            tools: j.tools.tools.clone(),
+            answer_prefix: j.tools.prefix.clone(),
         })
         .collect()
 }
@@ -542,18 +554,28 @@ fn routes_of(j: &Job) -> Vec<stream::Route> {
         Replier::Whole(_) => None,
     };
     let hold = j.stop.iter().map(String::len).max().unwrap_or(0);
-    (0..j.seeds.len()).map(|c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs, hold)).collect()
+    let sending = j.tools.streaming();
+    (0..j.seeds.len())
+        .map(|c| stream::Route::new(c, j.gone.clone(), events.clone(), j.top_logprobs, hold, sending))
+        .collect()
 }
 
-/// A streamed completion's last event: the text its route has not sent yet and why it
-/// ended, or why it failed.
-fn stream_end(tokenizer: &Tokenizer, answer: &Result<ChatAnswer, ChatError>, route: &stream::Route) -> stream::Event {
+/// A streamed completion's last event: the text its route has not sent yet, its tool calls
+/// and why it ended, or why it failed.
+fn stream_end(
+    tokenizer: &Tokenizer,
+    answer: &Result<ChatAnswer, ChatError>,
+    route: &stream::Route,
+    tools: &tools::ToolUse,
+) -> stream::Event {
     match answer {
         Ok(a) => {
             let (text, partial) = answer_text(tokenizer, &a.generation);
+            let (text, calls) = tools.read(&text);
             stream::Event::End {
                 choice: route.choice,
                 rest: stream::rest_of(&text, route.sent),
+                calls,
                 finish: a.generation.finish,
                 partial,
                 usage: (a.prompt_tokens, a.generation.token_ids.len()),
@@ -786,8 +808,13 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
         .enumerate()
         .map(|(index, a)| Choice {
             index,
-            message: AssistantMessage { role: "assistant".into(), content: Some(a.text.clone()) },
-            finish_reason: Some(finish_reason(a.finish).into()),
+            message: AssistantMessage {
+                role: "assistant".into(),
+                // OpenAI's answer of calls alone has no content.
+                content: (a.calls.is_empty() || !a.text.is_empty()).then(|| a.text.clone()),
+                tool_calls: (!a.calls.is_empty()).then(|| a.calls.iter().map(tool_call_entry).collect()),
+            },
+            finish_reason: Some(finish_reason(a.finish, !a.calls.is_empty()).into()),
             logprobs: logprobs.then(|| token_logprobs(&a)),
             token_ids: Some(a.token_ids),
             partial_bytes: a.partial,
@@ -797,12 +824,19 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
     ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) }
 }
 
-fn finish_reason(f: FinishReason) -> &'static str {
+/// OpenAI's name for why an answer ended (`calls`: it ended with tool calls).
+fn finish_reason(f: FinishReason, calls: bool) -> &'static str {
     match f {
+        _ if calls => "tool_calls",
         FinishReason::Length => "length",
         // A cancelled answer has no client left to read it.
         FinishReason::Eos | FinishReason::Stop | FinishReason::Cancelled => "stop",
     }
+}
+
+fn tool_call_entry(c: &ToolCall) -> ToolCallEntry {
+    let function = FunctionCall { name: c.name.clone(), arguments: c.arguments.clone() };
+    ToolCallEntry { id: c.id.clone(), kind: "function".into(), function }
 }
 
 /// An answer's tokens with their log-probs and alternatives.

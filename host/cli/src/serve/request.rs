@@ -8,14 +8,12 @@ use base64::Engine as _;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use vagen_model::{IMAGE_MARKER, Image, Message};
+use vagen_model::{IMAGE_MARKER, Image, Message, ToolCall};
 use vagen_policy::openai::{ChatRequest, Content, Part};
 
 /// Fields of OpenAI's request that change what is generated and that this server does not
 /// implement: refused, never ignored.
 pub(super) const NOT_IMPLEMENTED: &[&str] = &[
-    "tools",
-    "tool_choice",
     "functions",
     "function_call",
     "logit_bias",
@@ -106,15 +104,33 @@ fn read_messages(
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
+            "tool" => "tool",
             other => {
                 return Err(refused(
                     "messages",
-                    format!("messages[{i}].role {other:?}: only system, developer, user and assistant are served"),
+                    format!(
+                        "messages[{i}].role {other:?}: only system, developer, user, assistant and tool are served"
+                    ),
                 ));
             }
         };
         let text = message_text(i, &m.content, role, vision, limits, &mut pending)?;
-        out.push(Message::new(role, text));
+        let mut message = Message::new(role, text);
+        if let Some(calls) = &m.tool_calls {
+            if role != "assistant" {
+                return Err(refused("messages", format!("messages[{i}]: tool_calls are an assistant's")));
+            }
+            message.tool_calls = calls
+                .iter()
+                .map(|c| ToolCall {
+                    id: c.id.clone(),
+                    name: c.function.name.clone(),
+                    arguments: c.function.arguments.clone(),
+                })
+                .collect();
+        }
+        message.tool_call_id = m.tool_call_id.clone();
+        out.push(message);
     }
     let (images, pixels) = decoded(pending, limits, budget)?;
     Ok(Messages { messages: out, images, pixels })
@@ -239,6 +255,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
+    let tools = super::tools::tool_use(r, s.tool_format)?;
     let Messages { messages, images, pixels } = read_messages(r, s.has_vision, s.images, &s.pixels)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
@@ -284,6 +301,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
         stop,
         seeds,
         top_logprobs,
+        tools,
         adapter,
         reply,
         gone,
@@ -293,13 +311,14 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
 }
 
 /// A request refused for one of its fields.
+#[derive(Debug)]
 pub(super) struct Refused {
     pub status: StatusCode,
     pub param: &'static str,
     pub message: String,
 }
 
-fn refused(param: &'static str, message: impl Into<String>) -> Refused {
+pub(super) fn refused(param: &'static str, message: impl Into<String>) -> Refused {
     Refused { status: StatusCode::BAD_REQUEST, param, message: message.into() }
 }
 

@@ -3,6 +3,7 @@
 //! request gone, and the worker aborts its rows before the next step.
 
 use super::tokens::{TokenText, token_text};
+use super::tools::Streaming;
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -10,8 +11,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use vagen_model::{FinishReason, Sampled, Tokenizer};
-use vagen_policy::openai::{ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, ErrorBody, ErrorDetail, Usage};
+use vagen_model::{FinishReason, Sampled, Tokenizer, ToolCall};
+use vagen_policy::openai::{
+    ChatChunk, ChoiceLogprobs, ChunkChoice, Delta, DeltaFunction, DeltaToolCall, ErrorBody, ErrorDetail, Usage,
+};
 
 /// What a streamed request hears from the worker.
 pub(super) enum Event {
@@ -19,9 +22,16 @@ pub(super) enum Event {
     /// text it completes (empty while a character is incomplete, or held back while it
     /// could still be part of a stop string).
     Token { choice: usize, id: u32, token: TokenText, logprob: f32, text: String, top: Vec<(TokenText, f32)> },
-    /// Choice `choice` ended: the text not yet sent, why it ended, the bytes of a character
-    /// it was cut inside, and its (prompt, completion) token counts.
-    End { choice: usize, rest: String, finish: FinishReason, partial: Option<Vec<u8>>, usage: (usize, usize) },
+    /// Choice `choice` ended: the text not yet sent, its tool calls, why it ended, the bytes
+    /// of a character it was cut inside, and its (prompt, completion) token counts.
+    End {
+        choice: usize,
+        rest: String,
+        calls: Vec<ToolCall>,
+        finish: FinishReason,
+        partial: Option<Vec<u8>>,
+        usage: (usize, usize),
+    },
     /// No answer (its prompt was refused, or the generation failed).
     Failed(String),
 }
@@ -39,6 +49,8 @@ pub(super) struct Route {
     top_logprobs: usize,
     /// Bytes of text kept back until the end, while a stop string could still cut them.
     hold: usize,
+    /// How much of the text goes out before the end (a tool call is sent whole, at the end).
+    sending: Streaming,
 }
 
 impl Route {
@@ -48,8 +60,9 @@ impl Route {
         events: Option<UnboundedSender<Event>>,
         top_logprobs: usize,
         hold: usize,
+        sending: Streaming,
     ) -> Self {
-        Route { choice, gone, events, ids: vec![], sent: 0, top_logprobs, hold }
+        Route { choice, gone, events, ids: vec![], sent: 0, top_logprobs, hold, sending }
     }
 
     /// Streams a token just sampled for this route's choice (nothing when it is answered
@@ -59,7 +72,7 @@ impl Route {
         if !eos.contains(&s.token) {
             self.ids.push(s.token);
         }
-        let text = fresh_text(tokenizer, &self.ids, &mut self.sent, self.hold);
+        let text = fresh_text(tokenizer, &self.ids, &mut self.sent, self.hold, self.sending);
         let top = s.top.iter().take(self.top_logprobs).map(|&(t, l)| (token_text(tokenizer, t), l)).collect();
         let token = token_text(tokenizer, s.token);
         let event = Event::Token { choice: self.choice, id: s.token, token, logprob: s.logprob, text, top };
@@ -70,13 +83,13 @@ impl Route {
 }
 
 /// The text `ids` decode to past the `sent` bytes already sent, up to `hold` bytes short of
-/// the end, and never ending inside a character.
-fn fresh_text(tokenizer: &Tokenizer, ids: &[u32], sent: &mut usize, hold: usize) -> String {
+/// the end and what `sending` lets go, and never ending inside a character.
+fn fresh_text(tokenizer: &Tokenizer, ids: &[u32], sent: &mut usize, hold: usize, sending: Streaming) -> String {
     let Ok(text) = tokenizer.decode(ids) else { return String::new() };
     if text.ends_with('\u{FFFD}') {
         return String::new();
     }
-    let mut end = text.len().saturating_sub(hold);
+    let mut end = text.len().saturating_sub(hold).min(sending.sendable(&text));
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -137,15 +150,37 @@ impl Frame {
                 let logprobs = self
                     .logprobs
                     .then(|| ChoiceLogprobs { content: vec![super::logprob_entry(&token, logprob, Some(&top))] });
-                let delta = Delta { role: None, content: Some(text) };
+                let delta = Delta { content: Some(text), ..Delta::default() };
                 vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
             }
-            Event::End { choice, rest, finish, partial, usage: _ } => {
+            Event::End { choice, rest, calls, finish, partial, usage: _ } => {
                 let mut out = vec![];
                 if !rest.is_empty() {
-                    out.push(self.event(self.chunk(choice, Delta { role: None, content: Some(rest) }, None)));
+                    out.push(self.event(self.chunk(choice, Delta { content: Some(rest), ..Delta::default() }, None)));
                 }
-                let last = self.chunk(choice, Delta::default(), Some(super::finish_reason(finish).into()));
+                if !calls.is_empty() {
+                    // Each call whole in one piece: its index, id, name and arguments.
+                    let pieces = calls
+                        .iter()
+                        .enumerate()
+                        .map(|(index, c)| DeltaToolCall {
+                            index,
+                            id: Some(c.id.clone()),
+                            kind: Some("function".into()),
+                            function: Some(DeltaFunction {
+                                name: Some(c.name.clone()),
+                                arguments: Some(c.arguments.clone()),
+                            }),
+                        })
+                        .collect();
+                    out.push(self.event(self.chunk(
+                        choice,
+                        Delta { tool_calls: Some(pieces), ..Delta::default() },
+                        None,
+                    )));
+                }
+                let reason = super::finish_reason(finish, !calls.is_empty());
+                let last = self.chunk(choice, Delta::default(), Some(reason.into()));
                 out.push(self.event(ChunkChoice { partial_bytes: partial, ..last }));
                 out
             }
@@ -172,7 +207,8 @@ struct Tally {
 pub(super) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Event>, guard: G) -> Response {
     let first: VecDeque<String> = (0..frame.choices)
         .map(|i| {
-            frame.event(frame.chunk(i, Delta { role: Some("assistant".into()), content: Some(String::new()) }, None))
+            let delta = Delta { role: Some("assistant".into()), content: Some(String::new()), tool_calls: None };
+            frame.event(frame.chunk(i, delta, None))
         })
         .collect();
     let state = (frame, events, guard, first, Tally::default(), false);

@@ -361,6 +361,7 @@ fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
     let file =
         |s: &str| !s.starts_with(vagen_runtime::openenv::PREFIX) && !s.starts_with(vagen_registry::reference::SCHEME);
     join(field(doc, "env", "plugin"), folder, file);
+    join(field(doc, "sft", "data"), folder, |_| true);
     join(field(doc, "model", "path"), folder, folder_model);
     join(field(doc, "judge", "model"), folder, folder_model);
     if let Some(toml::Value::Array(rewards)) = doc.get_mut("reward") {

@@ -110,15 +110,21 @@ impl Default for ScheduleSection {
     }
 }
 
-/// Supervised warm start on the env's oracle trajectories, through the same rollout path.
+/// Supervised warm start on the env's oracle trajectories, through the same rollout path,
+/// or on a file of conversations (`data`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SftSection {
     /// Optimizer steps; 0 skips SFT.
     pub steps: usize,
     pub lr: f64,
-    /// Oracle episodes per step.
+    /// Oracle episodes per step, or conversations of `data` per step.
     pub episodes_per_step: usize,
+    /// Conversations in OpenAI's chat format, one JSON object a line (`{"messages": [...],
+    /// "tools": [...]}`), to learn instead of the oracle's episodes: the loss on the
+    /// assistant messages only (`chat_data.rs`). Relative to the config file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<std::path::PathBuf>,
     /// Probability that an oracle answer is replaced by a random one (more varied data, and
     /// a warm start that leaves RL something to improve).
     pub action_noise: f64,
@@ -132,7 +138,15 @@ pub struct SftSection {
 
 impl Default for SftSection {
     fn default() -> Self {
-        SftSection { steps: 0, lr: 1e-4, episodes_per_step: 16, action_noise: 0.0, dataset_steps: 0, save_every: 20 }
+        SftSection {
+            steps: 0,
+            lr: 1e-4,
+            episodes_per_step: 16,
+            data: None,
+            action_noise: 0.0,
+            dataset_steps: 0,
+            save_every: 20,
+        }
     }
 }
 
@@ -141,6 +155,13 @@ impl SftSection {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(0.0..=1.0).contains(&self.action_noise) {
             return invalid("sft.action_noise", format!("{} is not a probability", self.action_noise));
+        }
+        if self.data.is_some() && (self.action_noise > 0.0 || self.dataset_steps > 0) {
+            return invalid(
+                "sft.data",
+                "conversations from a file are learnt as they are: action_noise and dataset_steps are the oracle's"
+                    .into(),
+            );
         }
         in_ranges([("sft.lr", self.lr, Range::LearningRate)])
     }
