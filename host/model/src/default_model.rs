@@ -75,10 +75,10 @@ pub fn default_vl_config() -> Qwen2VlConfig {
     let text = default_config();
     let mut text_json = text.raw.clone();
     let m = text_json.as_object_mut().expect("an object");
-    m.remove("architectures");
+    m.shift_remove("architectures");
     m.insert("model_type".into(), "qwen2_5_vl_text".into());
     m.insert("rope_parameters".into(), serde_json::json!({ "rope_type": "default", "type": "mrope", "mrope_section": [8, 12, 12], "rope_theta": text.rope_theta }));
-    m.remove("rope_theta");
+    m.shift_remove("rope_theta");
     let json = serde_json::json!({
         "architectures": ["Qwen2_5_VLForConditionalGeneration"],
         "model_type": "qwen2_5_vl",

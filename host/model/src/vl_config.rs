@@ -275,7 +275,7 @@ fn text_fields(top: &Map<String, Value>) -> std::result::Result<(Map<String, Val
     }
     let theta = rope_theta(Some(&text), 1_000_000.0);
     for key in ["rope_parameters", "rope_scaling", "model_type", "layer_types", "sliding_window", "max_window_layers"] {
-        text.remove(key);
+        text.shift_remove(key);
     }
     text.insert("rope_theta".into(), theta.into());
     text.entry("rms_norm_eps").or_insert(1e-5.into());

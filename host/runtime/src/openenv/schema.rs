@@ -202,7 +202,8 @@ fn made_prompt(m: &Manifest, field: &str, schema: &Value) -> String {
 fn properties(schema: &Value, skip: &[&str]) -> Map<String, Value> {
     let mut props = schema.get("properties").and_then(Value::as_object).cloned().unwrap_or_default();
     for s in skip {
-        props.remove(*s);
+        // `shift_remove`: objects keep their order (`preserve_order`), which prompts show.
+        props.shift_remove(*s);
     }
     props
 }
