@@ -1,7 +1,7 @@
 """Writes tests/fixtures/tool-chats.json: conversations in OpenAI's chat format with tools,
 tool calls and tool messages, rendered by transformers' `apply_chat_template` with the
-embedded model's template (Qwen2.5's), as vLLM renders them: tools passed as sent, each
-call's JSON `arguments` decoded to a dict first. Run by `cargo xtask fixtures`.
+embedded model's template (Qwen2.5's): tools passed as sent, each call's JSON `arguments`
+decoded to a dict first (as vLLM does). Run by `cargo xtask fixtures`.
 """
 
 import copy

@@ -90,10 +90,11 @@ impl ChatTemplate {
         self.render_chat(messages, &[], true, add_generation_prompt)
     }
 
-    /// The prompt of a chat in OpenAI's format, as vLLM renders one: `tools` (as the client
-    /// sent them) passed to the template as `tools`, and each tool call's arguments as the
-    /// object they encode (a template writes them with `tojson`); JSON objects keep their
-    /// keys' order, as Python's dicts do. `images`: as [`Self::render_with_images`].
+    /// The prompt of a chat in OpenAI's format: `tools` (as the client sent them) passed to
+    /// the template as `tools`, as transformers passes them, and each tool call's arguments
+    /// as the object they encode (a template writes them with `tojson`), as vLLM decodes
+    /// them; JSON objects keep their keys' order, as Python's dicts do. `images`: as
+    /// [`Self::render_with_images`].
     pub fn render_chat(
         &self,
         messages: &[Message],

@@ -72,11 +72,17 @@ impl Model {
     /// piece at a time and stopping once past it: a prompt of megabytes costs a few pieces'
     /// tokenisation, not its whole (nor the memory that takes). Pieces end at whitespace, so
     /// their counts add up to about the whole's; each cut may add a token, hence the margin.
-    fn past_the_context(&self, messages: &[Message]) -> crate::Result<()> {
+    /// The tools offered and the calls' arguments count as text too.
+    fn past_the_context(&self, chat: &Chat) -> crate::Result<()> {
         let window = self.config().max_position_embeddings;
         let (mut tokens, mut pieces) = (0, 0);
-        for m in messages {
-            let mut rest = m.content.as_str();
+        let tools: Vec<String> = chat.tools.iter().map(serde_json::Value::to_string).collect();
+        let texts = chat
+            .messages
+            .iter()
+            .flat_map(|m| std::iter::once(m.content.as_str()).chain(m.tool_calls.iter().map(|c| c.arguments.as_str())));
+        for text in texts.chain(tools.iter().map(String::as_str)) {
+            let mut rest = text;
             while !rest.is_empty() {
                 let mut end = rest.len().min(PIECE_BYTES);
                 while !rest.is_char_boundary(end) {
@@ -91,7 +97,7 @@ impl Model {
                 if tokens > window + 2 * pieces {
                     return Err(crate::Error::Invalid(format!(
                         "the prompt has more than {window} tokens (the context's) in its first {} KiB",
-                        (m.content.len() - rest.len()).div_ceil(1024)
+                        (text.len() - rest.len()).div_ceil(1024)
                     )));
                 }
             }
@@ -112,7 +118,7 @@ impl Model {
     /// the chat template, its cap within the context's room, its seed (drawn from the
     /// prompt when the chat has none).
     pub fn chat_request(&self, chat: &Chat, key: u64) -> Result<EngineRequest, ChatError> {
-        let prompt = self.past_the_context(&chat.messages).and_then(|()| self.chat_prompt(chat));
+        let prompt = self.past_the_context(chat).and_then(|()| self.chat_prompt(chat));
         let prompt = prompt.map_err(|e| ChatError::Prompt(e.to_string()))?;
         let room = self.config().max_position_embeddings.saturating_sub(prompt.ids.len());
         if room == 0 {

@@ -163,6 +163,14 @@ pub fn benchmark_model(
     )
 }
 
+/// The embedded models' chat template (Qwen2.5's), for texts rendered before a model is
+/// built (the tokenizer the embedded model learns from an env's and a data file's texts).
+pub fn embedded_chat_template() -> ChatTemplate {
+    let config: serde_json::Value =
+        serde_json::from_str(TOKENIZER_CONFIG).expect("the embedded tokenizer config is JSON");
+    ChatTemplate::from_tokenizer_config(&config).ok().flatten().expect("the embedded tokenizer config has a template")
+}
+
 pub(crate) fn text_tokenizer() -> Result<Tokenizer> {
     Tokenizer::from_bytes(TOKENIZER)
 }

@@ -55,7 +55,8 @@ pub use chats::{Answered, Chat, ChatAnswer, ChatError};
 pub use checkpoint::{LoadOptions, Model};
 pub use config::Qwen2Config;
 pub use default_model::{
-    DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model, random_model,
+    DEFAULT_SEED, benchmark_model, default_config, default_model, default_vl_config, default_vl_model,
+    embedded_chat_template, random_model,
 };
 pub use device::DType;
 pub use engine::{

@@ -36,14 +36,13 @@ impl ToolFormat {
     }
 
     /// What an answer forced to call a tool starts with: a call of any tool (`None`), or of
-    /// the tool named, up to its arguments.
+    /// the tool named (a plain name, `[A-Za-z0-9_-]`), up to its arguments. Each ends where
+    /// the template's own spelling of a call goes on with one pre-token (` "`, ` {`), so the
+    /// model writes the next one whole.
     pub fn forced_prefix(self, name: Option<&str>) -> String {
         match name {
             None => format!("{CALL_OPEN}\n{{\"name\": \""),
-            Some(n) => {
-                let quoted = serde_json::to_string(n).expect("a string is JSON");
-                format!("{CALL_OPEN}\n{{\"name\": {quoted}, \"arguments\": ")
-            }
+            Some(n) => format!("{CALL_OPEN}\n{{\"name\": \"{n}\", \"arguments\":"),
         }
     }
 
@@ -141,7 +140,7 @@ mod tests {
     #[test]
     fn a_forced_prefix_opens_a_call_the_parser_reads_back() {
         let named = ToolFormat::Hermes.forced_prefix(Some("calc"));
-        let a = parse(&format!("{named}{{\"x\": 1}}}}\n</tool_call>")).unwrap();
+        let a = parse(&format!("{named} {{\"x\": 1}}}}\n</tool_call>")).unwrap();
         assert_eq!((a.calls[0].name.as_str(), a.calls[0].arguments.as_str()), ("calc", "{\"x\": 1}"));
         let any = ToolFormat::Hermes.forced_prefix(None);
         let a = parse(&format!("{any}search\", \"arguments\": {{}}}}\n</tool_call>")).unwrap();

@@ -77,6 +77,36 @@ impl ChatMessage {
     pub fn new(role: impl Into<String>, content: Content) -> Self {
         ChatMessage { role: role.into(), content, tool_calls: None, tool_call_id: None }
     }
+
+    /// Its role as a chat template names it (`developer` is OpenAI's newer name for
+    /// `system`), or what is wrong with it.
+    pub fn template_role(&self) -> Result<&'static str, String> {
+        match self.role.as_str() {
+            "system" | "developer" => Ok("system"),
+            "user" => Ok("user"),
+            "assistant" => Ok("assistant"),
+            "tool" => Ok("tool"),
+            other => Err(format!("role {other:?}: expected system, developer, user, assistant or tool")),
+        }
+    }
+
+    /// Its tool calls as a chat template takes them: only an assistant's message has any,
+    /// and each one's arguments are a JSON object (empty arguments: `{}`, as vLLM reads them).
+    pub fn template_tool_calls(&self) -> Result<Vec<vagen_model::ToolCall>, String> {
+        let Some(calls) = &self.tool_calls else { return Ok(vec![]) };
+        if self.role != "assistant" {
+            return Err("tool_calls are an assistant's".into());
+        }
+        let call = |(k, c): (usize, &ToolCallEntry)| {
+            let arguments = match c.function.arguments.trim() {
+                "" => "{}".to_string(),
+                a if serde_json::from_str::<serde_json::Map<String, Value>>(a).is_ok() => c.function.arguments.clone(),
+                _ => return Err(format!("tool_calls[{k}].function.arguments: not a JSON object")),
+            };
+            Ok(vagen_model::ToolCall { id: c.id.clone(), name: c.function.name.clone(), arguments })
+        };
+        calls.iter().enumerate().map(call).collect()
+    }
 }
 
 /// One call in an assistant message: `{"id", "type": "function", "function": {"name",

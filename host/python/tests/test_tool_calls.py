@@ -126,13 +126,18 @@ def test_a_streamed_call_arrives_in_tool_call_deltas(client):
     assert calls[0]["id"].startswith("call_")
 
 
-def test_tool_choice_forces_a_named_call(client):
+def test_tool_choice_forces_a_call(client):
+    # OpenAI ends an answer forced to call a named function with "stop".
     named = ask(client, asked("9 / 3"), tools=[CALC], tool_choice={"type": "function", "function": {"name": "calc"}})
     call = named.choices[0].message.tool_calls[0]
-    assert (named.choices[0].finish_reason, call.function.name) == ("tool_calls", "calc")
+    assert (named.choices[0].finish_reason, call.function.name) == ("stop", "calc")
     # The forced opening is the prompt's; what follows it is what the model writes anyway.
     assert call.function.arguments == written_call(client, "9 / 3")[1]
-    assert named.usage.completion_tokens < ask(client, asked("9 / 3"), tools=[CALC]).usage.completion_tokens
+    auto = ask(client, asked("9 / 3"), tools=[CALC])
+    assert named.usage.completion_tokens < auto.usage.completion_tokens
+    required = ask(client, asked("9 / 3"), tools=[CALC], tool_choice="required").choices[0]
+    assert required.finish_reason == "tool_calls"
+    assert required.message.tool_calls[0].function.arguments == call.function.arguments
 
 
 def test_a_call_cut_short_is_text_not_an_error(client):

@@ -3,7 +3,9 @@
 //! assistant message's text tokenised and closed by the end-of-turn token under the loss,
 //! everything else (system, user and tool messages, the template's own markup) outside it.
 
-use crate::layout::{ChatTokenizer, LayoutError, LayoutOptions, TrainingSequence, end_of_turn_offset, expand_images};
+use crate::layout::{
+    ChatTokenizer, LayoutError, LayoutOptions, TrainingSequence, end_of_turn_offset, expand_images, room_for,
+};
 use crate::{IMAGE_MARKER, Message};
 use std::sync::Arc;
 use vagen_runtime::Image;
@@ -41,22 +43,12 @@ pub fn layout_chat(
         let segment = rendered.strip_prefix(prompt.as_str()).ok_or(LayoutError::NotPrefixStable(turn))?;
         let consumed = end_of_turn_offset(tok, segment)?;
         let answer = answer_ids(tok, &segment[..consumed])?;
-
-        let images_after = seq.image_tokens + image_tokens.unwrap_or(0);
-        let over_images = options.max_image_tokens > 0 && images_after > options.max_image_tokens;
-        if seq.ids.len() + delta_ids.len() + answer.len() > options.max_tokens || over_images {
-            if turn > 0 {
-                seq.truncated = true;
-                break;
-            }
-            if over_images {
-                return Err(LayoutError::TooManyImageTokens { needed: images_after, max: options.max_image_tokens });
-            }
-            return Err(LayoutError::TooLong { needed: delta_ids.len() + answer.len(), max: options.max_tokens });
+        if !room_for(&mut seq, turn, delta_ids.len() + answer.len(), image_tokens, options)? {
+            break;
         }
-        if image_tokens.is_some() {
+        if let Some(n) = image_tokens {
             seq.images.extend(new_images.iter().cloned());
-            seq.image_tokens = images_after;
+            seq.image_tokens += n;
         }
         images_seen = markers;
         let n = delta_ids.len() + answer.len();

@@ -200,7 +200,6 @@ fn walk(
     let mut conversation = vec![Message::system(system)];
     let mut covered = String::new();
     for (i, turn) in turns.iter().enumerate() {
-        let kept = seq.ids.len();
         conversation.push(Message::user(turn.user.as_str()));
         let prompt = tok.render(&conversation, true).map_err(template)?;
         let delta = prompt.strip_prefix(covered.as_str()).ok_or(LayoutError::NotPrefixStable(i))?;
@@ -231,21 +230,12 @@ fn walk(
             end_of_turn_offset(tok, segment)?
         };
 
-        let images_after = seq.image_tokens + image_tokens.unwrap_or(0);
-        let over_images = options.max_image_tokens > 0 && images_after > options.max_image_tokens;
-        if kept + delta_ids.len() + sampled.len() > options.max_tokens || over_images {
-            if i > 0 {
-                seq.truncated = true;
-                break;
-            }
-            if over_images {
-                return Err(LayoutError::TooManyImageTokens { needed: images_after, max: options.max_image_tokens });
-            }
-            return Err(LayoutError::TooLong { needed: delta_ids.len() + sampled.len(), max: options.max_tokens });
+        if !room_for(&mut seq, i, delta_ids.len() + sampled.len(), image_tokens, options)? {
+            break;
         }
-        if image_tokens.is_some() {
+        if let Some(n) = image_tokens {
             seq.images.extend(turn.images.iter().cloned());
-            seq.image_tokens = images_after;
+            seq.image_tokens += n;
         }
         let prompt_len = delta_ids.len();
         seq.ids.extend(delta_ids);
@@ -261,6 +251,32 @@ fn walk(
         covered = format!("{prompt}{}", &segment[..consumed]);
     }
     Ok((seq, (conversation, covered)))
+}
+
+/// Whether turn `turn`, of `tokens` tokens (its prompt's and answer's) of which
+/// `image_tokens` are images', fits after `seq` within `options`' budgets. A turn that does
+/// not is dropped with those after it (`seq.truncated` set, `Ok(false)`); a first turn
+/// that does not is an error.
+pub(crate) fn room_for(
+    seq: &mut TrainingSequence,
+    turn: usize,
+    tokens: usize,
+    image_tokens: Option<usize>,
+    options: &LayoutOptions,
+) -> Result<bool, LayoutError> {
+    let images_after = seq.image_tokens + image_tokens.unwrap_or(0);
+    let over_images = options.max_image_tokens > 0 && images_after > options.max_image_tokens;
+    if seq.ids.len() + tokens <= options.max_tokens && !over_images {
+        return Ok(true);
+    }
+    if turn > 0 {
+        seq.truncated = true;
+        return Ok(false);
+    }
+    if over_images {
+        return Err(LayoutError::TooManyImageTokens { needed: images_after, max: options.max_image_tokens });
+    }
+    Err(LayoutError::TooLong { needed: tokens, max: options.max_tokens })
 }
 
 /// Each image placeholder of `ids` (one per image, as the template writes it) repeated to

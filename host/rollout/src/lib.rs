@@ -23,6 +23,7 @@ mod noisy;
 mod parse;
 mod policy;
 mod prompter;
+mod recording;
 mod stream;
 
 pub use chat_layout::layout_chat;
@@ -43,5 +44,6 @@ pub use policy::{
     ScriptedPolicy, StreamingPolicy,
 };
 pub use prompter::feedback;
+pub use recording::{Recorded, Recording, RecordingError};
 /// The env's RGB8 image, as policies receive it, and the conversation they answer.
 pub use vagen_abi::{IMAGE_MARKER, Image, Message};

@@ -3,7 +3,8 @@
 //! beside the model (host/model/tests/layout.rs): these need no libtorch.
 
 use vagen_rollout::{
-    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, Message, RewardPlacement, layout, layout_chat,
+    AssistantTurn, ChatTokenizer, LayoutError, LayoutOptions, Message, Recording, RecordingError, RewardPlacement,
+    layout, layout_chat,
 };
 
 /// ChatML with one id per character (100 + code point) and two special tokens.
@@ -239,4 +240,80 @@ fn a_chat_is_laid_out_with_the_loss_on_its_assistant_messages_only() {
     let tools = [serde_json::json!({"type": "function", "function": {"name": "f"}})];
     let err = layout_chat(&Toy, &messages, &tools, &[], &LayoutOptions::default()).unwrap_err();
     assert!(matches!(err, LayoutError::Template(ref e) if e.contains("takes no tools")), "{err:?}");
+}
+
+/// A sampled answer: its text's ids and the end of turn, with made-up log-probs.
+fn answer_of(text: &str) -> (Vec<u32>, Vec<f32>) {
+    let mut ids = Toy.encode(text).unwrap();
+    ids.push(END);
+    let logprobs = (0..ids.len()).map(|i| -0.5 - i as f32).collect();
+    (ids, logprobs)
+}
+
+#[test]
+fn a_recorded_episode_is_one_sequence_with_the_loss_on_exactly_the_sampled_ids() {
+    let mut r = Recording::new();
+    let mut chat = vec![Message::system("S"), Message::user("where?")];
+    let mut answers = vec![];
+    for (k, said) in ["left", "up", "done"].into_iter().enumerate() {
+        let text = Toy.render(&chat, true).unwrap();
+        let ids = r.prompt(&Toy, &text).unwrap();
+        if k == 0 {
+            assert_eq!(ids, Toy.encode(&text).unwrap());
+        }
+        // The prompt holds every earlier answer's sampled ids where they were sampled.
+        let (sampled, logprobs) = answer_of(said);
+        r.answer(&Toy, &sampled, &logprobs, 7 + k as u64).unwrap();
+        answers.push((ids.len(), sampled, logprobs));
+        chat.push(Message::assistant(said));
+        chat.push(Message::user(format!("after {said}")));
+    }
+    let recorded = r.finish();
+    assert_eq!((recorded.sequences.len(), recorded.breaks, recorded.versions.clone()), (1, 0, vec![7, 8, 9]));
+    let seq = &recorded.sequences[0];
+    let mut expected_mask = vec![false; seq.ids.len()];
+    for (start, sampled, logprobs) in &answers {
+        assert_eq!(&seq.ids[*start..start + sampled.len()], &sampled[..]);
+        assert_eq!(&seq.logprobs[*start..start + sampled.len()], &logprobs[..]);
+        expected_mask[*start..start + sampled.len()].iter_mut().for_each(|m| *m = true);
+    }
+    assert_eq!(seq.loss_mask, expected_mask);
+    assert_eq!(seq.advantage_mask, expected_mask);
+    assert_eq!(seq.turn_ends, answers.iter().map(|(s, a, _)| s + a.len() - 1).collect::<Vec<_>>());
+    assert_eq!(seq.ids.len(), seq.turn_ends[2] + 1);
+}
+
+#[test]
+fn a_rewritten_history_starts_a_new_sequence_and_is_counted() {
+    let mut r = Recording::new();
+    let first = [Message::system("S"), Message::user("long story")];
+    r.prompt(&Toy, &Toy.render(&first, true).unwrap()).unwrap();
+    let (a, l) = answer_of("ok");
+    r.answer(&Toy, &a, &l, 0).unwrap();
+    // The agent summarised its history: the new prompt does not extend the old one.
+    let summary = Toy.render(&[Message::system("S"), Message::user("summary")], true).unwrap();
+    let ids = r.prompt(&Toy, &summary).unwrap();
+    assert_eq!(ids, Toy.encode(&summary).unwrap());
+    // One call at a time; an answer needs a prompt.
+    assert_eq!(r.prompt(&Toy, &summary), Err(RecordingError::Concurrent));
+    r.answer(&Toy, &a, &l, 1).unwrap();
+    assert_eq!(r.answer(&Toy, &a, &l, 1), Err(RecordingError::NoPrompt));
+    // A call that failed is taken back: the next one lays out as if it had not been made.
+    let next = Toy.render(
+        &[Message::system("S"), Message::user("summary"), Message::assistant("ok"), Message::user("and?")],
+        true,
+    );
+    let next = next.unwrap();
+    let before = r.prompt(&Toy, &next).unwrap();
+    r.abandon();
+    assert_eq!(r.prompt(&Toy, &next).unwrap(), before);
+    r.abandon();
+    let recorded = r.finish();
+    assert_eq!((recorded.sequences.len(), recorded.breaks), (2, 1));
+    for seq in &recorded.sequences {
+        assert_eq!(seq.loss_mask.iter().filter(|&&m| m).count(), a.len());
+        assert_eq!(seq.ids.len(), seq.turn_ends[0] + 1);
+    }
+    let err = Recording::new().answer(&Toy, &a, &l[1..], 0);
+    assert_eq!(err, Err(RecordingError::NoPrompt));
 }

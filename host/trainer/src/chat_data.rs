@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use vagen_model::{IMAGE_MARKER, Image, Message, Model, ToolCall};
+use vagen_model::{ChatTemplate, IMAGE_MARKER, Image, Message, Model};
 use vagen_policy::ChatModel;
 use vagen_policy::openai::{ChatMessage, Content, Part};
 use vagen_rollout::{LayoutOptions, layout_chat};
@@ -63,23 +63,24 @@ impl ChatData {
         Ok(ChatData { path: path.to_path_buf(), chats })
     }
 
-    /// The texts a tokenizer learning this data's words should see: each message's text,
-    /// each call and tool answer as Qwen's template writes them, each tool's JSON.
-    pub fn texts(&self) -> Vec<String> {
-        let mut out = vec![];
-        for chat in &self.chats {
-            out.extend(chat.tools.iter().map(Value::to_string));
-            for m in &chat.messages {
-                out.push(m.content.clone());
-                out.extend(m.tool_calls.iter().map(|c| {
-                    format!("<tool_call>\n{{\"name\": \"{}\", \"arguments\": {}}}\n</tool_call>", c.name, c.arguments)
-                }));
-                if m.role == "tool" {
-                    out.push(format!("<tool_response>\n{}\n</tool_response>", m.content));
-                }
-            }
+    /// The texts a tokenizer learning this data's words should see: each conversation as
+    /// `template` writes it (tools and calls spelt as they will be in prompts).
+    pub fn texts(&self, template: &ChatTemplate) -> Result<Vec<String>> {
+        let render = |c: &Conversation| template.render_chat(&c.messages, &c.tools, false, false);
+        let at = |c: &Conversation| format!("sft.data {} line {}", self.path.display(), c.line);
+        self.chats.iter().map(|c| render(c).with_context(|| at(c))).collect()
+    }
+
+    /// Refuses, naming its line, a conversation that cannot be laid out for `model` (a
+    /// first answer past `rollout.max_sequence_tokens`, a template that does not take it):
+    /// before the first step, on every rank alike, not when one rank meets it mid-run.
+    pub fn check(&self, cfg: &TrainConfig, model: &Model) -> Result<()> {
+        let options = layout_options(cfg);
+        for c in &self.chats {
+            layout_chat(&ChatModel(model), &c.messages, &c.tools, &c.images, &options)
+                .with_context(|| format!("sft.data {} line {}", self.path.display(), c.line))?;
         }
-        out
+        Ok(())
     }
 
     /// SFT step `k`'s conversations (`n` a step), laid out for `model`: the file read in an
@@ -93,16 +94,17 @@ impl ChatData {
         n: usize,
         share: std::ops::Range<usize>,
     ) -> Result<StepBatch> {
-        let options = LayoutOptions {
-            max_tokens: cfg.rollout.sequences.max_sequence_tokens,
-            max_image_tokens: cfg.rollout.sequences.max_image_tokens,
-            ..LayoutOptions::default()
-        };
+        let options = layout_options(cfg);
         let mut batch = StepBatch::new();
+        let mut orders: Vec<(usize, Vec<usize>)> = vec![];
         for slot in share {
             let at = k as usize * n + slot;
             let (pass, index) = (at / self.chats.len(), at % self.chats.len());
-            let chat = &self.chats[order(self.chats.len(), cfg.schedule.seed, pass as u64)[index]];
+            if !orders.iter().any(|(p, _)| *p == pass) {
+                orders.push((pass, order(self.chats.len(), cfg.schedule.seed, pass as u64)));
+            }
+            let this = &orders.iter().find(|(p, _)| *p == pass).expect("just made").1;
+            let chat = &self.chats[this[index]];
             let mut seq = layout_chat(&ChatModel(model), &chat.messages, &chat.tools, &chat.images, &options)
                 .with_context(|| format!("sft.data {} line {}", self.path.display(), chat.line))?;
             // Conversations have no turns of an episode (rewards, origins): only the loss.
@@ -110,6 +112,14 @@ impl ChatData {
             batch.push(seq, Source { episode: slot, group: slot as u64, seed: chat.line as u64, turns: vec![] });
         }
         Ok(batch)
+    }
+}
+
+fn layout_options(cfg: &TrainConfig) -> LayoutOptions {
+    LayoutOptions {
+        max_tokens: cfg.rollout.sequences.max_sequence_tokens,
+        max_image_tokens: cfg.rollout.sequences.max_image_tokens,
+        ..LayoutOptions::default()
     }
 }
 
@@ -130,13 +140,8 @@ fn conversation(line: Line, folder: &Path, number: usize) -> Result<Conversation
     let mut images = vec![];
     let mut messages = vec![];
     for (i, m) in line.messages.into_iter().enumerate() {
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            "tool" => "tool",
-            other => bail!("messages[{i}].role {other:?}: expected system, developer, user, assistant or tool"),
-        };
+        let role = m.template_role().map_err(|e| anyhow::anyhow!("messages[{i}].{e}"))?;
+        let calls = m.template_tool_calls().map_err(|e| anyhow::anyhow!("messages[{i}]: {e}"))?;
         let text = match m.content {
             Content::Text(s) => s,
             Content::Empty => String::new(),
@@ -160,15 +165,7 @@ fn conversation(line: Line, folder: &Path, number: usize) -> Result<Conversation
             }
         };
         let mut message = Message::new(role, text);
-        for (k, c) in m.tool_calls.into_iter().flatten().enumerate() {
-            if role != "assistant" {
-                bail!("messages[{i}]: tool_calls are an assistant's");
-            }
-            if serde_json::from_str::<serde_json::Map<String, Value>>(&c.function.arguments).is_err() {
-                bail!("messages[{i}].tool_calls[{k}].function.arguments: not a JSON object");
-            }
-            message.tool_calls.push(ToolCall { id: c.id, name: c.function.name, arguments: c.function.arguments });
-        }
+        message.tool_calls = calls;
         message.tool_call_id = m.tool_call_id;
         messages.push(message);
     }
@@ -207,6 +204,46 @@ mod tests {
             assert_eq!(o, (0..10).collect::<Vec<_>>());
         }
         assert_ne!(order(10, 7, 0), order(10, 7, 1));
+    }
+
+    #[test]
+    fn the_loss_covers_each_assistant_message_as_the_template_writes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let calc =
+            serde_json::json!({"type": "function", "function": {"name": "calc", "parameters": {"type": "object"}}});
+        let call = serde_json::json!({"id": "c1", "type": "function",
+                                      "function": {"name": "calc", "arguments": "{\"expression\":\"3 + 4\"}"}});
+        let line = serde_json::json!({"tools": [calc], "messages": [
+            {"role": "user", "content": "What is 3 + 4?"},
+            {"role": "assistant", "content": null, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "7"},
+            {"role": "assistant", "content": "It is 7."}]});
+        let path = dir.path().join("chats.jsonl");
+        std::fs::write(&path, line.to_string()).unwrap();
+        let data = ChatData::load(&path, false).unwrap();
+        let model = vagen_model::default_model(0, Default::default()).unwrap();
+        let c = &data.chats[0];
+        let seq = layout_chat(&ChatModel(&model), &c.messages, &c.tools, &c.images, &LayoutOptions::default()).unwrap();
+        let mut answers = vec![];
+        let mut start = None;
+        for (i, &m) in seq.loss_mask.iter().chain([false].iter()).enumerate() {
+            match (m, start) {
+                (true, None) => start = Some(i),
+                (false, Some(s)) => {
+                    answers.push(model.tokenizer.decode(&seq.ids[s..i]).unwrap());
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        // The arguments as the template spells them (Python's separators), whatever the file's.
+        let called =
+            "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expression\": \"3 + 4\"}}\n</tool_call><|im_end|>";
+        assert_eq!(answers, [called, "It is 7.<|im_end|>"]);
+        // And the whole sequence is the rendered conversation, up to the last end of turn.
+        let text = model.chat_template().unwrap().render_chat(&c.messages, &c.tools, false, false).unwrap();
+        assert_eq!(model.tokenizer.decode(&seq.ids).unwrap(), text.strip_suffix('\n').unwrap());
+        assert_eq!(data.texts(model.chat_template().unwrap()).unwrap(), [text]);
     }
 
     #[test]

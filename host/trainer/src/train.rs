@@ -133,6 +133,9 @@ impl Trainer {
         let (steps, done) = (self.cfg.sft.steps, self.state.sft_steps_done);
         let vision = self.actor.vision.is_some();
         let chats = self.cfg.sft.data.as_deref().map(|path| ChatData::load(path, vision)).transpose()?;
+        if let Some(data) = &chats {
+            data.check(&self.cfg, &self.actor)?;
+        }
         let mut bar = Progress::new(steps as u64, "SFT steps", self.ranks.is_main(), done as u64);
         while self.state.sft_steps_done < steps {
             // Field by field, not `run_env()`: the optimiser is borrowed mutably beside it.

@@ -53,7 +53,8 @@ pub fn env_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<EnvTexts> {
     }
     // The conversations SFT learns from, when the run has a file of them.
     if let Some(path) = &cfg.sft.data {
-        texts.extend(crate::chat_data::ChatData::load(path, true)?.texts());
+        let template = vagen_model::embedded_chat_template();
+        texts.extend(crate::chat_data::ChatData::load(path, true)?.texts(&template)?);
     }
     Ok(EnvTexts { texts, oracle_answers })
 }

@@ -10,7 +10,8 @@
 //! `seed` … `seed + 3`); `n` completions share the prompt's prefill (the engine's prefix
 //! sharing); `logprobs` are the sampled tokens' under the temperature-scaled distribution
 //! they were drawn from; every choice carries its `token_ids` (our extension). Fields we do
-//! not implement (`tools`, JSON `response_format`, …) are refused by name, never ignored;
+//! not implement (`functions`, JSON `response_format`, …) are refused by name, never ignored;
+//! tools are offered through the model's chat template and its calls read back (`tools.rs`);
 //! every error, on every route (404, 405 and 413 included), has OpenAI's JSON shape. Bodies come typed
 //! (`vagen_policy::openai`, shared with the judge's client).
 
@@ -142,6 +143,8 @@ struct Answer {
     /// Its text (before its tool calls, when it has any).
     text: String,
     calls: Vec<ToolCall>,
+    /// It was forced to call a named function (which OpenAI ends with `stop`).
+    named: bool,
     finish: FinishReason,
     prompt_tokens: usize,
     token_ids: Vec<u32>,
@@ -508,6 +511,7 @@ impl Worker {
         Answer {
             text,
             calls,
+            named: tools.named,
             partial,
             finish: a.generation.finish,
             prompt_tokens: a.prompt_tokens,
@@ -576,6 +580,7 @@ fn stream_end(
                 choice: route.choice,
                 rest: stream::rest_of(&text, route.sent),
                 calls,
+                named: tools.named,
                 finish: a.generation.finish,
                 partial,
                 usage: (a.prompt_tokens, a.generation.token_ids.len()),
@@ -814,7 +819,7 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
                 content: (a.calls.is_empty() || !a.text.is_empty()).then(|| a.text.clone()),
                 tool_calls: (!a.calls.is_empty()).then(|| a.calls.iter().map(tool_call_entry).collect()),
             },
-            finish_reason: Some(finish_reason(a.finish, !a.calls.is_empty()).into()),
+            finish_reason: Some(finish_reason(a.finish, !a.calls.is_empty() && !a.named).into()),
             logprobs: logprobs.then(|| token_logprobs(&a)),
             token_ids: Some(a.token_ids),
             partial_bytes: a.partial,
@@ -824,7 +829,8 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
     ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) }
 }
 
-/// OpenAI's name for why an answer ended (`calls`: it ended with tool calls).
+/// OpenAI's name for why an answer ended (`calls`: it ended with tool calls it chose to
+/// make; a call forced by name ends with `stop`).
 fn finish_reason(f: FinishReason, calls: bool) -> &'static str {
     match f {
         _ if calls => "tool_calls",

@@ -8,7 +8,7 @@ use base64::Engine as _;
 use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use vagen_model::{IMAGE_MARKER, Image, Message, ToolCall};
+use vagen_model::{IMAGE_MARKER, Image, Message};
 use vagen_policy::openai::{ChatRequest, Content, Part};
 
 /// Fields of OpenAI's request that change what is generated and that this server does not
@@ -25,7 +25,7 @@ pub(super) const NOT_IMPLEMENTED: &[&str] = &[
 ];
 
 /// Fields that do not change the answer, accepted and not used.
-pub(super) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier", "parallel_tool_calls"];
+pub(super) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier"];
 
 /// How many pictures a request may hold and how large they may be, checked from the
 /// request and the images' headers before any is decoded (a 49 KB PNG decodes to 50 MB).
@@ -99,36 +99,10 @@ fn read_messages(
     let mut pending = vec![];
     let mut out = vec![];
     for (i, m) in r.messages.iter().enumerate() {
-        // `developer` is OpenAI's newer name for `system`.
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" => "assistant",
-            "tool" => "tool",
-            other => {
-                return Err(refused(
-                    "messages",
-                    format!(
-                        "messages[{i}].role {other:?}: only system, developer, user, assistant and tool are served"
-                    ),
-                ));
-            }
-        };
+        let role = m.template_role().map_err(|e| refused("messages", format!("messages[{i}].{e}")))?;
         let text = message_text(i, &m.content, role, vision, limits, &mut pending)?;
         let mut message = Message::new(role, text);
-        if let Some(calls) = &m.tool_calls {
-            if role != "assistant" {
-                return Err(refused("messages", format!("messages[{i}]: tool_calls are an assistant's")));
-            }
-            message.tool_calls = calls
-                .iter()
-                .map(|c| ToolCall {
-                    id: c.id.clone(),
-                    name: c.function.name.clone(),
-                    arguments: c.function.arguments.clone(),
-                })
-                .collect();
-        }
+        message.tool_calls = m.template_tool_calls().map_err(|e| refused("messages", format!("messages[{i}]: {e}")))?;
         message.tool_call_id = m.tool_call_id.clone();
         out.push(message);
     }
@@ -245,6 +219,8 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             if !value.is_null() {
                 return Err(refused(name, format!("{name}: not supported by this server")));
             }
+        } else if key == "parallel_tool_calls" {
+            // Read with the tools (`tools.rs`).
         } else if key == "response_format" {
             response_format(value)?;
         } else if let Some(&name) = ["frequency_penalty", "presence_penalty"].iter().find(|n| **n == key.as_str()) {

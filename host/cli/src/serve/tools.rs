@@ -11,7 +11,7 @@ use vagen_model::{CALL_OPEN, ToolCall, ToolFormat};
 use vagen_policy::openai::ChatRequest;
 
 /// What a request asked of tools.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct ToolUse {
     /// The tools as sent, for the chat template.
     pub tools: Vec<Value>,
@@ -20,6 +20,17 @@ pub(super) struct ToolUse {
     pub format: Option<ToolFormat>,
     /// What the answer starts with (a forced call's opening), part of the prompt.
     pub prefix: String,
+    /// `tool_choice` named the function: OpenAI then ends the answer with `stop`, not
+    /// `tool_calls`.
+    pub named: bool,
+    /// `parallel_tool_calls` (default true): false keeps an answer's first call only.
+    pub parallel: bool,
+}
+
+impl Default for ToolUse {
+    fn default() -> Self {
+        ToolUse { tools: vec![], names: vec![], format: None, prefix: String::new(), named: false, parallel: true }
+    }
 }
 
 impl ToolUse {
@@ -42,7 +53,8 @@ impl ToolUse {
         let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
         match format.parse(&whole, &names) {
             Ok(answer) if !answer.calls.is_empty() => {
-                let calls = answer.calls.into_iter().map(|c| ToolCall { id: call_id(), ..c }).collect();
+                let kept = if self.parallel { answer.calls.len() } else { 1 };
+                let calls = answer.calls.into_iter().take(kept).map(|c| ToolCall { id: call_id(), ..c }).collect();
                 (answer.content, calls)
             }
             _ => (whole, vec![]),
@@ -100,6 +112,11 @@ pub(super) fn tool_use(r: &ChatRequest, format: Option<ToolFormat>) -> Result<To
                 format!("tools[{i}]: expected {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"),
             ));
         };
+        // OpenAI's rule; it also keeps a name the same in JSON and in the template's text.
+        if name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+            let message = format!("tools[{i}]: the name {name:?} is not 1 to 64 of a-z, A-Z, 0-9, _ and -");
+            return Err(refused("tools", message));
+        }
         if names.iter().any(|n| n == name) {
             return Err(refused("tools", format!("tools[{i}]: a second function named {name:?}")));
         }
@@ -120,9 +137,14 @@ pub(super) fn tool_use(r: &ChatRequest, format: Option<ToolFormat>) -> Result<To
             }
         },
     };
+    let parallel = match r.other.get("parallel_tool_calls") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(refused("parallel_tool_calls", "parallel_tool_calls: expected true or false")),
+    };
     if tools.is_empty() {
         return match choice {
-            Choice::Auto | Choice::None => Ok(ToolUse::default()),
+            Choice::Auto | Choice::None => Ok(ToolUse { parallel, ..ToolUse::default() }),
             _ => Err(refused("tool_choice", "tool_choice: forces a call, and the request has no tools")),
         };
     }
@@ -141,7 +163,8 @@ pub(super) fn tool_use(r: &ChatRequest, format: Option<ToolFormat>) -> Result<To
         }
     };
     let format = (choice != Choice::None).then_some(format);
-    Ok(ToolUse { tools, names, format, prefix })
+    let named = matches!(choice, Choice::Named(_));
+    Ok(ToolUse { tools, names, format, prefix, named, parallel })
 }
 
 #[derive(Debug, PartialEq)]
@@ -178,8 +201,9 @@ mod tests {
         let named = tool_use(&request(calc(), json!({"type": "function", "function": {"name": "calc"}})), f).unwrap();
         assert_eq!(
             (named.prefix.as_str(), named.streaming()),
-            ("<tool_call>\n{\"name\": \"calc\", \"arguments\": ", Streaming::Nothing)
+            ("<tool_call>\n{\"name\": \"calc\", \"arguments\":", Streaming::Nothing)
         );
+        assert!(named.named && !auto.named && auto.parallel);
         assert!(tool_use(&request(calc(), json!("required")), f).unwrap().prefix.ends_with("{\"name\": \""));
         for (tools, choice, says) in [
             (calc(), json!({"type": "function", "function": {"name": "rm"}}), "not among the tools"),
@@ -191,6 +215,7 @@ mod tests {
                 "a second function",
             ),
             (calc(), json!("sometimes"), "tool_choice: expected"),
+            (json!([{"type": "function", "function": {"name": "a\"b"}}]), Value::Null, "is not 1 to 64"),
         ] {
             let err = tool_use(&request(tools, choice), f).unwrap_err();
             assert!(err.message.contains(says), "{}", err.message);
@@ -202,6 +227,9 @@ mod tests {
     #[test]
     fn answers_read_into_calls_or_stay_text() {
         let auto = tool_use(&request(calc(), Value::Null), Some(ToolFormat::Hermes)).unwrap();
+        let two = "<tool_call>\n{\"name\": \"calc\"}\n</tool_call>\n<tool_call>\n{\"name\": \"calc\"}\n</tool_call>";
+        assert_eq!(auto.read(two).1.len(), 2);
+        assert_eq!(ToolUse { parallel: false, ..auto.clone() }.read(two).1.len(), 1);
         let (content, calls) =
             auto.read("Sure.\n<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"x\": 1}}\n</tool_call>");
         assert_eq!((content.as_str(), calls.len(), calls[0].arguments.as_str()), ("Sure.", 1, "{\"x\": 1}"));
@@ -213,7 +241,7 @@ mod tests {
             Some(ToolFormat::Hermes),
         )
         .unwrap();
-        let (content, calls) = named.read("{}}\n</tool_call>");
+        let (content, calls) = named.read(" {}}\n</tool_call>");
         assert_eq!((content.as_str(), calls[0].name.as_str()), ("", "calc"));
         assert_eq!(named.read("oops").0, format!("{}oops", named.prefix));
     }
