@@ -65,7 +65,7 @@ fn chat_templates_render_byte_identically() {
 }
 
 #[test]
-fn chats_with_tools_render_as_transformers_renders_them_for_vllm() {
+fn chats_with_tools_render_as_transformers_renders_them() {
     // `reference/make_tool_fixtures.py`: tools as sent (keys in their order), calls'
     // arguments decoded, tool messages answering them.
     let cases: serde_json::Value =
