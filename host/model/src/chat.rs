@@ -224,17 +224,16 @@ fn tojson(value: Value, kwargs: Kwargs) -> std::result::Result<Value, minijinja:
     kwargs.assert_all_used()?;
     // Written from the template's value itself, whose maps keep their order (as Python's
     // dicts, which `json.dumps` writes in order).
-    let json = value;
     let mut out = Vec::new();
     let result = match indent {
         Some(n) => {
             let pad = vec![b' '; n];
             let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::indented(&pad));
-            serde::Serialize::serialize(&json, &mut ser)
+            serde::Serialize::serialize(&value, &mut ser)
         }
         None => {
             let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::compact());
-            serde::Serialize::serialize(&json, &mut ser)
+            serde::Serialize::serialize(&value, &mut ser)
         }
     };
     result.map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;

@@ -51,14 +51,8 @@ pub fn layout_chat(
             seq.image_tokens += n;
         }
         images_seen = markers;
-        let n = delta_ids.len() + answer.len();
-        seq.loss_mask
-            .extend(std::iter::repeat_n(false, delta_ids.len()).chain(std::iter::repeat_n(true, answer.len())));
-        seq.ids.extend(delta_ids);
-        seq.ids.extend(answer);
-        seq.logprobs.extend(std::iter::repeat_n(0.0, n));
-        seq.rewards.extend(std::iter::repeat_n(0.0, n));
-        seq.turn_ends.push(seq.ids.len() - 1);
+        // No policy sampled it: no log-probs.
+        seq.push_turn(&delta_ids, &answer, &vec![0.0; answer.len()]);
         covered = format!("{prompt}{}", &segment[..consumed]);
     }
     seq.advantage_mask = seq.loss_mask.clone();

@@ -113,6 +113,21 @@ pub struct TrainingSequence {
     pub image_tokens: usize,
 }
 
+impl TrainingSequence {
+    /// Appends a turn: its prompt's ids outside the loss, then its answer's under it with
+    /// their log-probs (one each), the turn ending on the answer's last token (on the
+    /// prompt's with nothing sampled, an empty generation).
+    pub(crate) fn push_turn(&mut self, prompt: &[u32], answer: &[u32], logprobs: &[f32]) {
+        debug_assert_eq!(answer.len(), logprobs.len(), "a log-prob per answer token");
+        let n = prompt.len() + answer.len();
+        self.ids.extend(prompt.iter().chain(answer));
+        self.loss_mask.extend(std::iter::repeat_n(false, prompt.len()).chain(std::iter::repeat_n(true, answer.len())));
+        self.logprobs.extend(std::iter::repeat_n(0.0, prompt.len()).chain(logprobs.iter().copied()));
+        self.rewards.extend(std::iter::repeat_n(0.0, n));
+        self.turn_ends.push(self.ids.len() - 1);
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum LayoutError {
     #[error("chat template: {0}")]
@@ -237,14 +252,7 @@ fn walk(
             seq.images.extend(turn.images.iter().cloned());
             seq.image_tokens += n;
         }
-        let prompt_len = delta_ids.len();
-        seq.ids.extend(delta_ids);
-        seq.ids.extend(&sampled);
-        seq.loss_mask.extend(std::iter::repeat_n(false, prompt_len).chain(std::iter::repeat_n(true, sampled.len())));
-        seq.logprobs.extend(std::iter::repeat_n(0.0, prompt_len).chain(logprobs));
-        seq.rewards.extend(std::iter::repeat_n(0.0, prompt_len + sampled.len()));
-        // With nothing sampled (an empty generation) the turn ends on its prompt's last token.
-        seq.turn_ends.push(seq.ids.len() - 1);
+        seq.push_turn(&delta_ids, &sampled, &logprobs);
         if options.rewards == RewardPlacement::PerTurn {
             seq.rewards[seq.ids.len() - 1] += turn.reward;
         }

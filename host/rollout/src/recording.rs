@@ -85,13 +85,7 @@ impl Recording {
             self.sequences.push(TrainingSequence::default());
         }
         let seq = self.sequences.last_mut().expect("a sequence to continue");
-        let n = pending.delta.len();
-        seq.ids.extend(pending.delta);
-        seq.ids.extend(sampled);
-        seq.loss_mask.extend(std::iter::repeat_n(false, n).chain(std::iter::repeat_n(true, sampled.len())));
-        seq.logprobs.extend(std::iter::repeat_n(0.0, n).chain(logprobs.iter().copied()));
-        seq.rewards.extend(std::iter::repeat_n(0.0, n + sampled.len()));
-        seq.turn_ends.push(seq.ids.len() - 1);
+        seq.push_turn(&pending.delta, sampled, logprobs);
         self.covered = pending.text + &answer;
         self.versions.push(version);
         Ok(())

@@ -143,8 +143,8 @@ struct Answer {
     /// Its text (before its tool calls, when it has any).
     text: String,
     calls: Vec<ToolCall>,
-    /// It was forced to call a named function (which OpenAI ends with `stop`).
-    named: bool,
+    /// It ends as `tool_calls` ([`tools::ToolUse::ends_in_calls`]).
+    ends_in_calls: bool,
     finish: FinishReason,
     prompt_tokens: usize,
     token_ids: Vec<u32>,
@@ -509,9 +509,9 @@ impl Worker {
         let (text, partial) = answer_text(tokenizer, &a.generation);
         let (text, calls) = tools.read(&text);
         Answer {
+            ends_in_calls: tools.ends_in_calls(&calls),
             text,
             calls,
-            named: tools.named,
             partial,
             finish: a.generation.finish,
             prompt_tokens: a.prompt_tokens,
@@ -579,8 +579,8 @@ fn stream_end(
             stream::Event::End {
                 choice: route.choice,
                 rest: stream::rest_of(&text, route.sent),
+                ends_in_calls: tools.ends_in_calls(&calls),
                 calls,
-                named: tools.named,
                 finish: a.generation.finish,
                 partial,
                 usage: (a.prompt_tokens, a.generation.token_ids.len()),
@@ -819,7 +819,7 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
                 content: (a.calls.is_empty() || !a.text.is_empty()).then(|| a.text.clone()),
                 tool_calls: (!a.calls.is_empty()).then(|| a.calls.iter().map(tool_call_entry).collect()),
             },
-            finish_reason: Some(finish_reason(a.finish, !a.calls.is_empty() && !a.named).into()),
+            finish_reason: Some(finish_reason(a.finish, a.ends_in_calls).into()),
             logprobs: logprobs.then(|| token_logprobs(&a)),
             token_ids: Some(a.token_ids),
             partial_bytes: a.partial,
@@ -829,8 +829,7 @@ fn completion(id: String, model: String, answers: Vec<Answer>, logprobs: bool) -
     ChatResponse { id, object: "chat.completion".into(), created: now(), model, choices, usage: Some(usage) }
 }
 
-/// OpenAI's name for why an answer ended (`calls`: it ended with tool calls it chose to
-/// make; a call forced by name ends with `stop`).
+/// OpenAI's name for why an answer ended (`calls`: it ends as `tool_calls`).
 fn finish_reason(f: FinishReason, calls: bool) -> &'static str {
     match f {
         _ if calls => "tool_calls",

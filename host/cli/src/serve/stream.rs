@@ -28,8 +28,8 @@ pub(super) enum Event {
         choice: usize,
         rest: String,
         calls: Vec<ToolCall>,
-        /// The calls were forced by name (the answer ends with `stop`).
-        named: bool,
+        /// It ends as `tool_calls` ([`super::tools::ToolUse::ends_in_calls`]).
+        ends_in_calls: bool,
         finish: FinishReason,
         partial: Option<Vec<u8>>,
         usage: (usize, usize),
@@ -155,7 +155,7 @@ impl Frame {
                 let delta = Delta { content: Some(text), ..Delta::default() };
                 vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
             }
-            Event::End { choice, rest, calls, named, finish, partial, usage: _ } => {
+            Event::End { choice, rest, calls, ends_in_calls, finish, partial, usage: _ } => {
                 let mut out = vec![];
                 if !rest.is_empty() {
                     out.push(self.event(self.chunk(choice, Delta { content: Some(rest), ..Delta::default() }, None)));
@@ -181,7 +181,7 @@ impl Frame {
                         None,
                     )));
                 }
-                let reason = super::finish_reason(finish, !calls.is_empty() && !named);
+                let reason = super::finish_reason(finish, ends_in_calls);
                 let last = self.chunk(choice, Delta::default(), Some(reason.into()));
                 out.push(self.event(ChunkChoice { partial_bytes: partial, ..last }));
                 out

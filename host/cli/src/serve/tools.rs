@@ -44,6 +44,12 @@ impl ToolUse {
         }
     }
 
+    /// Whether an answer with `calls` ends as `tool_calls` (OpenAI's finish reason for calls
+    /// the model chose to make; one forced by name ends with `stop`).
+    pub fn ends_in_calls(&self, calls: &[ToolCall]) -> bool {
+        !calls.is_empty() && !self.named
+    }
+
     /// An answer's `text` (past the prefix) as content and calls, each call given a fresh
     /// id. A request that reads no calls, an answer without one and an answer with a
     /// malformed one are all text (the prefix included).
@@ -204,6 +210,8 @@ mod tests {
             ("<tool_call>\n{\"name\": \"calc\", \"arguments\":", Streaming::Nothing)
         );
         assert!(named.named && !auto.named && auto.parallel);
+        let call = [ToolCall { id: "c".into(), name: "calc".into(), arguments: "{}".into() }];
+        assert!(auto.ends_in_calls(&call) && !auto.ends_in_calls(&[]) && !named.ends_in_calls(&call));
         assert!(tool_use(&request(calc(), json!("required")), f).unwrap().prefix.ends_with("{\"name\": \""));
         for (tools, choice, says) in [
             (calc(), json!({"type": "function", "function": {"name": "rm"}}), "not among the tools"),
