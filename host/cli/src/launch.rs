@@ -42,7 +42,7 @@ pub fn launch(n: usize, args: &[String], timeout: Duration) -> Result<()> {
         .context("hosting the rendezvous store for --nproc")?;
     // The ranks' keys live under a secret of this launch: the store listens on loopback,
     // but any local user could reach it.
-    let token = format!("{:016x}{:016x}", crate::serve::fresh_seed(), crate::serve::fresh_seed());
+    let token = format!("{:016x}{:016x}", vagen_serve::fresh_seed(), vagen_serve::fresh_seed());
     let exe = std::env::current_exe().context("finding this program to start the ranks")?;
     let mut children: Vec<Option<Child>> = Vec::new();
     for rank in 0..n {

@@ -108,17 +108,25 @@ impl Model {
     /// `chat`'s prompt: its messages and tools rendered by the chat template, the generation
     /// prompt, then its answer's prefix.
     pub fn chat_prompt(&self, chat: &Chat) -> crate::Result<crate::Prompt> {
+        let text = self.chat_text(chat)?;
+        self.encode_rendered(&text, &chat.images)
+    }
+
+    /// The text of `chat`'s prompt ([`Self::chat_prompt`] before it is tokenised), refused
+    /// when its messages alone are past the context.
+    pub fn chat_text(&self, chat: &Chat) -> crate::Result<String> {
+        self.past_the_context(chat)?;
         let template = self.chat_template()?;
         let mut text = template.render_chat(&chat.messages, &chat.tools, self.vision.is_some(), true)?;
         text.push_str(&chat.answer_prefix);
-        self.encode_rendered(&text, &chat.images)
+        Ok(text)
     }
 
     /// The engine request that continues `chat` as trajectory `key`: its prompt rendered by
     /// the chat template, its cap within the context's room, its seed (drawn from the
     /// prompt when the chat has none).
     pub fn chat_request(&self, chat: &Chat, key: u64) -> Result<EngineRequest, ChatError> {
-        let prompt = self.past_the_context(chat).and_then(|()| self.chat_prompt(chat));
+        let prompt = self.chat_prompt(chat);
         let prompt = prompt.map_err(|e| ChatError::Prompt(e.to_string()))?;
         let room = self.config().max_position_embeddings.saturating_sub(prompt.ids.len());
         if room == 0 {

@@ -15,7 +15,6 @@ mod play;
 mod schema;
 mod ws;
 
-use crate::serve::{listen, read_body};
 use anyhow::{Context, Result};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
@@ -32,6 +31,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use vagen_serve::{listen, read_body};
 
 #[derive(Args)]
 pub struct ServeEnvArgs {
@@ -311,7 +311,7 @@ async fn reset(
                 );
                 return Refusal::new(StatusCode::TOO_MANY_REQUESTS, "TOO_MANY_EPISODES", message).into_response();
             }
-            let id = format!("episode-{:016x}", crate::serve::fresh_seed());
+            let id = format!("episode-{:016x}", vagen_serve::fresh_seed());
             let shared = s.clone();
             match tokio::task::spawn_blocking(move || Slot::new(&shared.served, id)).await.expect("no panic") {
                 Ok(slot) => {

@@ -62,7 +62,7 @@ impl Slot {
             )));
         }
         let seed = match args.get("seed") {
-            None | Some(Value::Null) => crate::serve::fresh_seed(),
+            None | Some(Value::Null) => vagen_serve::fresh_seed(),
             Some(v) => v
                 .as_u64()
                 .ok_or_else(|| Refusal::invalid(format!("seed must be an integer from 0 to 2^64-1, not {v}")))?,

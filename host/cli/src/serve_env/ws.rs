@@ -26,7 +26,7 @@ async fn session(s: Arc<Shared>, mut socket: WebSocket) {
         Ok(p) => p,
         Err(r) => return refuse_and_close(socket, r).await,
     };
-    let id = format!("ws-{:016x}", crate::serve::fresh_seed());
+    let id = format!("ws-{:016x}", vagen_serve::fresh_seed());
     let shared = s.clone();
     let slot = match tokio::task::spawn_blocking(move || Slot::new(&shared.served, id)).await.expect("no panic") {
         Ok(slot) => Arc::new(Mutex::new(slot)),

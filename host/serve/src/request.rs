@@ -2,7 +2,9 @@
 //! messages and their images (counted, sized from their headers, then decoded), and the
 //! [`Job`] the worker generates.
 
-use super::{Job, Replier, Shared, fresh_seed};
+use crate::episodes::EpisodeBook;
+use crate::server::{Shared, fresh_seed};
+use crate::worker::{Job, Replier};
 use axum::http::StatusCode;
 use base64::Engine as _;
 use serde_json::Value;
@@ -13,7 +15,7 @@ use vagen_policy::openai::{ChatRequest, Content, Part};
 
 /// Fields of OpenAI's request that change what is generated and that this server does not
 /// implement: refused, never ignored.
-pub(super) const NOT_IMPLEMENTED: &[&str] = &[
+pub(crate) const NOT_IMPLEMENTED: &[&str] = &[
     "functions",
     "function_call",
     "logit_bias",
@@ -25,12 +27,12 @@ pub(super) const NOT_IMPLEMENTED: &[&str] = &[
 ];
 
 /// Fields that do not change the answer, accepted and not used.
-pub(super) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier"];
+pub(crate) const IGNORED: &[&str] = &["user", "metadata", "store", "service_tier"];
 
 /// How many pictures a request may hold and how large they may be, checked from the
 /// request and the images' headers before any is decoded (a 49 KB PNG decodes to 50 MB).
 #[derive(Debug, Clone, Copy)]
-pub(super) struct ImageLimits {
+pub struct ImageLimits {
     pub per_request: usize,
     pub pixels_per_image: u64,
     pub pixels_per_request: u64,
@@ -38,13 +40,13 @@ pub(super) struct ImageLimits {
 
 /// Pixels of decoded pictures the server holds at once, over every request in it: a request
 /// takes its share before decoding and gives it back when it is answered or dropped.
-pub(super) struct PixelBudget {
+pub(crate) struct PixelBudget {
     held: AtomicU64,
     pub max: u64,
 }
 
 /// A request's share of the [`PixelBudget`], returned when dropped.
-pub(super) struct PixelHold {
+pub(crate) struct PixelHold {
     budget: Arc<PixelBudget>,
     pixels: u64,
 }
@@ -213,7 +215,7 @@ fn reader(bytes: &[u8]) -> Result<image::ImageReader<std::io::Cursor<&[u8]>>, St
 }
 
 /// What the worker generates for `r`, or the field that refuses it.
-pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Job, Refused> {
+pub(crate) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -> Result<Job, Refused> {
     for (key, value) in &r.other {
         if let Some(&name) = NOT_IMPLEMENTED.iter().find(|n| **n == key.as_str()) {
             if !value.is_null() {
@@ -231,7 +233,7 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
             return Err(refused("body", format!("{key}: not a chat-completions field this server knows")));
         }
     }
-    let tools = super::tools::tool_use(r, s.tool_format)?;
+    let tools = crate::tools::tool_use(r, s.tool_format)?;
     let Messages { messages, images, pixels } = read_messages(r, s.has_vision, s.images, &s.pixels)?;
     let n = r.n.unwrap_or(1);
     if !(1..=s.max_batch as i64).contains(&n) {
@@ -283,18 +285,50 @@ pub(super) fn job(r: &ChatRequest, s: &Shared, adapter: usize, reply: Replier) -
         gone,
         pixels,
         arrived: s.counters.steps.load(std::sync::atomic::Ordering::SeqCst),
+        top_k: 0,
+        episode: None,
     })
+}
+
+/// Makes `job` the next call of recorded episode `id`: one answer, no images, sampled with
+/// the run's settings (the harness's `temperature`, `top_p` and `seed` are not the policy
+/// being trained), its `max_tokens` at most the run's.
+pub(crate) fn into_episode(job: &mut Job, book: &EpisodeBook, id: String) -> Result<(), Refused> {
+    if job.seeds.len() != 1 {
+        return Err(refused(
+            "n",
+            "an episode's call has one answer (n = 1): the run plays a task again as episodes of its own",
+        ));
+    }
+    if !job.images.is_empty() {
+        return Err(refused("messages", "images in a recorded episode are not supported yet: its calls are text"));
+    }
+    let sampling = &book.sampling;
+    job.temperature = sampling.temperature;
+    job.top_p = sampling.top_p;
+    job.top_k = sampling.top_k;
+    job.max_tokens = job.max_tokens.min(sampling.max_new_tokens);
+    let Some(seed) = book.call_seed(&id) else {
+        return Err(Refused {
+            status: StatusCode::UNAUTHORIZED,
+            param: "episode",
+            message: format!("episode {id} has ended"),
+        });
+    };
+    job.seeds = vec![seed];
+    job.episode = Some(id);
+    Ok(())
 }
 
 /// A request refused for one of its fields.
 #[derive(Debug)]
-pub(super) struct Refused {
+pub(crate) struct Refused {
     pub status: StatusCode,
     pub param: &'static str,
     pub message: String,
 }
 
-pub(super) fn refused(param: &'static str, message: impl Into<String>) -> Refused {
+pub(crate) fn refused(param: &'static str, message: impl Into<String>) -> Refused {
     Refused { status: StatusCode::BAD_REQUEST, param, message: message.into() }
 }
 

@@ -5,14 +5,14 @@
 //! not sampled: vLLM constrains sampling instead). A call the model wrote badly leaves the
 //! answer as text, never an error.
 
-use super::request::{Refused, refused};
+use crate::request::{Refused, refused};
 use serde_json::Value;
 use vagen_model::{CALL_OPEN, ToolCall, ToolFormat};
 use vagen_policy::openai::ChatRequest;
 
 /// What a request asked of tools.
 #[derive(Debug, Clone)]
-pub(super) struct ToolUse {
+pub(crate) struct ToolUse {
     /// The tools as sent, for the chat template.
     pub tools: Vec<Value>,
     pub names: Vec<String>,
@@ -70,7 +70,7 @@ impl ToolUse {
 
 /// See [`ToolUse::streaming`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Streaming {
+pub(crate) enum Streaming {
     All,
     Nothing,
     UntilCall,
@@ -97,13 +97,13 @@ impl Streaming {
 
 /// OpenAI's ids look like `call_` and 24 letters and digits.
 fn call_id() -> String {
-    let n = u128::from(super::fresh_seed()) << 64 | u128::from(super::fresh_seed());
+    let n = u128::from(crate::fresh_seed()) << 64 | u128::from(crate::fresh_seed());
     format!("call_{:024x}", n & ((1u128 << 96) - 1))
 }
 
 /// The request's tools and choice, or the field at fault. `format`: how the served model
 /// writes calls (`None`: its template writes none, and tools are refused).
-pub(super) fn tool_use(r: &ChatRequest, format: Option<ToolFormat>) -> Result<ToolUse, Refused> {
+pub(crate) fn tool_use(r: &ChatRequest, format: Option<ToolFormat>) -> Result<ToolUse, Refused> {
     let tools = r.tools.clone().unwrap_or_default();
     let mut names: Vec<String> = vec![];
     for (i, tool) in tools.iter().enumerate() {

@@ -2,8 +2,8 @@
 //! server-sent-event body reads from it); a channel whose body was dropped marks its
 //! request gone, and the worker aborts its rows before the next step.
 
-use super::tokens::{TokenText, token_text};
-use super::tools::Streaming;
+use crate::tokens::{TokenText, token_text};
+use crate::tools::Streaming;
 use axum::body::Body;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -17,7 +17,7 @@ use vagen_policy::openai::{
 };
 
 /// What a streamed request hears from the worker.
-pub(super) enum Event {
+pub(crate) enum Event {
     /// A token of choice `choice` (`token`: its own text and bytes, for `logprobs`), and the
     /// text it completes (empty while a character is incomplete, or held back while it
     /// could still be part of a stop string).
@@ -28,7 +28,7 @@ pub(super) enum Event {
         choice: usize,
         rest: String,
         calls: Vec<ToolCall>,
-        /// It ends as `tool_calls` ([`super::tools::ToolUse::ends_in_calls`]).
+        /// It ends as `tool_calls` ([`crate::tools::ToolUse::ends_in_calls`]).
         ends_in_calls: bool,
         finish: FinishReason,
         partial: Option<Vec<u8>>,
@@ -39,7 +39,7 @@ pub(super) enum Event {
 }
 
 /// Where one engine request's tokens go.
-pub(super) struct Route {
+pub(crate) struct Route {
     pub choice: usize,
     /// Set when the request's client left (its handler or body stream was dropped).
     pub gone: Arc<AtomicBool>,
@@ -104,12 +104,12 @@ fn fresh_text(tokenizer: &Tokenizer, ids: &[u32], sent: &mut usize, hold: usize,
 }
 
 /// The text of a finished answer past the `sent` bytes the stream already holds.
-pub(super) fn rest_of(text: &str, sent: usize) -> String {
+pub(crate) fn rest_of(text: &str, sent: usize) -> String {
     if sent <= text.len() && text.is_char_boundary(sent) { text[sent..].to_string() } else { String::new() }
 }
 
 /// What the server-sent-event body needs to frame events.
-pub(super) struct Frame {
+pub(crate) struct Frame {
     pub id: String,
     pub model: String,
     pub choices: usize,
@@ -127,7 +127,7 @@ impl Frame {
         let c = ChatChunk {
             id: self.id.clone(),
             object: "chat.completion.chunk".into(),
-            created: super::now(),
+            created: crate::server::now(),
             model: self.model.clone(),
             choices,
             usage,
@@ -149,9 +149,9 @@ impl Frame {
     fn frames(&self, event: Event) -> Vec<String> {
         match event {
             Event::Token { choice, id, token, logprob, text, top } => {
-                let logprobs = self
-                    .logprobs
-                    .then(|| ChoiceLogprobs { content: vec![super::logprob_entry(&token, logprob, Some(&top))] });
+                let logprobs = self.logprobs.then(|| ChoiceLogprobs {
+                    content: vec![crate::server::logprob_entry(&token, logprob, Some(&top))],
+                });
                 let delta = Delta { content: Some(text), ..Delta::default() };
                 vec![self.event(ChunkChoice { logprobs, token_ids: Some(vec![id]), ..self.chunk(choice, delta, None) })]
             }
@@ -181,7 +181,7 @@ impl Frame {
                         None,
                     )));
                 }
-                let reason = super::finish_reason(finish, ends_in_calls);
+                let reason = crate::server::finish_reason(finish, ends_in_calls);
                 let last = self.chunk(choice, Delta::default(), Some(reason.into()));
                 out.push(self.event(ChunkChoice { partial_bytes: partial, ..last }));
                 out
@@ -206,7 +206,7 @@ struct Tally {
 /// The response: each choice's role, then events as the worker sends them, `[DONE]` once
 /// every choice ended. `guard` lives as long as the body: a client that leaves drops it,
 /// which marks the request gone and frees its rows at the next decode step.
-pub(super) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Event>, guard: G) -> Response {
+pub(crate) fn body<G: Send + 'static>(frame: Frame, events: UnboundedReceiver<Event>, guard: G) -> Response {
     let first: VecDeque<String> = (0..frame.choices)
         .map(|i| {
             let delta = Delta { role: Some("assistant".into()), content: Some(String::new()), tool_calls: None };

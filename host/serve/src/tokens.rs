@@ -6,12 +6,12 @@ use vagen_model::{FinishReason, Generation, Tokenizer};
 /// A token's text for `logprobs`: its characters, or `bytes:\xNN…` when its bytes are not
 /// whole characters (OpenAI's spelling), and the bytes themselves.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct TokenText {
+pub(crate) struct TokenText {
     pub text: String,
     pub bytes: Vec<u8>,
 }
 
-pub(super) fn token_text(tokenizer: &Tokenizer, id: u32) -> TokenText {
+pub(crate) fn token_text(tokenizer: &Tokenizer, id: u32) -> TokenText {
     let bytes = tokenizer.token_bytes(id).unwrap_or_default();
     let text = match std::str::from_utf8(&bytes) {
         Ok(s) => s.to_string(),
@@ -22,7 +22,7 @@ pub(super) fn token_text(tokenizer: &Tokenizer, id: u32) -> TokenText {
 
 /// The answer's text, and the bytes of a character its last tokens began and did not end
 /// (a length cut inside a character), which the text leaves out rather than showing U+FFFD.
-pub(super) fn answer_text(tokenizer: &Tokenizer, g: &Generation) -> (String, Option<Vec<u8>>) {
+pub(crate) fn answer_text(tokenizer: &Tokenizer, g: &Generation) -> (String, Option<Vec<u8>>) {
     if g.finish != FinishReason::Length {
         return (g.text.clone(), None);
     }
