@@ -21,6 +21,9 @@ pub enum FailedCall {
     /// Not the env's: the policy could not answer turn `turn` (its server never answered).
     /// The episode is lost, not failed by the env; counted apart where that matters (`eval`).
     Policy { turn: usize },
+    /// A harness process (an agent program run per episode) failed: crashed, ran past its
+    /// deadline, flooded its output or reported no valid reward.
+    Harness,
 }
 
 /// Why an episode could not go on.
@@ -47,6 +50,7 @@ impl Failure {
             FailedCall::Oracle { .. } => "oracle",
             FailedCall::Step { .. } => "step",
             FailedCall::Policy { .. } => "policy",
+            FailedCall::Harness => "harness",
         };
         format!("{call}:{}", self.kind)
     }
@@ -59,6 +63,7 @@ impl std::fmt::Display for Failure {
             FailedCall::Oracle { turn } => write!(f, "turn {turn}: oracle: {}", self.message),
             FailedCall::Step { turn } => write!(f, "turn {turn}: {}", self.message),
             FailedCall::Policy { turn } => write!(f, "turn {turn}: policy: {}", self.message),
+            FailedCall::Harness => write!(f, "harness: {}", self.message),
         }
     }
 }
@@ -136,7 +141,7 @@ impl TooManyFailures {
         let call = match self.failure.call {
             FailedCall::Reset => Some(0),
             FailedCall::Step { .. } => Some(self.answers.len()),
-            FailedCall::Oracle { .. } | FailedCall::Policy { .. } => None,
+            FailedCall::Oracle { .. } | FailedCall::Policy { .. } | FailedCall::Harness => None,
         };
         Reproducer::failure(plugin, env_config, self.seed, self.answers.clone(), &self.failure.to_string(), call)
     }

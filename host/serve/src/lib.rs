@@ -20,6 +20,7 @@
 
 mod episodes;
 pub mod harness;
+mod hosted;
 mod request;
 mod server;
 mod stream;
@@ -28,6 +29,7 @@ mod tools;
 mod worker;
 
 pub use episodes::{Call, EpisodeBook, EpisodeRecord, EpisodeSampling, Reported, Ticket};
+pub use hosted::host_episodes;
 pub use request::ImageLimits;
 pub use server::{ServerOptions, accept, fresh_seed, listen, read_body, server};
 pub use worker::Worker;

@@ -11,7 +11,9 @@ use anyhow::Result;
 use std::rc::Rc;
 use vagen_model::Model;
 use vagen_policy::ChatModel;
-use vagen_rollout::{AnswerOrigin, ChatTokenizer, LayoutOptions, NoisyOracle, RolloutMetrics, Trajectory, layout};
+use vagen_rollout::{
+    AnswerOrigin, ChatTokenizer, LayoutOptions, NoisyOracle, Recorded, RolloutMetrics, Trajectory, TurnRecord, layout,
+};
 
 /// What `collect` gives the step: the batch and the rollout's own figures.
 pub struct Collected {
@@ -104,6 +106,10 @@ pub(crate) fn collect(
     let env_config = cfg.train_env_config_json();
     run.check_failures(played.outcome.verdict, &format!("step {n}"), &format!("step{n}"), &env_config)?;
     let mut trajs = played.outcome.trajectories;
+    let (mut recorded, harness_metrics) = match played.harness {
+        Some((r, m)) => (Some(r), m),
+        None => (None, Default::default()),
+    };
     let explored_turns = trajs.iter().flat_map(|t| &t.turns).filter(|t| t.origin == AnswerOrigin::Forced).count();
     let answers = Answers::of(&trajs, cfg.rollout.sampling.max_new_tokens, &actor.eos_token_ids);
     // Every rank's counts, in one collective.
@@ -115,17 +121,21 @@ pub(crate) fn collect(
     if run.ranks.is_main() {
         crate::report::save_rewards(run.run_dir, n, &scored)?;
     }
-    let reward_metrics = crate::data_parallel::weighted_means(run.ranks, &scored.metrics, trajs.len() as f64)?;
+    let mut figures = scored.metrics.clone();
+    figures.extend(harness_metrics);
+    let reward_metrics = crate::data_parallel::weighted_means(run.ranks, &figures, trajs.len() as f64)?;
     // After scoring: `train/reward` includes what the reward functions paid.
     let rollout = crate::data_parallel::rollout_metrics(run.ranks, vagen_rollout::RolloutTotals::of(&trajs))?;
     // A trajectory with a turn no reward could score has no return to learn from.
-    let kept: Vec<Trajectory> = trajs
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| scored.unscored.binary_search(i).is_err())
-        .map(|(_, t)| t)
-        .collect();
-    let batch = lay_out(cfg, &ChatModel(actor), &kept)?;
+    let unscored = |i: &usize| scored.unscored.binary_search(i).is_ok();
+    let kept: Vec<Trajectory> = trajs.into_iter().enumerate().filter(|(i, _)| !unscored(i)).map(|(_, t)| t).collect();
+    let batch = match recorded.take() {
+        Some(r) => {
+            let r: Vec<Recorded> = r.into_iter().enumerate().filter(|(i, _)| !unscored(i)).map(|(_, r)| r).collect();
+            lay_out_recorded(&kept, r)
+        }
+        None => lay_out(cfg, &ChatModel(actor), &kept)?,
+    };
     let (laid_out, explored_turns) = (kept.len(), sums[0] as usize);
     let pace = played.pace;
     Ok(Collected { batch, rollout, laid_out, explored_turns, engine, reward_metrics, pace, versions, dropped, answers })
@@ -165,6 +175,26 @@ pub(crate) fn collect_sft(run: &RunEnv, actor: &Model, k: u64, n: usize) -> Resu
     let mut batch = lay_out(cfg, &ChatModel(actor), &trajs)?;
     batch.mask_out(AnswerOrigin::Noisy);
     Ok(batch)
+}
+
+/// A harness run's training sequences: each trajectory's recorded ones, a turn per call,
+/// each turn's reward on its last token.
+fn lay_out_recorded(trajs: &[Trajectory], recorded: Vec<Recorded>) -> StepBatch {
+    let mut batch = StepBatch::new();
+    for (i, (t, r)) in trajs.iter().zip(recorded).enumerate() {
+        if t.failure.is_some() || t.turns.is_empty() {
+            continue;
+        }
+        let mut turns = t.turns.iter().enumerate();
+        for mut seq in r.sequences {
+            let kept: Vec<(usize, &TurnRecord)> = turns.by_ref().take(seq.turn_ends.len()).collect();
+            for (&end, (_, turn)) in seq.turn_ends.iter().zip(&kept) {
+                seq.rewards[end] = turn.reward as f32;
+            }
+            batch.push(seq, Source { episode: i, group: t.group as u64, seed: t.seed, turns: kept });
+        }
+    }
+    batch
 }
 
 /// Training sequences, one per trajectory or one per turn (`rollout.per_turn`), in

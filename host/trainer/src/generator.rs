@@ -107,7 +107,7 @@ impl Generator {
     /// weights after `start` updates, on a copy of the model `model` makes.
     pub(crate) fn start(
         cfg: &TrainConfig,
-        plugin: Arc<dyn Plugin>,
+        plugin: Option<Arc<dyn Plugin>>,
         share: (usize, usize),
         start: usize,
         weights: Vec<(String, Tensor)>,
@@ -127,7 +127,7 @@ impl Generator {
         let handle = std::thread::Builder::new()
             .name("vagen-generator".into())
             .spawn(move || {
-                let result = generate(&cfg, plugin.as_ref(), share, start, model, &thread_shared, &tx);
+                let result = generate(&cfg, plugin.as_deref(), share, start, model, &thread_shared, &tx);
                 if let Err(e) = result {
                     let _ = tx.send(Err(format!("{e:#}")));
                 }
@@ -178,7 +178,7 @@ impl Drop for Generator {
 /// batches from `start` on, each started with weights at most `k` versions behind.
 fn generate(
     cfg: &TrainConfig,
-    plugin: &dyn Plugin,
+    plugin: Option<&dyn Plugin>,
     share: (usize, usize),
     start: usize,
     model: ModelFactory,

@@ -24,6 +24,7 @@ mod credit;
 mod data_parallel;
 mod evaluate;
 mod generator;
+mod harness;
 mod judge_access;
 mod log;
 mod metrics;

@@ -25,12 +25,18 @@ pub(crate) const SFT_SEED_STRIDE: u64 = 1024;
 #[derive(Clone, Copy)]
 pub(crate) struct RunEnv<'a> {
     pub cfg: &'a TrainConfig,
-    pub plugin: &'a dyn Plugin,
+    /// `None` for a harness run (`env.harness`).
+    pub plugin: Option<&'a dyn Plugin>,
     pub ranks: &'a Ranks,
     pub run_dir: &'a Path,
 }
 
-impl RunEnv<'_> {
+impl<'a> RunEnv<'a> {
+    /// The env plugin; a harness run has none (its episodes are played by `harness.rs`).
+    pub fn plugin(&self) -> Result<&'a dyn Plugin> {
+        self.plugin.ok_or_else(|| anyhow::anyhow!("this run plays a harness (env.harness), not a plugin"))
+    }
+
     /// This process among the ranks, as `(rank, world)`.
     pub fn share(&self) -> (usize, usize) {
         (self.ranks.rank(), self.ranks.world())
@@ -47,7 +53,7 @@ impl RunEnv<'_> {
         what: &str,
         file: &str,
     ) -> Result<Vec<Trajectory>> {
-        let outcome = play_groups(self.cfg, self.plugin, seeds, group_size, policy, self.share())?;
+        let outcome = play_groups(self.cfg, self.plugin()?, seeds, group_size, policy, self.share())?;
         self.check_failures(outcome.verdict, what, file, &self.cfg.train_env_config_json())?;
         Ok(outcome.trajectories)
     }
@@ -65,8 +71,20 @@ impl RunEnv<'_> {
         let Err(e) = verdict else {
             return Ok(());
         };
+        let Some(plugin) = self.plugin else {
+            let harness = self.cfg.env.harness.as_ref().expect("a run without a plugin has a harness");
+            bail!(
+                "{} of {} episodes failed in {what} (more than env.max_failure_rate {}: {}); {} failed: {}",
+                e.failed,
+                e.total,
+                e.max_rate,
+                vagen_rollout::counts_text(&e.counts),
+                crate::harness::describe(harness),
+                e.failure
+            );
+        };
         let path = self.run_dir.join(format!("failure-{file}-seed{}.json", e.seed));
-        let reproducer = e.reproducer(self.plugin, env_config);
+        let reproducer = e.reproducer(plugin, env_config);
         std::fs::write(&path, serde_json::to_string_pretty(&reproducer)?)?;
         bail!(
             "{} of {} trajectories failed in {what} (more than env.max_failure_rate {}: {}); the env plugin {} faulted: {}; reproducer: {} (replay with `vagen-host run --replay {}`)",
@@ -129,11 +147,17 @@ fn run_share(
 /// run's bar covers its evaluations.
 pub(crate) fn held_out_share(
     cfg: &TrainConfig,
-    plugin: &dyn Plugin,
+    plugin: Option<&dyn Plugin>,
     model: Rc<Model>,
     ranks: &Ranks,
 ) -> Result<Outcome> {
     let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
+    let Some(plugin) = plugin else {
+        let mine = vagen_dist::share(seeds.len(), ranks.rank(), ranks.world());
+        let (samples, purpose) = (cfg.env.val_samples, SamplingFor::HeldOut);
+        let played = crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], samples, mine.start, purpose, 0)?;
+        return Ok(played.outcome);
+    };
     let mut policy = held_out_policy(cfg, model);
     let (env_config, config) = (cfg.env_config_json(), cfg.rollout.rollout_config());
     let episodes = episodes(cfg, plugin, &env_config, &config, cfg.env.val_samples);
@@ -192,6 +216,8 @@ pub(crate) struct Played {
     pub engine: Option<vagen_model::EngineStats>,
     pub pace: Pace,
     pub versions: TokenVersions,
+    /// A harness run's recorded sequences (by trajectory) and `harness/…` figures.
+    pub harness: Option<(Vec<vagen_rollout::Recorded>, std::collections::BTreeMap<String, f64>)>,
 }
 
 /// RL step `step`'s episodes (0-based): `env.groups` seeds × `env.group_size`, drawn from
@@ -199,7 +225,7 @@ pub(crate) struct Played {
 /// answered by `model` (exploring where configured).
 pub(crate) fn play(
     cfg: &TrainConfig,
-    plugin: &dyn Plugin,
+    plugin: Option<&dyn Plugin>,
     model: Rc<Model>,
     step: usize,
     version: usize,
@@ -210,6 +236,16 @@ pub(crate) fn play(
     let s = step as u64;
     let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
     let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + s * cfg.env.groups as u64 + g).collect();
+    let Some(plugin) = plugin else {
+        let mine = vagen_dist::share(seeds.len(), rank, world);
+        let (size, purpose) = (cfg.env.group_size, SamplingFor::Training);
+        let h =
+            crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], size, mine.start, purpose, version as u64)?;
+        let pace = Pace { play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
+        let versions = TokenVersions::of(&h.outcome.trajectories, version);
+        let harness = Some((h.recorded, h.metrics));
+        return Ok(Played { step, outcome: h.outcome, engine: None, pace, versions, harness });
+    };
     let seed = cfg.schedule.seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let options = cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
     let mut inner = model_policy(cfg, model, options);
@@ -226,5 +262,5 @@ pub(crate) fn play(
     let engine = policy.inner.engine_stats();
     let pace = Pace { play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
     let versions = TokenVersions::of(&outcome.trajectories, version);
-    Ok(Played { step, outcome, engine, pace, versions })
+    Ok(Played { step, outcome, engine, pace, versions, harness: None })
 }

@@ -36,7 +36,8 @@ mod open;
 pub struct Trainer {
     pub cfg: TrainConfig,
     pub run_dir: PathBuf,
-    plugin: Arc<dyn Plugin>,
+    /// `None` for a harness run.
+    plugin: Option<Arc<dyn Plugin>>,
     pub actor: Rc<Model>,
     /// With `engine.merge_lora`: the actor with its adapters merged, which rollouts use;
     /// refreshed after every update.
@@ -140,7 +141,7 @@ impl Trainer {
         while self.state.sft_steps_done < steps {
             // Field by field, not `run_env()`: the optimiser is borrowed mutably beside it.
             let run =
-                RunEnv { cfg: &self.cfg, plugin: self.plugin.as_ref(), ranks: &self.ranks, run_dir: &self.run_dir };
+                RunEnv { cfg: &self.cfg, plugin: self.plugin.as_deref(), ranks: &self.ranks, run_dir: &self.run_dir };
             let done = self.state.sft_steps_done;
             let (loss, report) = crate::sft::step(&run, &self.actor, &mut self.actor_opt, done, chats.as_ref())?;
             self.refresh_generator()?;
@@ -275,7 +276,7 @@ impl Trainer {
     }
 
     fn run_env(&self) -> RunEnv<'_> {
-        RunEnv { cfg: &self.cfg, plugin: self.plugin.as_ref(), ranks: &self.ranks, run_dir: &self.run_dir }
+        RunEnv { cfg: &self.cfg, plugin: self.plugin.as_deref(), ranks: &self.ranks, run_dir: &self.run_dir }
     }
 
     fn models(&self) -> Models<'_> {

@@ -23,10 +23,29 @@ pub struct EnvTexts {
     pub oracle_answers: Vec<String>,
 }
 
-pub fn env_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<EnvTexts> {
-    let manifest = plugin.manifest();
-    let mut texts = vec![manifest.action_names.join(", ")];
+pub fn env_texts(cfg: &TrainConfig, plugin: Option<&dyn Plugin>) -> Result<EnvTexts> {
+    let mut texts = vec![];
     let mut oracle_answers = Vec::new();
+    if let Some(plugin) = plugin {
+        plugin_texts(cfg, plugin, &mut texts, &mut oracle_answers)?;
+    }
+    // The conversations SFT learns from, when the run has a file of them.
+    if let Some(path) = &cfg.sft.data {
+        let template = vagen_model::embedded_chat_template();
+        texts.extend(crate::chat_data::ChatData::load(path, true)?.texts(&template)?);
+    }
+    Ok(EnvTexts { texts, oracle_answers })
+}
+
+/// The plugin's texts (see [`env_texts`]) and its oracle's answers.
+fn plugin_texts(
+    cfg: &TrainConfig,
+    plugin: &dyn Plugin,
+    texts: &mut Vec<String>,
+    oracle_answers: &mut Vec<String>,
+) -> Result<()> {
+    let manifest = plugin.manifest();
+    texts.push(manifest.action_names.join(", "));
     let config = cfg.rollout.rollout_config();
     let seeds: Vec<u64> = (0..EPISODES).map(|i| cfg.env.train_seed_start + i).collect();
     let format = cfg.rollout.episodes.format;
@@ -44,19 +63,14 @@ pub fn env_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<EnvTexts> {
                 Err(e) => return Err(e).context("playing the env's episodes for the embedded model's tokenizer"),
             };
             for t in &played {
-                add(&mut texts, t);
+                add(texts, t);
                 if policy.needs_oracle() {
                     oracle_answers.extend(t.turns.iter().map(|turn| turn.response.clone()));
                 }
             }
         }
     }
-    // The conversations SFT learns from, when the run has a file of them.
-    if let Some(path) = &cfg.sft.data {
-        let template = vagen_model::embedded_chat_template();
-        texts.extend(crate::chat_data::ChatData::load(path, true)?.texts(&template)?);
-    }
-    Ok(EnvTexts { texts, oracle_answers })
+    Ok(())
 }
 
 fn add(texts: &mut Vec<String>, t: &Trajectory) {

@@ -85,7 +85,7 @@ fn local(a: &EvalArgs, setup: &Setup) -> Result<Made> {
         Some(cfg) => {
             let mut cfg = cfg.clone();
             (cfg.model.path, cfg.model.device, cfg.model.dtype) = (source.clone(), a.device, a.dtype);
-            vagen_trainer::load_model(&cfg, setup.plugin.as_ref())?
+            vagen_trainer::load_model(&cfg, Some(setup.plugin.as_ref()))?
         }
         None => {
             let spec =

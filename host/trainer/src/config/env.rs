@@ -10,7 +10,14 @@ use std::path::PathBuf;
 pub struct EnvSection {
     /// The plugin file (`.wasm` or `.so`); relative to the config file's folder (a `--set`
     /// one to the working folder). Or an OpenEnv server, `openenv+http://HOST:PORT`.
+    /// Empty with `harness`.
+    #[serde(default, skip_serializing_if = "is_empty_path")]
     pub plugin: PathBuf,
+    /// Instead of a plugin: an agent program run once per episode against the run's
+    /// recording endpoint (`vagen_serve::harness`; docs/train-an-existing-agent.md). Its
+    /// `dir` and `tasks` are relative to the config file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub harness: Option<vagen_serve::harness::HarnessConfig>,
     /// The env's config, as a TOML table (sent to the plugin as JSON; to an OpenEnv
     /// server, as extra arguments of every reset).
     #[serde(default)]
@@ -55,6 +62,10 @@ pub struct EnvSection {
     pub max_failure_rate: f64,
 }
 
+fn is_empty_path(p: &std::path::Path) -> bool {
+    p.as_os_str().is_empty()
+}
+
 fn default_max_failure_rate() -> f64 {
     0.25
 }
@@ -80,6 +91,30 @@ impl EnvSection {
     /// A plugin that is there (or a server), `openenv` only for a server, whole groups and
     /// a failure share.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(h) = &self.harness {
+            if !is_empty_path(&self.plugin) {
+                return invalid(
+                    "env.harness",
+                    "a run plays a plugin or a harness: set env.plugin or env.harness, not both".into(),
+                );
+            }
+            h.check().map_err(|message| ConfigError::Invalid { field: "env.harness", message })?;
+            if let Some(tasks) = &h.tasks
+                && !tasks.is_file()
+            {
+                return invalid("env.harness", format!("tasks {} does not exist", tasks.display()));
+            }
+            if self.openenv.is_some() || !self.config.is_empty() || !self.train_config.is_empty() {
+                return invalid(
+                    "env.harness",
+                    "a harness takes its task on stdin, not env.config, env.train_config or env.openenv".into(),
+                );
+            }
+            return self.validate_shape();
+        }
+        if is_empty_path(&self.plugin) {
+            return invalid("env.plugin", "name the env's plugin (or an agent program as env.harness)".into());
+        }
         let remote = vagen_runtime::is_openenv_url(&self.plugin);
         let registry = component_name(&self.plugin, "env.plugin")?;
         if !remote && !registry && !self.plugin.is_file() {
@@ -91,6 +126,11 @@ impl EnvSection {
                 "it applies to an OpenEnv server (plugin = \"openenv+http://HOST:PORT\") only".into(),
             );
         }
+        self.validate_shape()
+    }
+
+    /// Whole groups and a failure share.
+    fn validate_shape(&self) -> Result<(), ConfigError> {
         if self.groups == 0 || self.group_size == 0 {
             return invalid("env.groups", "groups and group_size must be at least 1".into());
         }

@@ -161,7 +161,9 @@ impl TrainConfig {
 
     /// Replaces each component name (`env.plugin`, every `[[reward]] plugin`) with `f`'s.
     fn map_components<E>(&mut self, f: impl Fn(&std::path::PathBuf) -> Result<std::path::PathBuf, E>) -> Result<(), E> {
-        self.env.plugin = f(&self.env.plugin)?;
+        if !self.env.plugin.as_os_str().is_empty() {
+            self.env.plugin = f(&self.env.plugin)?;
+        }
         for r in &mut self.rewards {
             r.plugin = f(&r.plugin)?;
         }
@@ -220,6 +222,7 @@ impl TrainConfig {
         self.check_estimator()?;
         self.check_seeds()?;
         self.env.validate()?;
+        self.check_harness()?;
         self.asynchronous.validate()?;
         self.algorithm.validate()?;
         if let Err(e) = self.distributed.validate() {
@@ -234,6 +237,31 @@ impl TrainConfig {
         }
         self.rewards.iter().try_for_each(RewardSection::validate)?;
         self.sandbox.validate()?;
+        Ok(())
+    }
+
+    /// A harness run against what needs an env plugin: SFT from the oracle (a harness has
+    /// none: SFT reads `sft.data`), the embedded model's vocabulary (learnt from `sft.data`),
+    /// answers the trainer writes itself (exploration) and the generator thread.
+    fn check_harness(&self) -> Result<(), ConfigError> {
+        if self.env.harness.is_none() {
+            return Ok(());
+        }
+        if self.sft.data.is_none() && (self.sft.steps > 0 || self.model.path.is_embedded()) {
+            return invalid(
+                "sft.data",
+                "a harness has no oracle to imitate: SFT (and the embedded model's vocabulary) learn from a file of the harness's conversations, sft.data".into(),
+            );
+        }
+        if self.asynchronous.max_staleness > 0 {
+            return invalid("async.max_staleness", "harness episodes are played synchronously (0) for now".into());
+        }
+        if self.rollout.episodes.explore > 0.0 || self.rollout.sequences.per_turn {
+            return invalid(
+                "rollout",
+                "a harness's calls are recorded as the model answered them: rollout.explore and rollout.per_turn do not apply".into(),
+            );
+        }
         Ok(())
     }
 
@@ -362,6 +390,12 @@ fn resolve_paths(doc: &mut toml::Table, folder: &std::path::Path) {
         |s: &str| !s.starts_with(vagen_runtime::openenv::PREFIX) && !s.starts_with(vagen_registry::reference::SCHEME);
     join(field(doc, "env", "plugin"), folder, file);
     join(field(doc, "sft", "data"), folder, |_| true);
+    // A harness runs in the config's folder unless it names another.
+    if let Some(h) = field(doc, "env", "harness").and_then(toml::Value::as_table_mut) {
+        join(h.get_mut("tasks"), folder, |_| true);
+        let dir = h.entry("dir").or_insert_with(|| toml::Value::String(".".into()));
+        join(Some(dir), folder, |_| true);
+    }
     join(field(doc, "model", "path"), folder, folder_model);
     join(field(doc, "judge", "model"), folder, folder_model);
     if let Some(toml::Value::Array(rewards)) = doc.get_mut("reward") {

@@ -29,7 +29,8 @@ use vagen_runtime::{Plugin, Runtime};
 pub(crate) struct Parts {
     pub cfg: TrainConfig,
     pub run_dir: PathBuf,
-    pub plugin: Arc<dyn Plugin>,
+    /// `None` for a harness run.
+    pub plugin: Option<Arc<dyn Plugin>>,
     pub actor: Model,
     /// With `engine.merge_lora`: the actor with its adapters merged.
     pub merged: Option<Model>,
@@ -87,7 +88,7 @@ fn build(cfg: TrainConfig, run_dir: &Path, ranks: Ranks) -> Result<Parts> {
     let mut cfg = cfg;
     cfg.pin_components()?;
     let env = open_env(&cfg)?;
-    let texts = embedded_texts(&cfg, env.plugin.as_ref())?;
+    let texts = embedded_texts(&cfg, env.plugin.as_deref())?;
     let mut actor = load_model_with(&cfg, texts.as_ref())?;
     if let Some(texts) = &texts
         && !cfg.max_new_tokens_given
@@ -126,7 +127,11 @@ fn assemble(
     tch::manual_seed(cfg.schedule.seed as i64);
     let OpenEnv { runtime, plugin } = env;
     let mut state = state;
-    let built = env_build(plugin.as_ref());
+    let built = match (&plugin, &cfg.env.harness) {
+        (Some(p), _) => env_build(p.as_ref()),
+        (None, Some(h)) => format!("harness {}", h.command.join(" ")),
+        (None, None) => unreachable!("a run has a plugin or a harness"),
+    };
     state.env = Some(built.clone());
     let (mut actor_opt, mut critic_opt) = optims.unwrap_or_else(|| {
         let actor_opt = new_optimizer(&cfg, actor.trainable(), &ranks);
@@ -192,14 +197,17 @@ fn join(cfg: &mut TrainConfig, rdzv: Option<&Rendezvous>) -> Result<Ranks> {
     Ranks::join(r, &cfg.distributed, device).with_context(|| format!("joining the ranks as {r} ({})", r.source))
 }
 
-/// The run's sandbox and `env.plugin`, whose env configs it accepts.
+/// The run's sandbox and `env.plugin`, whose env configs it accepts (none for a harness).
 struct OpenEnv {
     runtime: Runtime,
-    plugin: Arc<dyn Plugin>,
+    plugin: Option<Arc<dyn Plugin>>,
 }
 
 fn open_env(cfg: &TrainConfig) -> Result<OpenEnv> {
     let runtime = Runtime::new(cfg.sandbox.clone())?;
+    if cfg.env.harness.is_some() {
+        return Ok(OpenEnv { runtime, plugin: None });
+    }
     let plugin = runtime
         .load_named_in_with(
             &cfg.env.plugin,
@@ -225,7 +233,7 @@ fn open_env(cfg: &TrainConfig) -> Result<OpenEnv> {
             plugin.manifest().name
         );
     }
-    Ok(OpenEnv { runtime, plugin })
+    Ok(OpenEnv { runtime, plugin: Some(plugin) })
 }
 
 /// `name version sha256:…`: the env build, as the run's files record it.

@@ -16,12 +16,12 @@ use vagen_runtime::Plugin;
 /// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`, its
 /// tokenizer retrained on `plugin`'s texts) on `model.device` in `model.dtype`, with the
 /// run's vision settings.
-pub fn load_model(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Model> {
+pub fn load_model(cfg: &TrainConfig, plugin: Option<&dyn Plugin>) -> Result<Model> {
     load_model_with(cfg, embedded_texts(cfg, plugin)?.as_ref())
 }
 
 /// The env's texts when `model.path` is the embedded model, which learns its words.
-pub(super) fn embedded_texts(cfg: &TrainConfig, plugin: &dyn Plugin) -> Result<Option<EnvTexts>> {
+pub(super) fn embedded_texts(cfg: &TrainConfig, plugin: Option<&dyn Plugin>) -> Result<Option<EnvTexts>> {
     cfg.model.path.is_embedded().then(|| crate::vocabulary::env_texts(cfg, plugin)).transpose()
 }
 
@@ -72,11 +72,11 @@ pub(super) fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
 /// The async generator's own copy of the actor, made on its thread when it starts: loaded
 /// as the actor was (on `engine.device` if set), adapters and all, the published weights
 /// then copied over it.
-pub(crate) fn generator_model(cfg: &TrainConfig, plugin: Arc<dyn Plugin>) -> ModelFactory {
+pub(crate) fn generator_model(cfg: &TrainConfig, plugin: Option<Arc<dyn Plugin>>) -> ModelFactory {
     let mut placed = cfg.clone();
     placed.rank_device = cfg.engine.device.or(cfg.rank_device);
     Box::new(move || {
-        let mut model = load_model(&placed, plugin.as_ref()).context("the generator's copy of the model")?;
+        let mut model = load_model(&placed, plugin.as_deref()).context("the generator's copy of the model")?;
         attach_lora(&placed, &mut model)?;
         Ok(model)
     })
@@ -84,7 +84,7 @@ pub(crate) fn generator_model(cfg: &TrainConfig, plugin: Arc<dyn Plugin>) -> Mod
 
 /// A checkpoint's actor: the whole model, or with LoRA the base `model.path` names and the
 /// saved adapter, which must have the config's settings.
-pub(super) fn load_actor(cfg: &TrainConfig, plugin: &dyn Plugin, dir: &Path) -> Result<Model> {
+pub(super) fn load_actor(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, dir: &Path) -> Result<Model> {
     let options = load_options(cfg)?;
     let Some(lora) = &cfg.model.lora else {
         return Ok(Model::load(dir, options)?);

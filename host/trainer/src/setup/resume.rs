@@ -35,7 +35,7 @@ pub(crate) fn resume_ranked(
     let env = open_env(&cfg)?;
     for ckpt in checkpoint::complete(run_dir)? {
         // A panic in libtorch is a checkpoint that will not load, like a torn file.
-        let plugin = env.plugin.as_ref();
+        let plugin = env.plugin.as_deref();
         let loaded = vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, plugin, &ckpt))).map_err(anyhow::Error::from);
         match loaded.and_then(|r| r) {
             Ok(loaded) => return continued(cfg, run_dir, lock, env, loaded, ranks, &ckpt),
@@ -100,7 +100,7 @@ fn set_aside(ckpt: &Path, error: &str, main: bool) -> String {
 }
 
 /// A checkpoint's actor, critic, counters and optimiser moments, all or nothing.
-fn load_checkpoint(cfg: &TrainConfig, plugin: &dyn Plugin, ckpt: &Path) -> Result<Loaded> {
+fn load_checkpoint(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, ckpt: &Path) -> Result<Loaded> {
     let options = load_options(cfg)?;
     let state = checkpoint::read_state(ckpt)?;
     let mut actor = load_actor(cfg, plugin, &ckpt.join("actor"))?;

@@ -1,0 +1,154 @@
+//! Harness episodes (`[env] harness`): each task run by the user's agent program against the
+//! run's recording endpoint (`vagen_serve`), K runs of a task forming its group. An episode
+//! becomes a [`Trajectory`] of one turn per chat call (what it was asked, what the model
+//! wrote), so rewards, figures and credit treat it as any other, and its calls' recorded
+//! sequences are what training lays out.
+
+use crate::config::TrainConfig;
+use anyhow::Result;
+use std::collections::BTreeMap;
+use vagen_model::{Model, SamplingFor};
+use vagen_rollout::{AnswerOrigin, FailedCall, Failure, Outcome, Recorded, Trajectory, TurnRecord};
+use vagen_serve::harness::{HarnessConfig, HarnessFailure, HarnessRun, Task};
+use vagen_serve::{EpisodeSampling, Reported};
+
+/// A batch of harness episodes: trajectories in group order, and each one's recording.
+pub(crate) struct HarnessPlayed {
+    pub outcome: Outcome,
+    /// By trajectory.
+    pub recorded: Vec<Recorded>,
+    /// `harness/…` figures over this batch: prefix breaks, calls, seconds, and the means of
+    /// what the harnesses reported as metrics.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+/// `seeds` (groups of `group_size` runs each, numbered from `first_group`) run by the
+/// config's harness with `model` answering, for `purpose`; answers are recorded as policy
+/// `version`.
+pub(crate) fn play_harness(
+    cfg: &TrainConfig,
+    model: &Model,
+    seeds: &[u64],
+    group_size: usize,
+    first_group: usize,
+    purpose: SamplingFor,
+    version: u64,
+) -> Result<HarnessPlayed> {
+    let harness = cfg.env.harness.as_ref().expect("a harness run");
+    let records = harness.read_tasks().map_err(anyhow::Error::msg)?;
+    let split = match purpose {
+        SamplingFor::Training => "train",
+        SamplingFor::HeldOut => "eval",
+    };
+    let tasks: Vec<Task> =
+        seeds.iter().flat_map(|&s| std::iter::repeat_n(Task::of(s, split, &records), group_size)).collect();
+    let options = cfg.rollout.sampling.options(purpose, vec![], 0);
+    let sampling = EpisodeSampling {
+        temperature: options.temperature,
+        top_p: options.top_p,
+        top_k: options.top_k,
+        max_new_tokens: options.max_new_tokens,
+        context: cfg.rollout.sequences.max_sequence_tokens,
+    };
+    // Without reward functions the harness's own report is the only reward.
+    let need_reward = cfg.rewards.is_empty();
+    let runs = vagen_serve::host_episodes(model, harness, tasks, sampling, version, need_reward)?;
+    let metrics = figures(&runs);
+    let (mut trajectories, mut recorded) = (vec![], vec![]);
+    for (i, run) in runs.into_iter().enumerate() {
+        let (group, member) = (first_group + i / group_size, i % group_size);
+        let (t, r) = trajectory(run, group, member);
+        trajectories.push(t);
+        recorded.push(r);
+    }
+    let verdict = vagen_rollout::FailurePolicy::new(cfg.env.max_failure_rate).check(&trajectories);
+    let requested = trajectories.len();
+    Ok(HarnessPlayed { outcome: Outcome { trajectories, requested, verdict }, recorded, metrics })
+}
+
+/// The stable name of a harness failure (`harness:<kind>` in the failure counts).
+fn kind(f: &HarnessFailure) -> &'static str {
+    match f {
+        HarnessFailure::Spawn { .. } => "spawn",
+        HarnessFailure::Crashed(_) => "crashed",
+        HarnessFailure::TimedOut(_) => "timeout",
+        HarnessFailure::Flooded(_) => "flooded",
+        HarnessFailure::NoReward => "no-reward",
+        HarnessFailure::BadReward(_) => "bad-reward",
+    }
+}
+
+/// A run as a trajectory: a turn per call, the episode's reward on the last (with each
+/// call's own reward, when reported, on its turn), and its recording.
+fn trajectory(run: HarnessRun, group: usize, member: usize) -> (Trajectory, Recorded) {
+    let HarnessRun { task, record, failure, stderr_tail, .. } = run;
+    let mut t = Trajectory::empty("harness", group, member, task.seed);
+    let reported = record.reported.clone().unwrap_or(Reported {
+        reward: 0.0,
+        success: Some(false),
+        call_rewards: vec![],
+        metrics: BTreeMap::new(),
+    });
+    let last = record.calls.len().saturating_sub(1);
+    for (k, call) in record.calls.iter().enumerate() {
+        let mut reward = reported.call_rewards.get(k).copied().unwrap_or(0.0);
+        let end = k == last;
+        if end {
+            reward += reported.reward;
+        }
+        t.turns.push(TurnRecord {
+            user: call.asked.clone(),
+            observation: call.asked.clone(),
+            images: vec![],
+            response: call.answer.clone(),
+            origin: AnswerOrigin::Model,
+            token_ids: None,
+            logprobs: None,
+            versions: None,
+            parsed: Default::default(),
+            answer: call.answer.clone(),
+            env_reward: reward,
+            format_reward: 0.0,
+            reward,
+            done: end,
+            success: end && reported.solved(),
+            valid_actions: 0,
+            effective_actions: 0,
+            metrics: if end { reported.metrics.clone().into_iter().collect() } else { vec![] },
+            state_before: None,
+            state_after: None,
+            component_rewards: vec![],
+        });
+    }
+    t.done = true;
+    t.success = reported.solved();
+    if let Some(f) = failure {
+        let tail = stderr_tail.trim();
+        let message = if tail.is_empty() { f.to_string() } else { format!("{f}; its stderr ends: {tail}") };
+        t.failure = Some(Failure { call: FailedCall::Harness, kind: kind(&f), message });
+        t.success = false;
+    }
+    (t, record.recorded)
+}
+
+/// The batch's `harness/…` figures.
+fn figures(runs: &[HarnessRun]) -> BTreeMap<String, f64> {
+    let n = runs.len().max(1) as f64;
+    let mut m = BTreeMap::new();
+    let breaks: usize = runs.iter().map(|r| r.record.recorded.breaks).sum();
+    m.insert("harness/prefix_breaks".into(), breaks as f64);
+    m.insert("harness/calls".into(), runs.iter().map(|r| r.record.calls.len()).sum::<usize>() as f64 / n);
+    m.insert("harness/seconds".into(), runs.iter().map(|r| r.seconds).sum::<f64>() / n);
+    let mut reported: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (name, value) in runs.iter().filter_map(|r| r.record.reported.as_ref()).flat_map(|r| &r.metrics) {
+        let e = reported.entry(format!("harness/{name}")).or_default();
+        (e.0, e.1) = (e.0 + value, e.1 + 1.0);
+    }
+    m.extend(reported.into_iter().map(|(k, (sum, count))| (k, sum / count)));
+    m
+}
+
+/// The harness of a run, for messages.
+pub(crate) fn describe(h: &HarnessConfig) -> String {
+    format!("the harness `{}`", h.command.join(" "))
+}
