@@ -299,3 +299,105 @@ fn drain(mut from: impl Read + Send + 'static, cap: usize, flooded: Arc<AtomicBo
     });
     rx
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::episodes::EpisodeSampling;
+
+    fn book() -> EpisodeBook {
+        let sampling = EpisodeSampling { temperature: 1.0, top_p: 1.0, top_k: 0, max_new_tokens: 8, context: 64 };
+        EpisodeBook::new(sampling)
+    }
+
+    /// A harness that misbehaves by seed: each failure is its episode's alone, named, and
+    /// the well-behaved ones beside it report as usual.
+    #[test]
+    fn crashes_hangs_floods_and_silence_are_failed_episodes_and_the_rest_go_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = r#"
+case $VAGEN_SEED in
+  0) echo 'it broke' >&2; exit 3 ;;
+  1) sleep 30 ;;
+  2) yes ;;
+  3) true ;;
+  4) echo '{"reward": "high"}' ;;
+  5) sleep 1000 & echo $! > escaped.pid; sleep 30 ;;
+  *) read task; echo "some output"; echo "{\"reward\": 0.5, \"metrics\": {\"task_bytes\": ${#task}}}" ;;
+esac
+"#;
+        let cfg = HarnessConfig {
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            env: BTreeMap::new(),
+            dir: Some(dir.path().to_path_buf()),
+            timeout_s: 1.0,
+            concurrency: 8,
+            max_output_kib: 64,
+            tasks: None,
+        };
+        let tasks = (0..8).map(|s| Task::of(s, "train", &[])).collect();
+        let started = Instant::now();
+        let runs = run_episodes(&cfg, tasks, &book(), "http://127.0.0.1:9", true);
+        assert!(started.elapsed() < Duration::from_secs(10), "deadlines held: {:?}", started.elapsed());
+        let failures: Vec<Option<HarnessFailure>> = runs.iter().map(|r| r.failure.clone()).collect();
+        assert_eq!(failures[0], Some(HarnessFailure::Crashed("exit status: 3".into())));
+        assert!(runs[0].stderr_tail.contains("it broke"), "{:?}", runs[0].stderr_tail);
+        assert_eq!(failures[1], Some(HarnessFailure::TimedOut(1.0)));
+        assert_eq!(failures[2], Some(HarnessFailure::Flooded(64)));
+        assert_eq!(failures[3], Some(HarnessFailure::NoReward));
+        assert!(matches!(failures[4], Some(HarnessFailure::BadReward(_))), "{:?}", failures[4]);
+        assert_eq!(failures[5], Some(HarnessFailure::TimedOut(1.0)));
+        for run in &runs[6..] {
+            assert_eq!(run.failure, None);
+            let reported = run.record.reported.as_ref().expect("reported on its last line");
+            assert_eq!(reported.reward, 0.5);
+            // The task line it read from stdin, as VAGEN_TASK holds it.
+            let task = serde_json::to_string(&run.task).unwrap();
+            assert_eq!(reported.metrics["task_bytes"], task.len() as f64);
+        }
+        // What the harness left running went with its process group.
+        let pid: i32 = std::fs::read_to_string(dir.path().join("escaped.pid")).unwrap().trim().parse().unwrap();
+        let gone = (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            // SAFETY: signal 0 only asks whether the process exists.
+            unsafe { libc::kill(pid, 0) != 0 }
+        });
+        assert!(gone, "process {pid}, started by the harness, outlived its episode");
+    }
+
+    #[test]
+    fn a_program_that_is_not_there_fails_its_episode_by_name() {
+        let cfg = HarnessConfig {
+            command: vec!["/nonexistent/agent".into()],
+            env: BTreeMap::new(),
+            dir: None,
+            timeout_s: 1.0,
+            concurrency: 1,
+            max_output_kib: 64,
+            tasks: None,
+        };
+        let runs = run_episodes(&cfg, vec![Task::of(0, "train", &[])], &book(), "http://127.0.0.1:9", true);
+        let failure = runs[0].failure.as_ref().unwrap().to_string();
+        assert!(failure.contains("/nonexistent/agent"), "{failure}");
+    }
+
+    #[test]
+    fn tasks_are_drawn_by_seed_and_refused_configs_say_why() {
+        let records = vec![serde_json::json!({"q": 1}), serde_json::json!({"q": 2})];
+        assert_eq!(Task::of(3, "eval", &records).task, records[1]);
+        assert_eq!(Task::of(4, "eval", &records).task, records[0]);
+        let mut cfg = HarnessConfig {
+            command: vec![],
+            env: BTreeMap::new(),
+            dir: None,
+            timeout_s: 1.0,
+            concurrency: 1,
+            max_output_kib: 1,
+            tasks: None,
+        };
+        assert!(cfg.check().unwrap_err().contains("command"));
+        cfg.command = vec!["python".into()];
+        cfg.timeout_s = f64::NAN;
+        assert!(cfg.check().unwrap_err().contains("timeout_s"));
+    }
+}

@@ -12,6 +12,24 @@ use std::sync::Arc;
 use std::time::Duration;
 use vagen_model::Model;
 
+impl ServerOptions {
+    /// A run's endpoint for `rows` episodes at once: text only, one call of each at a time
+    /// (a few queued), the model named `policy`.
+    pub fn for_episodes(rows: NonZeroUsize) -> Self {
+        ServerOptions {
+            names: vec!["policy".into()],
+            max_batch: rows,
+            batch_wait: Duration::from_millis(2),
+            max_body: 16 << 20,
+            images: ImageLimits { per_request: 0, pixels_per_image: 0, pixels_per_request: 0 },
+            max_server_pixels: 0,
+            max_queue: NonZeroUsize::new(4 * rows.get()).expect("positive"),
+            read_timeout: Duration::from_secs(30),
+            kv_cache_mib: NonZeroUsize::new(1024).expect("positive"),
+        }
+    }
+}
+
 /// Runs `tasks` as harness episodes answered by `model` (sampling as `sampling` says,
 /// answers recorded as policy `version`); see [`run_episodes`] for `need_reward`.
 pub fn host_episodes(
@@ -25,17 +43,7 @@ pub fn host_episodes(
     let book = Arc::new(EpisodeBook::new(sampling));
     book.set_version(version);
     let rows = NonZeroUsize::new(harness.concurrency.max(1)).expect("at least 1");
-    let options = ServerOptions {
-        names: vec!["policy".into()],
-        max_batch: rows,
-        batch_wait: Duration::from_millis(2),
-        max_body: 16 << 20,
-        images: ImageLimits { per_request: 0, pixels_per_image: 0, pixels_per_request: 0 },
-        max_server_pixels: 0,
-        max_queue: NonZeroUsize::new(4 * rows.get()).expect("positive"),
-        read_timeout: Duration::from_secs(30),
-        kv_cache_mib: NonZeroUsize::new(1024).expect("positive"),
-    };
+    let options = ServerOptions::for_episodes(rows);
     let (app, worker) = server(model, &options, Some(book.clone()));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

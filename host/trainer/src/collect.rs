@@ -179,7 +179,7 @@ pub(crate) fn collect_sft(run: &RunEnv, actor: &Model, k: u64, n: usize) -> Resu
 
 /// A harness run's training sequences: each trajectory's recorded ones, a turn per call,
 /// each turn's reward on its last token.
-fn lay_out_recorded(trajs: &[Trajectory], recorded: Vec<Recorded>) -> StepBatch {
+pub(crate) fn lay_out_recorded(trajs: &[Trajectory], recorded: Vec<Recorded>) -> StepBatch {
     let mut batch = StepBatch::new();
     for (i, (t, r)) in trajs.iter().zip(recorded).enumerate() {
         if t.failure.is_some() || t.turns.is_empty() {

@@ -152,3 +152,63 @@ fn figures(runs: &[HarnessRun]) -> BTreeMap<String, f64> {
 pub(crate) fn describe(h: &HarnessConfig) -> String {
     format!("the harness `{}`", h.command.join(" "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TrainConfig;
+
+    /// One call, then a reward of its seed's parity; seed 11's run crashes instead.
+    const AGENT: &str = r#"
+import json, os, sys, urllib.request
+task = json.loads(sys.stdin.readline())
+headers = {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"], "Content-Type": "application/json"}
+body = {"messages": [{"role": "user", "content": "seed %d" % task["seed"]}], "max_tokens": 3}
+request = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(), headers)
+urllib.request.urlopen(request).read()
+if task["seed"] == 11:
+    sys.exit("no luck")
+print(json.dumps({"reward": task["seed"] % 2, "metrics": {"seed": task["seed"]}}))
+"#;
+
+    #[test]
+    fn k_runs_of_a_task_form_its_group_and_lay_out_with_their_rewards() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("agent.py"), AGENT).unwrap();
+        let chats = r#"{"messages": [{"role": "user", "content": "seed 1"}, {"role": "assistant", "content": "ok"}]}"#;
+        std::fs::write(dir.path().join("chats.jsonl"), chats).unwrap();
+        let text = format!(
+            "[env]\nharness = {{ command = [\"python3\", \"agent.py\"], dir = {:?}, concurrency = 4 }}\n\
+             groups = 2\ngroup_size = 3\nmax_failure_rate = 0.5\n[sft]\ndata = {:?}\n[rollout]\nmax_new_tokens = 4\n",
+            dir.path().display().to_string(),
+            dir.path().join("chats.jsonl").display().to_string(),
+        );
+        let cfg = TrainConfig::parse(&text, "test.toml", &[]).unwrap();
+        let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, Default::default()).unwrap();
+        let played = play_harness(&cfg, &model, &[10, 11], 3, 5, SamplingFor::Training, 2).unwrap();
+        let trajs = &played.outcome.trajectories;
+        let shape: Vec<(usize, usize, u64)> = trajs.iter().map(|t| (t.group, t.member, t.seed)).collect();
+        assert_eq!(shape, [(5, 0, 10), (5, 1, 10), (5, 2, 10), (6, 0, 11), (6, 1, 11), (6, 2, 11)]);
+        for t in &trajs[..3] {
+            assert_eq!(t.failure, None);
+            assert_eq!((t.turns.len(), t.turns[0].reward, t.success), (1, 0.0, false), "seed 10: reward 0");
+        }
+        for t in &trajs[3..] {
+            let f = t.failure.as_ref().expect("seed 11's runs crash");
+            assert_eq!(f.label(), "harness:crashed");
+            assert!(f.message.contains("no luck"), "the stderr's tail is in the message: {}", f.message);
+        }
+        assert!(played.outcome.verdict.is_ok(), "3 of 6 failed, within max_failure_rate 0.5");
+        assert_eq!(played.metrics["harness/seed"], 10.0, "reported metrics are averaged");
+        assert_eq!(played.metrics["harness/calls"], 1.0);
+        let batch = crate::collect::lay_out_recorded(trajs, played.recorded);
+        assert_eq!(batch.len(), 3, "failed episodes are not laid out");
+        assert_eq!(batch.seqs.group, vec![5, 5, 5]);
+        for seq in 0..batch.len() {
+            let range = batch.tokens_of(seq);
+            let end = range.start + batch.turns.end[batch.turns_of(seq).start];
+            assert_eq!(end, range.end - 1, "the turn ends on the sequence's last (sampled) token");
+            assert!(batch.tokens.loss_mask[end] && batch.tokens.by_model[end]);
+        }
+    }
+}
