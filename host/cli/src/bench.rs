@@ -10,7 +10,7 @@
 //! commands for one release (see `main.rs`).
 
 use crate::model_args::ModelArgs;
-use crate::{bench_async, bench_dp, bench_model, bench_reward, bench_rollout, bench_train};
+use crate::{bench_async, bench_dp, bench_harness, bench_model, bench_reward, bench_rollout, bench_train};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -49,6 +49,9 @@ pub enum Bench {
     Dp(bench_dp::BenchDpArgs),
     /// RL steps per minute at each `[async] max_staleness`, and where the time goes.
     Async(bench_async::BenchAsyncArgs),
+    /// What a harness's chat call costs through a run's recording endpoint, against the
+    /// same call answered in the process.
+    Harness(bench_harness::BenchHarnessArgs),
     /// Load, instantiate, reset and step costs of env plugins (`vagen-env bench`).
     Env(vagen_env::bench::BenchArgs),
 }
@@ -62,6 +65,7 @@ impl Bench {
             Bench::Train(a) => bench_train::bench_train(a),
             Bench::Dp(a) => bench_dp::bench_dp(a),
             Bench::Async(a) => bench_async::bench_async(a),
+            Bench::Harness(a) => bench_harness::bench_harness(a),
             Bench::Env(a) => vagen_env::bench::bench(a),
         }
     }

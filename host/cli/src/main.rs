@@ -4,6 +4,7 @@
 mod bench;
 mod bench_async;
 mod bench_dp;
+mod bench_harness;
 mod bench_model;
 mod bench_reward;
 mod bench_rollout;

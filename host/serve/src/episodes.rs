@@ -250,6 +250,13 @@ impl EpisodeBook {
         Ok(())
     }
 
+    /// Notes a call answered elsewhere ([`crate::forward_episodes`]): its transcript only.
+    pub(crate) fn forwarded(&self, id: &str, asked: String, answer: String) {
+        if let Some(open) = self.book().get_mut(id) {
+            open.calls.push(Call { asked, answer, finish: FinishReason::Stop });
+        }
+    }
+
     /// Takes back the episode's pending call (it failed or its client left).
     pub(crate) fn abandon(&self, id: &str) {
         if let Some(open) = self.book().get_mut(id) {

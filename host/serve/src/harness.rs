@@ -88,22 +88,32 @@ impl HarnessConfig {
     }
 }
 
-/// One episode to run: its seed, which split it serves (`train` or `eval`) and its task.
+/// One episode to run: its seed, which split it serves (`train` or `eval`) and its task
+/// (what the harness is given), and the seed of the model's draws in it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Task {
     pub seed: u64,
     pub split: &'static str,
     pub task: serde_json::Value,
+    /// Not the harness's to see: runs of one task draw their answers apart.
+    #[serde(skip)]
+    pub draws: u64,
 }
 
 impl Task {
-    /// Seed `seed`'s task from `records` (line seed mod lines; the seed alone without any).
+    /// Seed `seed`'s task from `records` (line seed mod lines; the seed alone without any),
+    /// its answers drawn from `seed` (see [`Self::drawing`]).
     pub fn of(seed: u64, split: &'static str, records: &[serde_json::Value]) -> Task {
         let task = match records.len() {
             0 => serde_json::Value::Null,
             n => records[(seed % n as u64) as usize].clone(),
         };
-        Task { seed, split, task }
+        Task { seed, split, task, draws: seed }
+    }
+
+    /// The task with its answers drawn from `draws`.
+    pub fn drawing(self, draws: u64) -> Task {
+        Task { draws, ..self }
     }
 }
 
@@ -181,7 +191,7 @@ enum Ending {
 
 fn run_one(cfg: &HarnessConfig, task: Task, book: &EpisodeBook, base_url: &str, need_reward: bool) -> HarnessRun {
     let started = Instant::now();
-    let ticket = book.open(task.seed);
+    let ticket = book.open(task.draws);
     let task_json = serde_json::to_string(&task).expect("a task serialises");
     let mut command = Command::new(&cfg.command[0]);
     command

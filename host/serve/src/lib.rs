@@ -19,6 +19,7 @@
 //! episode's calls recorded as training sequences, its harness process run by `harness.rs`.
 
 mod episodes;
+mod forward;
 pub mod harness;
 mod hosted;
 mod request;
@@ -29,6 +30,7 @@ mod tools;
 mod worker;
 
 pub use episodes::{Call, EpisodeBook, EpisodeRecord, EpisodeSampling, Reported, Ticket};
+pub use forward::{Forward, forward_episodes};
 pub use hosted::host_episodes;
 pub use request::ImageLimits;
 pub use server::{ServerOptions, accept, fresh_seed, listen, read_body, server};

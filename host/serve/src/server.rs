@@ -2,6 +2,7 @@
 //! training run, each recorded episode's own routes (`/v1/episodes/<id>/…`).
 
 use crate::episodes::{Denied, EpisodeBook, Reported};
+use crate::forward::Forward;
 use crate::request::{ImageLimits, PixelBudget, job};
 use crate::stream;
 use crate::tokens::TokenText;
@@ -65,6 +66,8 @@ pub(crate) struct Shared {
     pub counters: Arc<Counters>,
     /// A training run's recorded episodes (`None` for `vagen-host serve`).
     episodes: Option<Arc<EpisodeBook>>,
+    /// Where episodes' calls are sent instead of the worker ([`crate::forward_episodes`]).
+    forward: Option<Arc<Forward>>,
 }
 
 /// A server of `model`: its routes, and the [`Worker`] that answers them, to run on the
@@ -95,6 +98,7 @@ pub fn server(model: &Model, o: &ServerOptions, episodes: Option<Arc<EpisodeBook
         tool_format: model.chat_template().ok().and_then(ToolFormat::of),
         counters,
         episodes: episodes.clone(),
+        forward: None,
     });
     let mut app = Router::new()
         .route("/v1/models", get(models))
@@ -102,13 +106,39 @@ pub fn server(model: &Model, o: &ServerOptions, episodes: Option<Arc<EpisodeBook
         .route("/v1/chat/completions", post(chat))
         .route("/stats", get(stats));
     if episodes.is_some() {
-        app = app
-            .route("/v1/episodes/{episode}/chat/completions", post(episode_chat))
-            .route("/v1/episodes/{episode}/models", get(episode_models))
-            .route("/v1/episodes/{episode}/reward", post(episode_reward));
+        app = episode_routes(app);
     }
-    let app = app.fallback(unknown_route).method_not_allowed_fallback(wrong_method).with_state(shared);
-    (app, worker)
+    (app.fallback(unknown_route).method_not_allowed_fallback(wrong_method).with_state(shared), worker)
+}
+
+fn episode_routes(app: Router<Arc<Shared>>) -> Router<Arc<Shared>> {
+    app.route("/v1/episodes/{episode}/chat/completions", post(episode_chat))
+        .route("/v1/episodes/{episode}/models", get(episode_models))
+        .route("/v1/episodes/{episode}/reward", post(episode_reward))
+}
+
+/// The episode routes of `book` alone, their calls sent on to `forward`: no model here.
+pub(crate) fn forwarding_server(o: &ServerOptions, book: Arc<EpisodeBook>, forward: Arc<Forward>) -> Router {
+    // No worker: nothing is ever queued (the receiver is dropped at once).
+    let (jobs, _) = mpsc::channel::<Job>();
+    let shared = Arc::new(Shared {
+        names: vec![forward.model.clone()],
+        max_body: o.max_body,
+        max_batch: o.max_batch.get(),
+        images: o.images,
+        pixels: PixelBudget::new(o.max_server_pixels),
+        max_queue: o.max_queue.get(),
+        read_timeout: o.read_timeout,
+        queued: Arc::new(AtomicUsize::new(0)),
+        jobs,
+        has_vision: false,
+        tool_format: None,
+        counters: Arc::new(Counters::default()),
+        episodes: Some(book),
+        forward: Some(forward),
+    });
+    let app = episode_routes(Router::new());
+    app.fallback(unknown_route).method_not_allowed_fallback(wrong_method).with_state(shared)
 }
 
 /// Listens on `host:port` (0: a free port), prints the address on stdout's first line (tests
@@ -167,7 +197,12 @@ pub async fn accept(
 }
 
 /// An error in OpenAI's shape; `param` names the request field at fault.
-fn error_with(status: StatusCode, message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Response {
+pub(crate) fn error_with(
+    status: StatusCode,
+    message: impl Into<String>,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Response {
     let kind = match status {
         StatusCode::BAD_REQUEST
         | StatusCode::NOT_FOUND
@@ -395,6 +430,13 @@ async fn episode_chat(
 ) -> Response {
     if let Err(refusal) = episode_of(&s, &episode, &request) {
         return refusal;
+    }
+    if let Some(f) = &s.forward {
+        let book = s.episodes.as_deref().expect("episode routes exist with a book");
+        return match read_request(&s, request).await {
+            Ok(r) => crate::forward::forward_call(book, f, &episode, r).await,
+            Err(response) => response,
+        };
     }
     answer(&s, request, Some(episode)).await
 }

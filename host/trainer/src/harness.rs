@@ -24,7 +24,8 @@ pub(crate) struct HarnessPlayed {
 
 /// `seeds` (groups of `group_size` runs each, numbered from `first_group`) run by the
 /// config's harness with `model` answering, for `purpose`; answers are recorded as policy
-/// `version`.
+/// `version` and drawn from `draws` (each run its own stream, so a group's runs differ).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn play_harness(
     cfg: &TrainConfig,
     model: &Model,
@@ -33,37 +34,82 @@ pub(crate) fn play_harness(
     first_group: usize,
     purpose: SamplingFor,
     version: u64,
+    draws: u64,
 ) -> Result<HarnessPlayed> {
+    let harness = cfg.env.harness.as_ref().expect("a harness run");
+    let tasks = harness_tasks(cfg, seeds, group_size, first_group, purpose, draws)?;
+    // Without reward functions the harness's own report is the only reward.
+    let need_reward = cfg.rewards.is_empty();
+    let runs = vagen_serve::host_episodes(model, harness, tasks, harness_sampling(cfg, purpose), version, need_reward)?;
+    let metrics = figures(&runs);
+    let (trajectories, recorded) = harness_trajectories(runs, group_size, first_group);
+    let verdict = vagen_rollout::FailurePolicy::new(cfg.env.max_failure_rate).check(&trajectories);
+    let requested = trajectories.len();
+    Ok(HarnessPlayed { outcome: Outcome { trajectories, requested, verdict }, recorded, metrics })
+}
+
+/// The held-out episodes of a harness config as its run evaluates them: `env.val_episodes`
+/// seeds from `env.val_seed_start`, `samples` runs each, and how they are sampled (at
+/// `temperature`, the config's `val_temperature` unless given).
+pub fn held_out_harness(
+    cfg: &TrainConfig,
+    samples: usize,
+    temperature: Option<f64>,
+) -> Result<(Vec<Task>, EpisodeSampling)> {
+    let seeds: Vec<u64> = (0..cfg.env.val_episodes as u64).map(|i| cfg.env.val_seed_start + i).collect();
+    let tasks = harness_tasks(cfg, &seeds, samples, 0, SamplingFor::HeldOut, cfg.schedule.seed)?;
+    let mut sampling = harness_sampling(cfg, SamplingFor::HeldOut);
+    sampling.temperature = temperature.unwrap_or(sampling.temperature);
+    Ok((tasks, sampling))
+}
+
+/// `seeds`' tasks, each `group_size` times, their draws apart (see [`play_harness`]).
+fn harness_tasks(
+    cfg: &TrainConfig,
+    seeds: &[u64],
+    group_size: usize,
+    first_group: usize,
+    purpose: SamplingFor,
+    draws: u64,
+) -> Result<Vec<Task>> {
     let harness = cfg.env.harness.as_ref().expect("a harness run");
     let records = harness.read_tasks().map_err(anyhow::Error::msg)?;
     let split = match purpose {
         SamplingFor::Training => "train",
         SamplingFor::HeldOut => "eval",
     };
-    let tasks: Vec<Task> =
-        seeds.iter().flat_map(|&s| std::iter::repeat_n(Task::of(s, split, &records), group_size)).collect();
+    Ok(seeds
+        .iter()
+        .flat_map(|&s| std::iter::repeat_n(Task::of(s, split, &records), group_size))
+        .enumerate()
+        .map(|(i, t)| {
+            // The run's place in the whole step (every rank's), so ranks draw apart too.
+            let run = ((first_group * group_size + i) as u64).wrapping_add(1);
+            t.drawing(draws ^ run.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        })
+        .collect())
+}
+
+/// How the run samples harness calls for `purpose`.
+fn harness_sampling(cfg: &TrainConfig, purpose: SamplingFor) -> EpisodeSampling {
     let options = cfg.rollout.sampling.options(purpose, vec![], 0);
-    let sampling = EpisodeSampling {
+    EpisodeSampling {
         temperature: options.temperature,
         top_p: options.top_p,
         top_k: options.top_k,
         max_new_tokens: options.max_new_tokens,
         context: cfg.rollout.sequences.max_sequence_tokens,
-    };
-    // Without reward functions the harness's own report is the only reward.
-    let need_reward = cfg.rewards.is_empty();
-    let runs = vagen_serve::host_episodes(model, harness, tasks, sampling, version, need_reward)?;
-    let metrics = figures(&runs);
-    let (mut trajectories, mut recorded) = (vec![], vec![]);
-    for (i, run) in runs.into_iter().enumerate() {
-        let (group, member) = (first_group + i / group_size, i % group_size);
-        let (t, r) = trajectory(run, group, member);
-        trajectories.push(t);
-        recorded.push(r);
     }
-    let verdict = vagen_rollout::FailurePolicy::new(cfg.env.max_failure_rate).check(&trajectories);
-    let requested = trajectories.len();
-    Ok(HarnessPlayed { outcome: Outcome { trajectories, requested, verdict }, recorded, metrics })
+}
+
+/// Runs in task order (groups of `group_size`, numbered from `first_group`) as trajectories,
+/// with their recordings.
+pub fn harness_trajectories(
+    runs: Vec<HarnessRun>,
+    group_size: usize,
+    first_group: usize,
+) -> (Vec<Trajectory>, Vec<Recorded>) {
+    runs.into_iter().enumerate().map(|(i, run)| trajectory(run, first_group + i / group_size, i % group_size)).unzip()
 }
 
 /// The stable name of a harness failure (`harness:<kind>` in the failure counts).
@@ -185,7 +231,7 @@ print(json.dumps({"reward": task["seed"] % 2, "metrics": {"seed": task["seed"]}}
         );
         let cfg = TrainConfig::parse(&text, "test.toml", &[]).unwrap();
         let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, Default::default()).unwrap();
-        let played = play_harness(&cfg, &model, &[10, 11], 3, 5, SamplingFor::Training, 2).unwrap();
+        let played = play_harness(&cfg, &model, &[10, 11], 3, 5, SamplingFor::Training, 2, 0).unwrap();
         let trajs = &played.outcome.trajectories;
         let shape: Vec<(usize, usize, u64)> = trajs.iter().map(|t| (t.group, t.member, t.seed)).collect();
         assert_eq!(shape, [(5, 0, 10), (5, 1, 10), (5, 2, 10), (6, 0, 11), (6, 1, 11), (6, 2, 11)]);
@@ -201,6 +247,8 @@ print(json.dumps({"reward": task["seed"] % 2, "metrics": {"seed": task["seed"]}}
         assert!(played.outcome.verdict.is_ok(), "3 of 6 failed, within max_failure_rate 0.5");
         assert_eq!(played.metrics["harness/seed"], 10.0, "reported metrics are averaged");
         assert_eq!(played.metrics["harness/calls"], 1.0);
+        let answers: Vec<&Vec<u32>> = played.recorded[..3].iter().map(|r| &r.sequences[0].ids).collect();
+        assert!(answers[0] != answers[1] || answers[1] != answers[2], "the runs of one task draw apart");
         let batch = crate::collect::lay_out_recorded(trajs, played.recorded);
         assert_eq!(batch.len(), 3, "failed episodes are not laid out");
         assert_eq!(batch.seqs.group, vec![5, 5, 5]);

@@ -55,6 +55,7 @@ pub use async_section::AsyncSection;
 pub use checkpoint::{TrainerState, latest as latest_checkpoint};
 pub use config::{CriticInit, OffPolicyChoice, TrainConfig};
 pub use config_error::ConfigError;
+pub use harness::{harness_trajectories, held_out_harness};
 pub use judge_access::JudgeAccess;
 pub use metrics::{StepMetrics, read as read_metrics};
 pub use openai_judge::{OpenAiJudge, OpenAiOptions};

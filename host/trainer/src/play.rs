@@ -155,7 +155,9 @@ pub(crate) fn held_out_share(
     let Some(plugin) = plugin else {
         let mine = vagen_dist::share(seeds.len(), ranks.rank(), ranks.world());
         let (samples, purpose) = (cfg.env.val_samples, SamplingFor::HeldOut);
-        let played = crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], samples, mine.start, purpose, 0)?;
+        let seed = cfg.schedule.seed;
+        let played =
+            crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], samples, mine.start, purpose, 0, seed)?;
         return Ok(played.outcome);
     };
     let mut policy = held_out_policy(cfg, model);
@@ -236,17 +238,16 @@ pub(crate) fn play(
     let s = step as u64;
     let base = cfg.env.train_seed_start + cfg.sft.steps as u64 * SFT_SEED_STRIDE;
     let seeds: Vec<u64> = (0..cfg.env.groups as u64).map(|g| base + s * cfg.env.groups as u64 + g).collect();
+    let seed = cfg.schedule.seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let Some(plugin) = plugin else {
         let mine = vagen_dist::share(seeds.len(), rank, world);
-        let (size, purpose) = (cfg.env.group_size, SamplingFor::Training);
-        let h =
-            crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], size, mine.start, purpose, version as u64)?;
+        let (size, purpose, v) = (cfg.env.group_size, SamplingFor::Training, version as u64);
+        let h = crate::harness::play_harness(cfg, &model, &seeds[mine.clone()], size, mine.start, purpose, v, seed)?;
         let pace = Pace { play_s: started.elapsed().as_secs_f64(), ..Pace::default() };
         let versions = TokenVersions::of(&h.outcome.trajectories, version);
         let harness = Some((h.recorded, h.metrics));
         return Ok(Played { step, outcome: h.outcome, engine: None, pace, versions, harness });
     };
-    let seed = cfg.schedule.seed ^ s.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let options = cfg.rollout.sampling.options(SamplingFor::Training, cfg.rollout.episodes.format.stop_strings(), seed);
     let mut inner = model_policy(cfg, model, options);
     if let Some(r) = refresh {

@@ -243,6 +243,13 @@ fn bad_configs_are_refused_before_any_work_naming_the_field() {
         (good.clone(), vec!["rollout.format_reward.bonsu=1"], "bonsu"),
         (good.clone(), vec!["env.max_turns=-1"], "max_turns"),
         (good.clone(), vec!["engine.max_batch=0"], "max_batch"),
+        // A plugin or a harness (an agent program), one of them.
+        (good.clone(), vec!["env.plugin=\"\""], "env.plugin"),
+        (good.clone(), vec!["env.harness={command=[\"python3\"]}"], "not both"),
+        (good.clone(), vec!["env.plugin=\"\"", "env.harness={command=[]}"], "command"),
+        (good.clone(), vec!["env.plugin=\"\"", "env.harness={command=[\"python3\"], timeout_s=0}"], "timeout_s"),
+        // A harness has no oracle: SFT and the embedded vocabulary read `sft.data`.
+        (good.clone(), vec!["env.plugin=\"\"", "env.harness={command=[\"python3\"]}"], "sft.data"),
     ];
     for (text, overrides, needle) in cases {
         let err = parse(&text, &overrides).expect_err(needle);

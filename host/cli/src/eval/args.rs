@@ -179,12 +179,6 @@ impl Setup {
         let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
         overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
         let cfg = TrainConfig::from_file(path, &overrides)?;
-        if cfg.env.harness.is_some() {
-            anyhow::bail!(
-                "{}: env.harness: eval plays env plugins; a harness run's held-out figures are its own evaluations (val/success in metrics.jsonl)",
-                path.display()
-            );
-        }
         let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
         let plugin = runtime
             .load_named_in_with(&cfg.env.plugin, path, a.allow_native, cfg.env.openenv.clone().unwrap_or_default())

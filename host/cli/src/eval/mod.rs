@@ -7,6 +7,7 @@
 
 mod args;
 pub mod compare;
+mod harness;
 mod play;
 mod policy;
 mod records;
@@ -21,6 +22,9 @@ use records::{EpisodeRecord, ResultsDir};
 use summary::Summary;
 
 pub fn eval(a: EvalArgs) -> Result<()> {
+    if let Some(cfg) = harness::config_of(&a)? {
+        return harness::eval_harness(&a, cfg);
+    }
     let setup = Setup::from_args(&a)?;
     // The folder (and a resume's settings) before the model loads: a refusal costs no load.
     let settings = setup.settings(&a, policy::identity(&a)?);
