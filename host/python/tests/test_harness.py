@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from test_serve import HOST
+from test_serve import HOST, served
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "harness"
 
@@ -42,3 +42,22 @@ def test_an_agent_trains_unchanged(tmp_path, language):
     # and reported its metric (stdout for Python, POST for JavaScript).
     assert step["harness/calls"] >= 1 and step["harness/prefix_breaks"] == 0, step
     assert "harness/tried" in step and 0 <= step["train/reward"] <= 1 and "val/success" in step
+    if language == "python":
+        reproduced(run, step["val/success"], env)
+
+
+def reproduced(run, val_success, env):
+    """`eval --config` of the run on its last checkpoint gives the run's own held-out figure:
+    with the model here, and through `serve` (the harness's calls forwarded with the run's
+    evaluation sampling)."""
+    actor = run / "checkpoints" / "step-000001" / "actor"
+    config = str(run / "config.toml")
+    local = subprocess.run([str(HOST), "eval", "--config", config, "--policy", "model", "--model", str(actor), "--device", "cpu", "--json"], env=env, capture_output=True, text=True)
+    assert local.returncode == 0, local.stderr[-3000:]
+    with served("--model", str(actor), "--served-name", "trained") as url:
+        remote = subprocess.run([str(HOST), "eval", "--config", config, "--policy", "openai", "--base-url", url, "--model", "trained", "--json"], env=env, capture_output=True, text=True)
+    assert remote.returncode == 0, remote.stderr[-3000:]
+    for done in (local, remote):
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert (summary["episodes"], summary["failed"]) == (2, 0), summary
+        assert summary["success"] == val_success and summary["mean_calls"] >= 1, (summary, val_success)

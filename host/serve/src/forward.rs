@@ -6,8 +6,8 @@
 
 use crate::episodes::EpisodeBook;
 use crate::harness::{HarnessConfig, HarnessRun, Task, run_episodes};
-use crate::server::{ServerOptions, accept, error_with, forwarding_server};
-use anyhow::{Context, Result};
+use crate::server::{ServerOptions, error_with, forwarding_server};
+use anyhow::Result;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use std::num::NonZeroUsize;
@@ -38,16 +38,7 @@ pub fn forward_episodes(
     let book = Arc::new(EpisodeBook::new(sampling));
     let rows = NonZeroUsize::new(harness.concurrency.max(1)).expect("at least 1");
     let app = forwarding_server(&ServerOptions::for_episodes(rows), book.clone(), Arc::new(forward));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the episodes' server")?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
-        .context("listening on a loopback port for the harness episodes")?;
-    let base = format!("http://{}", listener.local_addr()?);
-    runtime.spawn(accept(listener, app, 4 * rows.get() + 16, Duration::from_secs(30)));
+    let (runtime, base) = crate::hosted::on_loopback(app, rows)?;
     let runs = run_episodes(harness, tasks, &book, &base, need_reward);
     drop(runtime);
     Ok(runs)

@@ -30,6 +30,22 @@ impl ServerOptions {
     }
 }
 
+/// `app` served on a free loopback port for `rows` episodes at once, by a runtime of its
+/// own (dropping it stops the server): the runtime and the base URL.
+pub(crate) fn on_loopback(app: axum::Router, rows: NonZeroUsize) -> Result<(tokio::runtime::Runtime, String)> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the episodes' server")?;
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
+        .context("listening on a loopback port for the harness episodes")?;
+    let base = format!("http://{}", listener.local_addr()?);
+    runtime.spawn(accept(listener, app, 4 * rows.get() + 16, Duration::from_secs(30)));
+    Ok((runtime, base))
+}
+
 /// Runs `tasks` as harness episodes answered by `model` (sampling as `sampling` says,
 /// answers recorded as policy `version`); see [`run_episodes`] for `need_reward`.
 pub fn host_episodes(
@@ -45,16 +61,7 @@ pub fn host_episodes(
     let rows = NonZeroUsize::new(harness.concurrency.max(1)).expect("at least 1");
     let options = ServerOptions::for_episodes(rows);
     let (app, worker) = server(model, &options, Some(book.clone()));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the episodes' server")?;
-    let listener = runtime
-        .block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))
-        .context("listening on a loopback port for the harness episodes")?;
-    let base = format!("http://{}", listener.local_addr()?);
-    runtime.spawn(accept(listener, app, 4 * rows.get() + 16, Duration::from_secs(30)));
+    let (runtime, base) = on_loopback(app, rows)?;
     let runs = std::thread::scope(|scope| {
         let book = &book;
         let playing = scope.spawn(move || {

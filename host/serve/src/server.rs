@@ -70,6 +70,35 @@ pub(crate) struct Shared {
     forward: Option<Arc<Forward>>,
 }
 
+impl Shared {
+    /// A server's state with `o`'s limits, serving `names`, taking no tools and no images
+    /// until told, answering nothing elsewhere.
+    fn new(
+        o: &ServerOptions,
+        names: Vec<String>,
+        jobs: mpsc::Sender<Job>,
+        counters: Arc<Counters>,
+        episodes: Option<Arc<EpisodeBook>>,
+    ) -> Self {
+        Shared {
+            names,
+            max_body: o.max_body,
+            max_batch: o.max_batch.get(),
+            images: o.images,
+            pixels: PixelBudget::new(o.max_server_pixels),
+            max_queue: o.max_queue.get(),
+            read_timeout: o.read_timeout,
+            queued: Arc::new(AtomicUsize::new(0)),
+            jobs,
+            has_vision: false,
+            tool_format: None,
+            counters,
+            episodes,
+            forward: None,
+        }
+    }
+}
+
 /// A server of `model`: its routes, and the [`Worker`] that answers them, to run on the
 /// thread that may use the model. With `episodes`, each open episode of the book has its
 /// own routes under `/v1/episodes/<id>/`.
@@ -84,22 +113,10 @@ pub fn server(model: &Model, o: &ServerOptions, episodes: Option<Arc<EpisodeBook
         counters: counters.clone(),
         episodes: episodes.clone(),
     };
-    let shared = Arc::new(Shared {
-        names: o.names.clone(),
-        max_body: o.max_body,
-        max_batch: o.max_batch.get(),
-        images: o.images,
-        pixels: PixelBudget::new(o.max_server_pixels),
-        max_queue: o.max_queue.get(),
-        read_timeout: o.read_timeout,
-        queued: Arc::new(AtomicUsize::new(0)),
-        jobs,
-        has_vision: model.vision.is_some(),
-        tool_format: model.chat_template().ok().and_then(ToolFormat::of),
-        counters,
-        episodes: episodes.clone(),
-        forward: None,
-    });
+    let mut shared = Shared::new(o, o.names.clone(), jobs, counters, episodes.clone());
+    shared.has_vision = model.vision.is_some();
+    shared.tool_format = model.chat_template().ok().and_then(ToolFormat::of);
+    let shared = Arc::new(shared);
     let mut app = Router::new()
         .route("/v1/models", get(models))
         .route("/v1/models/{id}", get(one_model))
@@ -121,22 +138,9 @@ fn episode_routes(app: Router<Arc<Shared>>) -> Router<Arc<Shared>> {
 pub(crate) fn forwarding_server(o: &ServerOptions, book: Arc<EpisodeBook>, forward: Arc<Forward>) -> Router {
     // No worker: nothing is ever queued (the receiver is dropped at once).
     let (jobs, _) = mpsc::channel::<Job>();
-    let shared = Arc::new(Shared {
-        names: vec![forward.model.clone()],
-        max_body: o.max_body,
-        max_batch: o.max_batch.get(),
-        images: o.images,
-        pixels: PixelBudget::new(o.max_server_pixels),
-        max_queue: o.max_queue.get(),
-        read_timeout: o.read_timeout,
-        queued: Arc::new(AtomicUsize::new(0)),
-        jobs,
-        has_vision: false,
-        tool_format: None,
-        counters: Arc::new(Counters::default()),
-        episodes: Some(book),
-        forward: Some(forward),
-    });
+    let mut shared = Shared::new(o, vec![forward.model.clone()], jobs, Arc::default(), Some(book));
+    shared.forward = Some(forward);
+    let shared = Arc::new(shared);
     let app = episode_routes(Router::new());
     app.fallback(unknown_route).method_not_allowed_fallback(wrong_method).with_state(shared)
 }

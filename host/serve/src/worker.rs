@@ -223,11 +223,14 @@ impl Running<'_> {
             let submitted = request.and_then(|request| {
                 let tokens = request.ids.len();
                 let id = self.engine.submit(self.model, request, &options);
-                id.map(|id| (id, tokens)).map_err(|e| ChatError::Prompt(e.to_string()))
+                let id = id.map_err(|e| ChatError::Prompt(e.to_string()));
+                // A prompt its recording gave out and the engine refused is taken back (a
+                // refused recording, e.g. a second call at once, gave none out).
+                if let (Err(_), Some(episode), Some(book)) = (&id, &flight.job.episode, &self.episodes) {
+                    book.abandon(episode);
+                }
+                id.map(|id| (id, tokens))
             });
-            if let (Err(_), Some(episode), Some(book)) = (&submitted, &flight.job.episode, &self.episodes) {
-                book.abandon(episode);
-            }
             match submitted {
                 Ok((id, tokens)) => {
                     flight.ids[choice] = Some(id);
