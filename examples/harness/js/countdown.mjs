@@ -1,6 +1,7 @@
 // The task and prompts of the Countdown agent (the Python example's, in JavaScript), shared
 // by agent.mjs and make_chats.mjs so both speak to the model alike. A task: two numbers
-// and a target made from them with +, - or *; the answer is one expression.
+// and a target made from them with +, - or *; the answer is one expression, and the
+// calculator tells whether a guess makes the target.
 
 export const TOOLS = [
   {
@@ -31,7 +32,7 @@ function rng(seed) {
 export function task(seed) {
   const next = rng(seed);
   const draw = (n) => Number(next() % BigInt(n));
-  let [a, b] = [2 + draw(8), 2 + draw(8)];
+  let [a, b] = [2 + draw(6), 2 + draw(6)];
   [a, b] = [Math.max(a, b), Math.min(a, b)];
   let op = OPS[draw(3)];
   if (op === "-" && a === b) op = "+";

@@ -3,7 +3,9 @@ script that writes its SFT conversations (make_chats.py), so both speak to the m
 
 A task: two numbers and a target made from them with +, - or *. The agent may try
 expressions on a calculator tool, then answers with one expression; it is right when that
-expression uses both numbers once and equals the target."""
+expression uses both numbers once and equals the target. The calculator tells whether a
+guess makes the target, so an agent that checks and tries again when it does not always
+wins."""
 
 import random
 import re
@@ -29,7 +31,7 @@ OPS = ["+", "-", "*"]
 def task(seed):
     """The numbers and the target of task `seed`."""
     rng = random.Random(seed)
-    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    a, b = rng.randint(2, 7), rng.randint(2, 7)
     a, b = max(a, b), min(a, b)
     op = rng.choice(OPS)
     if op == "-" and a == b:

@@ -261,10 +261,7 @@ fn run_one(cfg: &HarnessConfig, task: Task, book: &EpisodeBook, base_url: &str, 
         Ending::TimedOut => Some(HarnessFailure::TimedOut(cfg.timeout_s)),
         Ending::Flooded => Some(HarnessFailure::Flooded(cfg.max_output_kib)),
         Ending::Exited(status) if !status.success() => Some(HarnessFailure::Crashed(status.to_string())),
-        Ending::Exited(_) => match settle(&mut record, &stdout, need_reward) {
-            Ok(()) => None,
-            Err(f) => Some(f),
-        },
+        Ending::Exited(_) => settle(&mut record, &stdout, need_reward).err(),
     };
     finish(failure, stderr_tail, Some(record))
 }

@@ -421,10 +421,10 @@ fn denied(d: Denied) -> Response {
     }
 }
 
-/// The episode a request is for, when its key is that episode's.
-fn episode_of(s: &Shared, episode: &str, request: &axum::extract::Request) -> Result<(), Response> {
+/// The refusal of a request to `episode` whose key is not that episode's.
+fn refusal(s: &Shared, episode: &str, request: &axum::extract::Request) -> Option<Response> {
     let book = s.episodes.as_deref().expect("episode routes exist with a book");
-    book.authorize(episode, bearer(request)).map_err(denied)
+    book.authorize(episode, bearer(request)).err().map(denied)
 }
 
 async fn episode_chat(
@@ -432,8 +432,8 @@ async fn episode_chat(
     axum::extract::Path(episode): axum::extract::Path<String>,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(refusal) = episode_of(&s, &episode, &request) {
-        return refusal;
+    if let Some(refused) = refusal(&s, &episode, &request) {
+        return refused;
     }
     if let Some(f) = &s.forward {
         let book = s.episodes.as_deref().expect("episode routes exist with a book");
@@ -451,8 +451,8 @@ async fn episode_models(
     axum::extract::Path(episode): axum::extract::Path<String>,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(refusal) = episode_of(&s, &episode, &request) {
-        return refusal;
+    if let Some(refused) = refusal(&s, &episode, &request) {
+        return refused;
     }
     Json(json!({ "object": "list", "data": [model_object(&s.names[0])] })).into_response()
 }
@@ -463,8 +463,8 @@ async fn episode_reward(
     axum::extract::Path(episode): axum::extract::Path<String>,
     request: axum::extract::Request,
 ) -> Response {
-    if let Err(refusal) = episode_of(&s, &episode, &request) {
-        return refusal;
+    if let Some(refused) = refusal(&s, &episode, &request) {
+        return refused;
     }
     let bytes = match tokio::time::timeout(s.read_timeout, read_body(request.into_body(), 1 << 20, 1 << 22)).await {
         Ok(Ok(b)) => b,
