@@ -31,9 +31,17 @@ pub fn tokenizer_for(texts: &[String], with_vision: bool) -> Result<Tokenizer> {
         .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
         .build()
         .into();
+    // A chat template's texts hold the special tokens themselves: learnt as BPE words too,
+    // they would sit in the vocabulary under a second id, which a saved tokenizer.json then
+    // gives them on loading (ids the model never trained on). Cut out, they cannot be.
+    let specials: Vec<String> = tokenizer.inner().get_added_tokens_decoder().into_values().map(|t| t.content).collect();
+    let texts: Vec<String> = texts
+        .iter()
+        .map(|t| specials.iter().fold(t.clone(), |text, special| text.replace(special.as_str(), "\n")))
+        .collect();
     let inner = tokenizer.inner_mut();
     inner
-        .train(&mut trainer, base.iter().chain(texts))
+        .train(&mut trainer, base.iter().chain(&texts))
         .map_err(|e| Error::Tokenizer(format!("training the embedded tokenizer on the env's texts: {e}")))?;
     let learnt = inner.get_vocab_size(false);
     if learnt != BPE_IDS {
@@ -82,5 +90,24 @@ mod tests {
         assert_eq!(env.decode(&env.encode(phrase).unwrap()).unwrap(), phrase);
         // Deterministic: the same texts, the same tokenizer.
         assert_eq!(vocab(&tokenizer_for(&texts, true).unwrap()), vocab(&env));
+    }
+
+    /// Texts a chat template rendered hold the special tokens: the retrained tokenizer keeps
+    /// each at its one id, saved and loaded again (a checkpoint's tokenizer.json).
+    #[test]
+    fn special_tokens_in_the_texts_keep_their_ids_through_a_saved_file() {
+        let texts: Vec<String> =
+            (0..80).map(|i| format!("<|im_start|>user\nNumbers {i} 2.<|im_end|>\n<|im_start|>assistant\n")).collect();
+        let env = tokenizer_for(&texts, false).unwrap();
+        let reloaded = Tokenizer::from_bytes(env.to_json().unwrap().as_bytes()).unwrap();
+        let text = &texts[7];
+        assert_eq!(reloaded.encode(text).unwrap(), env.encode(text).unwrap());
+        let shipped = crate::default_model::text_tokenizer().unwrap();
+        for special in ["<|im_start|>", "<|im_end|>"] {
+            assert_eq!(reloaded.token_to_id(special), shipped.token_to_id(special), "{special}");
+            let ids: Vec<u32> =
+                env.inner().get_vocab(false).into_iter().filter(|(t, _)| t == special).map(|(_, id)| id).collect();
+            assert!(ids.is_empty(), "{special} learnt as a BPE word too: {ids:?}");
+        }
     }
 }

@@ -57,8 +57,7 @@ impl Tokenizer {
         self.inner.decode(&[id], false).ok().map(String::into_bytes)
     }
 
-    /// Ids the tokenizer can produce, added tokens included.
-    #[cfg(test)]
+    /// The `tokenizers` tokenizer underneath.
     pub(crate) fn inner(&self) -> &tokenizers::Tokenizer {
         &self.inner
     }
