@@ -93,6 +93,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_queue: a.max_queue,
         read_timeout: Duration::from_secs(a.read_timeout_s),
         kv_cache_mib: NonZeroUsize::new(1024).expect("positive"),
+        trim_memory: true,
     };
     let (app, worker) = server(&model, &options, None);
     std::thread::Builder::new().name("generation".into()).spawn(move || worker.run(&model))?;

@@ -19,13 +19,17 @@ impl ServerOptions {
         ServerOptions {
             names: vec!["policy".into()],
             max_batch: rows,
-            batch_wait: Duration::from_millis(2),
+            // Calls of running episodes join the running batch at the next step anyway; an
+            // idle one is answered at once.
+            batch_wait: Duration::ZERO,
             max_body: 16 << 20,
             images: ImageLimits { per_request: 0, pixels_per_image: 0, pixels_per_request: 0 },
             max_server_pixels: 0,
             max_queue: NonZeroUsize::new(4 * rows.get()).expect("positive"),
             read_timeout: Duration::from_secs(30),
             kv_cache_mib: NonZeroUsize::new(1024).expect("positive"),
+            // Text calls: nothing large to give back, and a trim costs each call.
+            trim_memory: false,
         }
     }
 }

@@ -46,6 +46,9 @@ pub struct ServerOptions {
     pub read_timeout: Duration,
     /// The engine's key-value cache.
     pub kv_cache_mib: NonZeroUsize,
+    /// Give the heap a generation freed back to the system each time the engine empties
+    /// (a server of large pictures; a few milliseconds each time).
+    pub trim_memory: bool,
 }
 
 pub(crate) struct Shared {
@@ -110,6 +113,7 @@ pub fn server(model: &Model, o: &ServerOptions, episodes: Option<Arc<EpisodeBook
         max_batch: o.max_batch,
         wait: o.batch_wait,
         kv_cache_mib: o.kv_cache_mib,
+        trim_memory: o.trim_memory,
         counters: counters.clone(),
         episodes: episodes.clone(),
     };

@@ -97,6 +97,7 @@ pub struct Worker {
     pub(crate) max_batch: NonZeroUsize,
     pub(crate) wait: Duration,
     pub(crate) kv_cache_mib: NonZeroUsize,
+    pub(crate) trim_memory: bool,
     pub(crate) counters: Arc<Counters>,
     pub(crate) episodes: Option<Arc<EpisodeBook>>,
 }
@@ -117,6 +118,7 @@ impl Worker {
             wait: self.wait,
             counters: self.counters,
             episodes: self.episodes,
+            trim_memory: self.trim_memory,
             jobs: std::collections::HashMap::new(),
             rows: std::collections::HashMap::new(),
             next_job: 0,
@@ -134,6 +136,7 @@ struct Running<'m> {
     wait: Duration,
     counters: Arc<Counters>,
     episodes: Option<Arc<EpisodeBook>>,
+    trim_memory: bool,
     /// Jobs being answered, by number.
     jobs: std::collections::HashMap<u64, InFlight>,
     /// The job and choice of each engine request.
@@ -159,7 +162,9 @@ impl Running<'_> {
         loop {
             if self.engine.pending() == 0 {
                 self.engine.clear();
-                give_back_memory();
+                if self.trim_memory {
+                    give_back_memory();
+                }
                 let Ok(first) = queue.recv() else { return };
                 self.counters.rounds.fetch_add(1, Ordering::SeqCst);
                 let mut completions = first.seeds.len();
