@@ -136,17 +136,32 @@ pub struct Setup {
     pub train: Option<TrainConfig>,
 }
 
+/// `--config`'s training config, with `--episodes` and `--seed` applied; read once.
+pub fn read_config(a: &EvalArgs) -> Result<Option<TrainConfig>> {
+    let Some(path) = &a.config else { return Ok(None) };
+    let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
+    overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
+    Ok(Some(TrainConfig::from_file(path, &overrides)?))
+}
+
+/// What every evaluation refuses whatever it plays: no samples, a failure share outside [0, 1].
+pub fn check_args(a: &EvalArgs) -> Result<()> {
+    if a.samples == Some(0) {
+        anyhow::bail!("-n 0: at least one sample a seed");
+    }
+    if !(0.0..=1.0).contains(&a.max_failure_rate) {
+        anyhow::bail!("--max-failure-rate {}: a share between 0 and 1", a.max_failure_rate);
+    }
+    Ok(())
+}
+
 impl Setup {
-    pub fn from_args(a: &EvalArgs) -> Result<Self> {
-        if a.samples == Some(0) {
-            anyhow::bail!("-n 0: at least one sample a seed");
-        }
-        if !(0.0..=1.0).contains(&a.max_failure_rate) {
-            anyhow::bail!("--max-failure-rate {}: a share between 0 and 1", a.max_failure_rate);
-        }
+    /// The setup of `a`; `cfg` is `--config`'s, from [`read_config`].
+    pub fn from_args(a: &EvalArgs, cfg: Option<TrainConfig>) -> Result<Self> {
+        check_args(a)?;
         let default_temperature = if a.samples.unwrap_or(1) > 1 { 1.0 } else { 0.0 };
-        let setup = match &a.config {
-            Some(path) => Self::from_config(a, path)?,
+        let setup = match cfg {
+            Some(cfg) => Self::from_config(a, a.config.as_deref().expect("read from --config"), cfg)?,
             None => {
                 let path = a.plugin.clone().expect("clap requires --plugin without --config");
                 let format = Format::from_name(&a.format).with_context(|| {
@@ -175,10 +190,7 @@ impl Setup {
         Ok(setup)
     }
 
-    fn from_config(a: &EvalArgs, path: &std::path::Path) -> Result<Self> {
-        let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
-        overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
-        let cfg = TrainConfig::from_file(path, &overrides)?;
+    fn from_config(a: &EvalArgs, path: &std::path::Path, cfg: TrainConfig) -> Result<Self> {
         let runtime = vagen_runtime::Runtime::new(cfg.sandbox.clone())?;
         let plugin = runtime
             .load_named_in_with(&cfg.env.plugin, path, a.allow_native, cfg.env.openenv.clone().unwrap_or_default())

@@ -10,15 +10,6 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use vagen_trainer::TrainConfig;
 
-/// The training config of `--config` when it plays a harness.
-pub fn config_of(a: &EvalArgs) -> Result<Option<TrainConfig>> {
-    let Some(path) = &a.config else { return Ok(None) };
-    let mut overrides: Vec<String> = a.episodes.map(|n| format!("env.val_episodes={n}")).into_iter().collect();
-    overrides.extend(a.seed.map(|s| format!("env.val_seed_start={s}")));
-    let cfg = TrainConfig::from_file(path, &overrides)?;
-    Ok(cfg.env.harness.is_some().then_some(cfg))
-}
-
 /// What `eval` prints (and writes as `summary.json` with `--out`).
 #[derive(Serialize)]
 struct HarnessSummary {
@@ -31,13 +22,14 @@ struct HarnessSummary {
     seconds: f64,
 }
 
-pub fn eval_harness(a: &EvalArgs, cfg: TrainConfig) -> Result<()> {
+pub fn eval_harness(a: &EvalArgs, cfg: &TrainConfig) -> Result<()> {
+    super::args::check_args(a)?;
     if a.resume {
         bail!("--resume: a harness evaluation is played whole (it keeps no results.jsonl to resume from)");
     }
     let harness = cfg.env.harness.clone().expect("a harness config");
-    let samples = a.samples.unwrap_or(cfg.env.val_samples).max(1);
-    let (tasks, sampling) = vagen_trainer::held_out_harness(&cfg, samples, a.temperature)?;
+    let samples = a.samples.unwrap_or(cfg.env.val_samples);
+    let (tasks, sampling) = vagen_trainer::held_out_harness(cfg, samples, a.temperature)?;
     let need_reward = cfg.rewards.is_empty();
     let started = std::time::Instant::now();
     let runs = match a.policy {

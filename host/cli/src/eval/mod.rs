@@ -22,10 +22,11 @@ use records::{EpisodeRecord, ResultsDir};
 use summary::Summary;
 
 pub fn eval(a: EvalArgs) -> Result<()> {
-    if let Some(cfg) = harness::config_of(&a)? {
+    let cfg = args::read_config(&a)?;
+    if let Some(cfg) = cfg.as_ref().filter(|c| c.env.harness.is_some()) {
         return harness::eval_harness(&a, cfg);
     }
-    let setup = Setup::from_args(&a)?;
+    let setup = Setup::from_args(&a, cfg)?;
     // The folder (and a resume's settings) before the model loads: a refusal costs no load.
     let settings = setup.settings(&a, policy::identity(&a)?);
     let mut dir = a.out.as_deref().map(|out| ResultsDir::open(out, &settings, a.resume)).transpose()?;
