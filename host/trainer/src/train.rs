@@ -78,6 +78,7 @@ impl Trainer {
             // with (the copy happens after the last SFT checkpoint).
             self.critic_from_actor()?;
         }
+        self.adapters_for_rl()?;
         if self.state.start_success.is_none() {
             let e = self.evaluated()?;
             self.state.start_success = Some(e.rollout.success);
@@ -203,7 +204,7 @@ impl Trainer {
     /// Starts the `[async]` generator at the current step and weights.
     fn start_generator(&mut self) -> Result<()> {
         let weights = crate::generator::snapshot(&self.actor.trainable());
-        let model = setup::generator_model(&self.cfg, self.plugin.clone());
+        let model = setup::generator_model(&self.cfg, &self.run_dir, self.plugin.clone());
         let (plugin, share, step) = (self.plugin.clone(), self.run_env().share(), self.state.step);
         self.pipeline = Some(Generator::start(&self.cfg, plugin, share, step, weights, model)?);
         crate::generator::own_threads(self.cfg.asynchronous.trainer_threads);
@@ -229,6 +230,25 @@ impl Trainer {
         if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
             self.critic = setup::new_critic(&self.cfg, &self.actor)?;
             self.critic_opt = self.critic.as_ref().map(|c| setup::new_optimizer(&self.cfg, c.trainable(), &self.ranks));
+        }
+        Ok(())
+    }
+
+    /// `sft.full`: the model SFT trained whole becomes the frozen base of `[model.lora]`'s
+    /// adapters, which get an optimiser of their own (the full one's moments are dropped),
+    /// a critic over the same base and, with `engine.merge_lora`, the merged copy.
+    fn adapters_for_rl(&mut self) -> Result<()> {
+        if self.cfg.model.lora.is_none() || self.actor.lora().is_some() {
+            return Ok(());
+        }
+        let actor = Rc::get_mut(&mut self.actor).context("the actor is shared as its adapters are attached")?;
+        setup::adapters_over_sft(&self.cfg, &self.run_dir, &self.ranks, actor)?;
+        self.actor_opt = setup::new_optimizer(&self.cfg, self.actor.trainable(), &self.ranks);
+        self.critic = setup::new_critic(&self.cfg, &self.actor)?;
+        self.critic_opt = self.critic.as_ref().map(|c| setup::new_optimizer(&self.cfg, c.trainable(), &self.ranks));
+        if self.cfg.engine.merge_lora {
+            let merged = self.actor.merged().context("merging the adapters for generation (engine.merge_lora)")?;
+            self.merged = Some(Rc::new(merged));
         }
         Ok(())
     }

@@ -285,6 +285,13 @@ impl TrainConfig {
                 "decode-step needs the continuous engine (engine.kind = \"continuous\"): the static one cannot recompute running rows".into(),
             );
         }
+        if self.sft.full && (self.model.lora.is_none() || self.sft.steps == 0) {
+            return invalid(
+                "sft.full",
+                "trains every weight before RL trains [model.lora]'s adapters: it needs [model.lora] and sft.steps > 0"
+                    .into(),
+            );
+        }
         if self.model.lora.is_none() && self.engine.merge_lora {
             return invalid("engine.merge_lora", "merges LoRA adapters: set [model.lora], or turn it off".into());
         }

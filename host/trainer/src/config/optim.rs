@@ -134,6 +134,11 @@ pub struct SftSection {
     /// Checkpoint every k SFT steps (`checkpoints/sft-NNNNNN/`) and when SFT ends, so a
     /// run killed during a long warm start resumes there; 0: only when SFT ends.
     pub save_every: usize,
+    /// With `[model.lora]`: SFT trains every weight, then RL trains the adapters over the
+    /// fine-tuned model, saved once as `RUN_DIR/base/` (the adapters name it as their base).
+    /// A pretrained model already knows the format; the embedded one's random weights do
+    /// not, and adapters over them cannot sharpen it enough to learn from sampled answers.
+    pub full: bool,
 }
 
 impl Default for SftSection {
@@ -146,6 +151,7 @@ impl Default for SftSection {
             action_noise: 0.0,
             dataset_steps: 0,
             save_every: 20,
+            full: false,
         }
     }
 }

@@ -7,10 +7,10 @@ use crate::generator::ModelFactory;
 use crate::optimizer::AdamW;
 use crate::vocabulary::EnvTexts;
 use anyhow::{Context, Result, bail};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vagen_dist::Ranks;
-use vagen_model::{LoadOptions, Model, ValueModel};
+use vagen_model::{LoadOptions, LoraConfig, Model, ModelSource, ValueModel};
 use vagen_runtime::Plugin;
 
 /// `model.path` (or the embedded default or default-vl, drawn from `schedule.seed`, its
@@ -58,41 +58,95 @@ pub(super) fn vision_settings(cfg: &TrainConfig, model: &mut Model) -> Result<()
     Ok(())
 }
 
-/// `[model.lora]`'s adapters on a freshly loaded base (A drawn from `schedule.seed`).
+/// `[model.lora]`'s adapters on a freshly loaded base (A drawn from `schedule.seed`); with
+/// `sft.full` they wait for RL ([`adapters_over_sft`]).
 pub(super) fn attach_lora(cfg: &TrainConfig, model: &mut Model) -> Result<()> {
-    if let Some(lora) = &cfg.model.lora {
-        model.attach_lora(lora, cfg.schedule.seed).context("model.lora")?;
-        if model.vision.is_some() {
-            model.set_vision_trainable(!cfg.model.freeze_vision);
-        }
+    match &cfg.model.lora {
+        Some(_) if cfg.sft.full => Ok(()),
+        Some(lora) => attach(cfg, lora, model),
+        None => Ok(()),
+    }
+}
+
+fn attach(cfg: &TrainConfig, lora: &LoraConfig, model: &mut Model) -> Result<()> {
+    model.attach_lora(lora, cfg.schedule.seed).context("model.lora")?;
+    if model.vision.is_some() {
+        model.set_vision_trainable(!cfg.model.freeze_vision);
     }
     Ok(())
+}
+
+/// Where `sft.full` keeps the model SFT trained whole, the base of the adapters RL trains.
+const SFT_BASE: &str = "base";
+
+/// The base RL's adapters sit on: `model.path`, or with `sft.full` the run's `base/`.
+fn rl_base(cfg: &TrainConfig, run_dir: &Path) -> ModelSource {
+    match cfg.sft.full {
+        true => ModelSource::Folder(run_dir.join(SFT_BASE)),
+        false => cfg.model.path.clone(),
+    }
+}
+
+/// `sft.full`, as RL starts: the fine-tuned `actor` written once as `run_dir/base/` (by
+/// rank 0), named as the base of `[model.lora]`'s adapters, which are attached over it.
+pub(crate) fn adapters_over_sft(cfg: &TrainConfig, run_dir: &Path, ranks: &Ranks, actor: &mut Model) -> Result<()> {
+    let lora = cfg.model.lora.as_ref().context("sft.full without [model.lora]")?;
+    let dir = write_once(ranks, run_dir, SFT_BASE, actor, "the fine-tuned base (sft.full)")?;
+    actor.name_or_path = std::path::absolute(&dir)?.display().to_string();
+    attach(cfg, lora, actor)
+}
+
+/// `model` saved as `run_dir/name/` unless a run before wrote it: aside, then renamed, so
+/// a crash never leaves half of it; the other ranks wait for it (the run folder is shared,
+/// as for resuming).
+fn write_once(ranks: &Ranks, run_dir: &Path, name: &str, model: &Model, what: &str) -> Result<PathBuf> {
+    let dir = run_dir.join(name);
+    let absent = !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file();
+    if ranks.is_main() && absent {
+        let tmp = run_dir.join(format!("{name}.partial"));
+        let _ = std::fs::remove_dir_all(&tmp);
+        model.save(&tmp).with_context(|| format!("saving {what}"))?;
+        std::fs::rename(&tmp, &dir).with_context(|| format!("moving {what} to {}", dir.display()))?;
+    }
+    ranks.barrier("waiting for rank 0 to write a model into the run folder (the KL reference, sft.full's base)")?;
+    Ok(dir)
 }
 
 /// The async generator's own copy of the actor, made on its thread when it starts: loaded
 /// as the actor was (on `engine.device` if set), adapters and all, the published weights
 /// then copied over it.
-pub(crate) fn generator_model(cfg: &TrainConfig, plugin: Option<Arc<dyn Plugin>>) -> ModelFactory {
+pub(crate) fn generator_model(cfg: &TrainConfig, run_dir: &Path, plugin: Option<Arc<dyn Plugin>>) -> ModelFactory {
     let mut placed = cfg.clone();
     placed.rank_device = cfg.engine.device.or(cfg.rank_device);
+    placed.model.path = rl_base(cfg, run_dir);
     Box::new(move || {
         let mut model = load_model(&placed, plugin.as_deref()).context("the generator's copy of the model")?;
-        attach_lora(&placed, &mut model)?;
+        if let Some(lora) = &placed.model.lora {
+            attach(&placed, lora, &mut model)?;
+        }
         Ok(model)
     })
 }
 
-/// A checkpoint's actor: the whole model, or with LoRA the base `model.path` names and the
+/// A checkpoint's actor: the whole model (with `sft.full`, also a LoRA run's SFT
+/// checkpoints), or with LoRA the base (`model.path`, or `base/` with `sft.full`) and the
 /// saved adapter, which must have the config's settings.
-pub(super) fn load_actor(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, dir: &Path) -> Result<Model> {
+pub(super) fn load_actor(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, run_dir: &Path, dir: &Path) -> Result<Model> {
     let options = load_options(cfg)?;
-    let Some(lora) = &cfg.model.lora else {
+    let lora = match &cfg.model.lora {
+        Some(_) if cfg.sft.full && !vagen_model::is_adapter_folder(dir) => None,
+        lora => lora.as_ref(),
+    };
+    let Some(lora) = lora else {
         return Ok(Model::load(dir, options)?);
     };
-    let mut model = cfg.model.path.load_with_adapter(dir, cfg.schedule.seed, options).with_context(|| {
-        format!("loading the model {} (model.path) with the adapter in {}", cfg.model.path, dir.display())
-    })?;
-    if let Some(texts) = embedded_texts(cfg, plugin)? {
+    let base = rl_base(cfg, run_dir);
+    let mut model = base
+        .load_with_adapter(dir, cfg.schedule.seed, options)
+        .with_context(|| format!("loading the model {base} (the base) with the adapter in {}", dir.display()))?;
+    if base.is_embedded()
+        && let Some(texts) = embedded_texts(cfg, plugin)?
+    {
         // The base the adapter was trained on had the env's tokenizer (the same texts give
         // the same one).
         crate::vocabulary::retokenize(&mut model, &texts)?;
@@ -107,8 +161,10 @@ pub(super) fn load_actor(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, dir: &P
 }
 
 /// A critic as `critic.init` says, beside `actor` (none for critic-free estimators).
+/// With `sft.full`, none before the actor has its adapters: the critic sits on their base.
 pub(crate) fn new_critic(cfg: &TrainConfig, actor: &Model) -> Result<Option<ValueModel>> {
-    if !cfg.algorithm.advantage.estimator.uses_critic() {
+    let waits_for_adapters = cfg.model.lora.is_some() && actor.lora().is_none();
+    if !cfg.algorithm.advantage.estimator.uses_critic() || waits_for_adapters {
         return Ok(None);
     }
     Ok(Some(match cfg.critic.init {
@@ -148,17 +204,7 @@ pub(super) fn load_options(cfg: &TrainConfig) -> Result<LoadOptions> {
 /// starting). A LoRA actor's reference is its adapter as RL began, frozen, over the same
 /// base.
 pub(crate) fn reference(cfg: &TrainConfig, run_dir: &Path, ranks: &Ranks, actor: &Model) -> Result<Model> {
-    let dir = run_dir.join("reference");
-    let absent = !dir.join("config.json").is_file() && !dir.join(vagen_model::ADAPTER_CONFIG).is_file();
-    if ranks.is_main() && absent {
-        // Written aside and renamed, so a crash never leaves half a reference behind.
-        let tmp = run_dir.join("reference.partial");
-        let _ = std::fs::remove_dir_all(&tmp);
-        actor.save(&tmp).context("saving the KL reference policy")?;
-        std::fs::rename(&tmp, &dir).with_context(|| format!("moving the KL reference to {}", dir.display()))?;
-    }
-    // The other ranks read what rank 0 wrote (the run folder is shared, as for resuming).
-    ranks.barrier("waiting for rank 0 to write the KL reference")?;
+    let dir = write_once(ranks, run_dir, "reference", actor, "the KL reference policy")?;
     let load = || -> Result<Model> {
         if cfg.model.lora.is_none() {
             return Ok(Model::load(&dir, load_options(cfg)?)?);

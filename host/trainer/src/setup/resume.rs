@@ -36,7 +36,8 @@ pub(crate) fn resume_ranked(
     for ckpt in checkpoint::complete(run_dir)? {
         // A panic in libtorch is a checkpoint that will not load, like a torn file.
         let plugin = env.plugin.as_deref();
-        let loaded = vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, plugin, &ckpt))).map_err(anyhow::Error::from);
+        let loaded =
+            vagen_model::catch_panic(|| Ok(load_checkpoint(&cfg, plugin, run_dir, &ckpt))).map_err(anyhow::Error::from);
         match loaded.and_then(|r| r) {
             Ok(loaded) => return continued(cfg, run_dir, lock, env, loaded, ranks, &ckpt),
             Err(e) => refused.push(set_aside(&ckpt, &format!("{e:#}"), ranks.is_main())),
@@ -100,10 +101,10 @@ fn set_aside(ckpt: &Path, error: &str, main: bool) -> String {
 }
 
 /// A checkpoint's actor, critic, counters and optimiser moments, all or nothing.
-fn load_checkpoint(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, ckpt: &Path) -> Result<Loaded> {
+fn load_checkpoint(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, run_dir: &Path, ckpt: &Path) -> Result<Loaded> {
     let options = load_options(cfg)?;
     let state = checkpoint::read_state(ckpt)?;
-    let mut actor = load_actor(cfg, plugin, &ckpt.join("actor"))?;
+    let mut actor = load_actor(cfg, plugin, run_dir, &ckpt.join("actor"))?;
     vision_settings(cfg, &mut actor)?;
     let mut actor_opt = AdamW::new(actor.trainable(), cfg.optim.weight_decay);
     actor_opt.load(&ckpt.join("actor_optim.safetensors")).map_err(anyhow::Error::msg)?;
@@ -121,12 +122,11 @@ fn load_checkpoint(cfg: &TrainConfig, plugin: Option<&dyn Plugin>, ckpt: &Path) 
         let mut opt = AdamW::new(critic.trainable(), cfg.optim.weight_decay);
         opt.load(&ckpt.join("critic_optim.safetensors")).map_err(anyhow::Error::msg)?;
         (Some(critic), Some(opt))
-    } else if cfg.algorithm.advantage.estimator.uses_critic() {
-        let critic = new_critic(cfg, &actor)?.expect("a critic-based estimator");
-        let opt = AdamW::new(critic.trainable(), cfg.optim.weight_decay);
-        (Some(critic), Some(opt))
     } else {
-        (None, None)
+        // None with `sft.full` before RL: the critic comes with the adapters.
+        let critic = new_critic(cfg, &actor)?;
+        let opt = critic.as_ref().map(|c| AdamW::new(c.trainable(), cfg.optim.weight_decay));
+        (critic, opt)
     };
     Ok((actor, critic, state, (actor_opt, critic_opt)))
 }
