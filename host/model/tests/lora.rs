@@ -76,6 +76,38 @@ fn fresh_adapters_leave_the_outputs_unchanged_and_alone_receive_gradients() {
 }
 
 #[test]
+fn a_fresh_adapters_gradient_is_the_full_weights_gradient_projected_on_it() {
+    // y = W x + s B A x with B = 0: dL/dB = s (dL/dW) Aᵀ and dL/dA = 0, for any loss. An
+    // adapter path that is detached, scaled twice or fed the wrong input breaks it.
+    let full = load("tiny-qwen2");
+    let seq = &probe(&full)[1];
+    let ids = Tensor::from_slice(&seq.iter().map(|&t| t as i64).collect::<Vec<_>>()).unsqueeze(0);
+    let pos = Tensor::arange(seq.len() as i64, tch::kind::INT64_CPU).unsqueeze(0);
+    let loss = |m: &Model| {
+        m.lm.forward(&ids, &pos, None, None).unwrap().log_softmax(-1, Kind::Float).select(2, 5).sum(Kind::Float)
+    };
+    loss(&full).backward();
+    let mut lora = load("tiny-qwen2");
+    let cfg = config(4, 16.0, Targets::AllLinear);
+    lora.attach_lora(&cfg, 7).unwrap();
+    loss(&lora).backward();
+    let (theirs, ours) = (full.vs.variables(), lora.vs.variables());
+    let mut checked = 0;
+    for (name, w) in &theirs {
+        let Some(layer) = name.strip_suffix(".weight") else { continue };
+        let Some(b) = ours.get(&format!("{layer}.lora_B.weight")) else { continue };
+        let a = &ours[&format!("{layer}.lora_A.weight")];
+        let projected = w.grad().matmul(&a.tr()) * cfg.scale();
+        let err = (b.grad() - &projected).abs().max().double_value(&[]);
+        let size = projected.abs().max().double_value(&[]);
+        assert!(size > 0.0 && err <= 1e-4 * size, "{layer}: |dL/dB - s dL/dW Aᵀ| = {err:e} of {size:e}");
+        assert_eq!(a.grad().abs().max().double_value(&[]), 0.0, "{layer}: B = 0 gives A no gradient");
+        checked += 1;
+    }
+    assert_eq!(checked, 7 * full.config().num_hidden_layers, "every linear layer of the decoder");
+}
+
+#[test]
 fn an_adapter_we_save_loads_in_peft_with_the_same_logits_and_back_here_exactly() {
     let base = fixtures().join("tiny-qwen2");
     let mut model = load("tiny-qwen2");

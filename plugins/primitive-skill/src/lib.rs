@@ -180,7 +180,8 @@ impl Env for PrimitiveSkill {
         let objects: Vec<String> = self
             .objects
             .iter()
-            .map(|(n, p)| format!("{} at ({}, {}, {})", n.replace('_', " "), p[0], p[1], p[2]))
+            // Written as an action writes them, so a model copies a position digit by digit.
+            .map(|(n, p)| format!("{} at ({},{},{})", n.replace('_', " "), p[0], p[1], p[2]))
             .collect();
         let held = match self.held.as_slice() {
             [] => "nothing".to_string(),
