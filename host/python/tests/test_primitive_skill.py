@@ -38,9 +38,9 @@ def oracle_run(tmp_path, config, seed, name, episodes=1):
 
 
 @pytest.mark.parametrize("task", TASKS)
-def test_check_passes_in_text_mode_with_the_oracle_winning_9_of_10(task):
-    r = host("check", "--plugin", PLUGIN, "--env-config", json.dumps({"task": task}),
-             "--oracle-episodes", 10, "--oracle-min-success", 0.9)
+def test_check_passes_in_text_mode_with_the_oracle_winning_every_episode(task):
+    # check's own requirement (every episode won); 10 of its 20 seeds, to save a minute.
+    r = host("check", "--plugin", PLUGIN, "--env-config", json.dumps({"task": task}), "--oracle-episodes", 10)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "all 7 checks passed" in r.stdout
     assert "replay identically" in r.stdout

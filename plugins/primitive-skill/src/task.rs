@@ -32,8 +32,11 @@ pub type Objects = Vec<(String, [i64; 3])>;
 const LEFT_TARGET: [i64; 3] = [80, -100, 0];
 const RIGHT_TARGET: [i64; 3] = [80, 100, 0];
 /// How far above its resting height the oracle lets a cube go (mm): the fingers open
-/// before it touches, as VAGEN's hint "set z much higher when placing" suggests.
-const DROP: i64 = 10;
+/// before it touches, as VAGEN's hint "set z much higher when placing" suggests. At 10 mm
+/// a cube held askew (random yaw) could strike a stack as it came down and topple it:
+/// StackThreeCube's oracle lost seed 19 of 0..20 so; at 20 it won 100 of 100 seeds, the
+/// other tasks 40 of 40.
+const DROP: i64 = 20;
 const CUBE: i64 = 40;
 
 impl Task {
@@ -132,20 +135,20 @@ mod tests {
     fn oracle_plans_pick_then_place_per_cube_and_stops_when_done() {
         let o = objs(&[("red", [24, 107, 20]), ("green", [59, -4, 20]), ("purple", [-94, -132, 20])]);
         let plan = Task::StackThreeCube.oracle(&o, &[], 2).unwrap();
-        assert_eq!(plan, ["pick(24,107,20)", "place(59,-4,70)"]);
+        assert_eq!(plan, ["pick(24,107,20)", "place(59,-4,80)"]);
         let o = objs(&[("red", [59, -4, 60]), ("green", [59, -4, 20]), ("purple", [-94, -132, 20])]);
-        assert_eq!(Task::StackThreeCube.oracle(&o, &[], 2).unwrap(), ["pick(-94,-132,20)", "place(59,-4,110)"]);
+        assert_eq!(Task::StackThreeCube.oracle(&o, &[], 2).unwrap(), ["pick(-94,-132,20)", "place(59,-4,120)"]);
         let o = objs(&[("red", [59, -4, 60]), ("green", [59, -4, 20]), ("purple", [59, -3, 100])]);
         assert_eq!(Task::StackThreeCube.oracle(&o, &[], 2), None);
         // Holding a cube: place it first.
         let o = objs(&[("red", [0, 100, 20]), ("green", [120, 150, 20])]);
-        assert_eq!(Task::AlignTwoCube.oracle(&o, &["green".into()], 2).unwrap(), ["place(0,150,30)"]);
+        assert_eq!(Task::AlignTwoCube.oracle(&o, &["green".into()], 2).unwrap(), ["place(0,150,40)"]);
         let o = objs(&[
             ("left_target", LEFT_TARGET),
             ("right_target", RIGHT_TARGET),
             ("red", [80, -95, 20]),
             ("green", [-50, 0, 20]),
         ]);
-        assert_eq!(Task::PlaceTwoCube.oracle(&o, &[], 2).unwrap(), ["pick(-50,0,20)", "place(80,100,30)"]);
+        assert_eq!(Task::PlaceTwoCube.oracle(&o, &[], 2).unwrap(), ["pick(-50,0,20)", "place(80,100,40)"]);
     }
 }

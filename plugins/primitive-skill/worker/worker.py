@@ -217,7 +217,8 @@ class StackThreeCube(_CubeTask):
 
         def on(top, below):
             a, b = np.array(p[top]), np.array(p[below])
-            return float(np.linalg.norm(a[:2] - b[:2])) < size / 2 and a[2] > b[2] + size / 2
+            # bool(): NumPy's comparison gives numpy.bool_, which json cannot write.
+            return bool(float(np.linalg.norm(a[:2] - b[:2])) < size / 2 and a[2] > b[2] + size / 2)
 
         red_on_green = on("red", "green") and not self.grasped("red")
         stages = [self.grasped("red"), red_on_green, self.grasped("purple")]
