@@ -139,16 +139,20 @@ impl Trainer {
             data.check(&self.cfg, &self.actor)?;
         }
         let mut bar = Progress::new(steps as u64, "SFT steps", self.ranks.is_main(), done as u64);
+        let mut played = crate::sft::Played::new();
         while self.state.sft_steps_done < steps {
             // Field by field, not `run_env()`: the optimiser is borrowed mutably beside it.
             let run =
                 RunEnv { cfg: &self.cfg, plugin: self.plugin.as_deref(), ranks: &self.ranks, run_dir: &self.run_dir };
             let done = self.state.sft_steps_done;
-            let (loss, report) = crate::sft::step(&run, &self.actor, &mut self.actor_opt, done, chats.as_ref())?;
+            let cached = played.len();
+            let (loss, report) =
+                crate::sft::step(&run, &self.actor, &mut self.actor_opt, done, chats.as_ref(), &mut played)?;
+            let replayed = (self.cfg.sft.dataset_steps > 0).then_some(played.len() == cached);
             self.refresh_generator()?;
             self.skipped.count(report.applied, &format!("SFT step {}", self.state.sft_steps_done + 1), "sft.lr")?;
             self.state.sft_steps_done += 1;
-            self.write_metrics(&crate::sft::metrics(loss, &report, self.state.sft_steps_done))?;
+            self.write_metrics(&crate::sft::metrics(loss, &report, self.state.sft_steps_done, replayed))?;
             bar.set_message(format!("loss {loss:.3}"));
             bar.inc();
             if crate::sft::save_due(&self.cfg.sft, self.state.sft_steps_done) {

@@ -180,6 +180,10 @@ fn sft_fits_a_small_fixed_dataset() {
     let losses: Vec<f64> =
         metrics(dir.path()).iter().filter_map(|m| m.get("sft/loss").and_then(|v| v.as_f64())).collect();
     assert_eq!(losses.len(), 60);
+    // Played once, then replayed from memory.
+    let replayed: Vec<f64> = metrics(dir.path()).iter().filter_map(|m| m.get("sft/replayed")?.as_f64()).collect();
+    assert_eq!(replayed.len(), 60);
+    assert_eq!((replayed[0], replayed[1..].iter().all(|&r| r == 1.0)), (0.0, true), "{replayed:?}");
     let last = losses.last().unwrap();
     assert!(*last < 0.05, "loss {} -> {last}", losses[0]);
 }
