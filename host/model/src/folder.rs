@@ -135,7 +135,7 @@ mod tests {
     use super::*;
 
     fn message(r: Result<Option<Vec<u8>>>) -> String {
-        r.err().expect("refused").to_string()
+        r.expect_err("refused").to_string()
     }
 
     #[test]

@@ -69,4 +69,5 @@ pub(crate) fn insert_val(m: &mut StepMetrics, e: &Evaluated) {
     m.values.insert("val/success".into(), v.success);
     m.values.insert("val/turns".into(), v.mean_turns);
     m.values.insert("val/format_correct_rate".into(), v.format_correct_rate);
+    m.values.insert("val/valid_action_rate".into(), v.valid_action_rate);
 }

@@ -12,6 +12,7 @@ use crate::play::RunEnv;
 use crate::step_batch::{StepBatch, split};
 use anyhow::Result;
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use tch::Kind;
 use vagen_model::Model;
 
@@ -46,10 +47,10 @@ pub(crate) fn step(
         None if cfg.sft.dataset_steps > 0 => {
             // Played once: a replay gives the same episodes (the seeds and the oracle's
             // noise are the step's) at the simulator's cost, which dominates a heavy env.
-            if !played.contains_key(&k) {
-                played.insert(k, collect_sft(run, actor, k, done + 1)?);
+            match played.entry(k) {
+                Entry::Occupied(e) => &*e.into_mut(),
+                Entry::Vacant(e) => &*e.insert(collect_sft(run, actor, k, done + 1)?),
             }
-            &played[&k]
         }
         None => {
             fresh = collect_sft(run, actor, k, done + 1)?;

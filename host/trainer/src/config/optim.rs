@@ -129,7 +129,8 @@ pub struct SftSection {
     /// a warm start that leaves RL something to improve).
     pub action_noise: f64,
     /// 0: fresh episodes every step. n: the episodes of the first n steps, cycled (a fixed
-    /// dataset, e.g. to check that the model can fit it).
+    /// dataset, e.g. to check that the model can fit it, or to play a slow simulator once):
+    /// played once and kept in memory.
     pub dataset_steps: usize,
     /// Checkpoint every k SFT steps (`checkpoints/sft-NNNNNN/`) and when SFT ends, so a
     /// run killed during a long warm start resumes there; 0: only when SFT ends.
