@@ -232,9 +232,15 @@ impl Trainer {
     /// learned nothing during SFT. Once RL has updated it (step > 0), it is never replaced.
     fn critic_from_actor(&mut self) -> Result<()> {
         if self.critic.is_some() && self.cfg.critic.init == CriticInit::Actor && self.state.step == 0 {
-            self.critic = setup::new_critic(&self.cfg, &self.actor)?;
-            self.critic_opt = self.critic.as_ref().map(|c| setup::new_optimizer(&self.cfg, c.trainable(), &self.ranks));
+            self.fresh_critic()?;
         }
+        Ok(())
+    }
+
+    /// A new critic beside the actor as it is now, with a new optimiser.
+    fn fresh_critic(&mut self) -> Result<()> {
+        self.critic = setup::new_critic(&self.cfg, &self.actor)?;
+        self.critic_opt = self.critic.as_ref().map(|c| setup::new_optimizer(&self.cfg, c.trainable(), &self.ranks));
         Ok(())
     }
 
@@ -248,12 +254,8 @@ impl Trainer {
         let actor = Rc::get_mut(&mut self.actor).context("the actor is shared as its adapters are attached")?;
         setup::adapters_over_sft(&self.cfg, &self.run_dir, &self.ranks, actor)?;
         self.actor_opt = setup::new_optimizer(&self.cfg, self.actor.trainable(), &self.ranks);
-        self.critic = setup::new_critic(&self.cfg, &self.actor)?;
-        self.critic_opt = self.critic.as_ref().map(|c| setup::new_optimizer(&self.cfg, c.trainable(), &self.ranks));
-        if self.cfg.engine.merge_lora {
-            let merged = self.actor.merged().context("merging the adapters for generation (engine.merge_lora)")?;
-            self.merged = Some(Rc::new(merged));
-        }
+        self.fresh_critic()?;
+        self.merged = setup::merged_copy(&self.cfg, &self.actor)?.map(Rc::new);
         Ok(())
     }
 

@@ -8,7 +8,7 @@ mod models;
 mod resume;
 
 pub use models::load_model;
-pub(crate) use models::{adapters_over_sft, generator_model, new_critic, new_optimizer, reference};
+pub(crate) use models::{adapters_over_sft, generator_model, merged_copy, new_critic, new_optimizer, reference};
 pub(crate) use resume::resume_ranked;
 
 use crate::checkpoint::TrainerState;
@@ -142,11 +142,7 @@ fn assemble(
         actor_opt.shard(&ranks);
         critic_opt.iter_mut().for_each(|o| o.shard(&ranks));
     }
-    // With `sft.full` the adapters come as RL starts, and the merged copy with them.
-    let merged = match cfg.engine.merge_lora && actor.lora().is_some() {
-        true => Some(actor.merged().context("merging the adapters for generation (engine.merge_lora)")?),
-        false => None,
-    };
+    let merged = merged_copy(&cfg, &actor)?;
     let metrics = match ranks.is_main() {
         true => Some(MetricsLog::open(&run_dir.join("metrics.jsonl"))?),
         false => None,

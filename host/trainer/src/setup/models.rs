@@ -76,6 +76,15 @@ fn attach(cfg: &TrainConfig, lora: &LoraConfig, model: &mut Model) -> Result<()>
     Ok(())
 }
 
+/// With `engine.merge_lora`, the copy of `actor` with its adapters merged that rollouts
+/// sample from; none before the adapters come (`sft.full`, as RL starts).
+pub(crate) fn merged_copy(cfg: &TrainConfig, actor: &Model) -> Result<Option<Model>> {
+    if !cfg.engine.merge_lora || actor.lora().is_none() {
+        return Ok(None);
+    }
+    Ok(Some(actor.merged().context("merging the adapters for generation (engine.merge_lora)")?))
+}
+
 /// Where `sft.full` keeps the model SFT trained whole, the base of the adapters RL trains.
 const SFT_BASE: &str = "base";
 
