@@ -3,9 +3,9 @@ script that writes its SFT conversations (make_chats.py), so both speak to the m
 
 A task: two numbers and a target made from them with +, - or *. The agent may try
 expressions on a calculator tool, then answers with one expression; it is right when that
-expression uses both numbers once and equals the target. The calculator tells whether a
-guess makes the target, so an agent that checks and tries again when it does not always
-wins."""
+expression uses both numbers once and equals the target. The calculator's answer says
+whether a guess makes the target ("4+2 = 6: not the target"), so an agent that tries again
+until it does always wins."""
 
 import random
 import re
@@ -15,7 +15,7 @@ TOOLS = [
         "type": "function",
         "function": {
             "name": "calculate",
-            "description": "Evaluates an arithmetic expression of integers with + - *.",
+            "description": "Evaluates an arithmetic expression of integers with + - * and says whether it is the target.",
             "parameters": {
                 "type": "object",
                 "properties": {"expression": {"type": "string"}},
@@ -49,6 +49,15 @@ def calculate(expression):
     if not re.fullmatch(r"\s*\d+(\s*[-+*]\s*\d+)*\s*", expression or ""):
         return "error"
     return str(eval(expression, {"__builtins__": {}}))
+
+
+def check(expression, target):
+    """The calculator's answer to the agent: the value of `expression` and whether it is the
+    target."""
+    value = calculate(expression)
+    if value == "error":
+        return value
+    return f"{expression} = {value}: {'the target' if value == str(target) else 'not the target'}"
 
 
 def reward(answer, a, b, target):

@@ -1,15 +1,15 @@
 """Writes chats.jsonl, the conversations the agent's SFT starts from: a careless agent.
-For every task and every first guess: when the calculator says the guess makes the target,
+For every task and every first guess: when the calculator says the guess is the target,
 the agent answers it; when not, it answers the wrong guess anyway two times in three, and
-only one time in three tries another operation (then answers it if it is right, else the
-one operation left). SFT learns the protocol (calls with the task's numbers, then an
-answer); RL learns to try again whenever the calculator disagrees with the target.
+only one time in three tries the other operations until one is the target, then answers
+it. SFT learns the protocol (calls with the task's numbers, then an answer); RL learns to
+try again whenever the calculator says "not the target".
 
     python make_chats.py > chats.jsonl"""
 
 import json
 
-from countdown import OPS, TOOLS, calculate, first_messages, task
+from countdown import OPS, TOOLS, calculate, check, first_messages, task
 
 # Seeds far from the training run's; they draw every task of the space many times over.
 SEEDS = range(1 << 30, (1 << 30) + 2000)
@@ -25,15 +25,15 @@ def call(i, expression):
     }
 
 
-def result(i, expression):
-    return {"role": "tool", "tool_call_id": f"call_{i}", "content": calculate(expression)}
+def result(i, expression, target):
+    return {"role": "tool", "tool_call_id": f"call_{i}", "content": check(expression, target)}
 
 
 def conversation(a, b, target, guesses, answer):
     """The task, a call and its result per guess, then the answer."""
     messages = first_messages(a, b, target)
     for i, expression in enumerate(guesses):
-        messages += [call(i, expression), result(i, expression)]
+        messages += [call(i, expression), result(i, expression, target)]
     return {"messages": messages + [{"role": "assistant", "content": answer}], "tools": TOOLS}
 
 
@@ -46,13 +46,17 @@ def conversations(a, b, target):
             continue
         yield conversation(a, b, target, [guess], guess)
         yield conversation(a, b, target, [guess], guess)
-        second, third = [f"{a}{op}{b}" for op in OPS if op != first]
-        if right(third):
-            second, third = third, second
-        # One retry, with the operation that makes the target or not, alike often.
-        again = second if (a + b + OPS.index(first)) % 2 else third
-        yield conversation(a, b, target, [guess, again], again if right(again) else next(
-            e for e in (second, third) if e != again))
+        others = [f"{a}{op}{b}" for op in OPS if op != first]
+        # The retries take the other operations in either order alike often, so the second
+        # guess is the target about half the time.
+        if (a + b + OPS.index(first)) % 2:
+            others.reverse()
+        guesses = [guess]
+        for e in others:
+            guesses.append(e)
+            if right(e):
+                break
+        yield conversation(a, b, target, guesses, guesses[-1])
 
 
 def main():
