@@ -3,9 +3,9 @@
 // episode's own endpoint), the task comes in VAGEN_TASK, and it reports its reward by POST to
 // its base URL's /reward. Against another server: VAGEN_TASK='{"seed": 7}' node agent.mjs.
 import OpenAI from "openai";
-import { TOOLS, calculate, firstMessages, reward, task } from "./countdown.mjs";
+import { TOOLS, check, firstMessages, reward, task } from "./countdown.mjs";
 
-const MAX_CALLS = 3;
+const MAX_CALLS = 4; // up to three guesses, then the answer
 const problem = task(JSON.parse(process.env.VAGEN_TASK).seed);
 const client = new OpenAI();
 const messages = firstMessages(problem);
@@ -23,7 +23,7 @@ for (let i = 0; i < MAX_CALLS; i++) {
     try {
       expression = JSON.parse(call.function.arguments).expression ?? "";
     } catch {}
-    messages.push({ role: "tool", tool_call_id: call.id, content: calculate(String(expression)) });
+    messages.push({ role: "tool", tool_call_id: call.id, content: check(String(expression), problem.target) });
   }
 }
 const r = reward(answer, problem);

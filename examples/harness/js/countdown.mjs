@@ -1,14 +1,14 @@
 // The task and prompts of the Countdown agent (the Python example's, in JavaScript), shared
 // by agent.mjs and make_chats.mjs so both speak to the model alike. A task: two numbers
 // and a target made from them with +, - or *; the answer is one expression, and the
-// calculator tells whether a guess makes the target.
+// calculator's answer says whether a guess makes the target ("4+2 = 6: not the target").
 
 export const TOOLS = [
   {
     type: "function",
     function: {
       name: "calculate",
-      description: "Evaluates an arithmetic expression of integers with + - *.",
+      description: "Evaluates an arithmetic expression of integers with + - * and says whether it is the target.",
       parameters: { type: "object", properties: { expression: { type: "string" } }, required: ["expression"] },
     },
   },
@@ -52,6 +52,13 @@ export function calculate(expression) {
   const terms = expression.replace(/\s+/g, "").split(/(?=[-+])/);
   const value = terms.reduce((sum, t) => sum + t.split("*").reduce((p, f) => p * Number(f.replace("+", "")), 1), 0);
   return String(value);
+}
+
+// The calculator's answer to the agent: the value of the expression and whether it is the target.
+export function check(expression, target) {
+  const value = calculate(expression);
+  if (value === "error") return value;
+  return `${expression} = ${value}: ${value === String(target) ? "the target" : "not the target"}`;
 }
 
 // 1 when the answer is an expression of a and b (each once) with one of + - * equal to the target.

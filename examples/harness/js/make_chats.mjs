@@ -1,21 +1,21 @@
 // Writes chats.jsonl, the conversations the agent's SFT starts from (as the Python example's
 // make_chats.py): a careless agent. For every task and first guess: a guess the calculator
-// confirms is answered; a wrong one is answered anyway two times in three, and one time in
-// three another operation is tried (then answered if right, else the one left). RL learns
-// to try again whenever the calculator disagrees with the target.
+// says is the target is answered; a wrong one is answered anyway two times in three, and one
+// time in three the other operations are tried until one is the target, then answered. RL
+// learns to try again whenever the calculator says "not the target".
 //   node make_chats.mjs > chats.jsonl
-import { OPS, TOOLS, calculate, firstMessages, task } from "./countdown.mjs";
+import { OPS, TOOLS, calculate, check, firstMessages, task } from "./countdown.mjs";
 
 const call = (i, expression) => ({
   role: "assistant",
   content: null,
   tool_calls: [{ id: `call_${i}`, type: "function", function: { name: "calculate", arguments: JSON.stringify({ expression }) } }],
 });
-const result = (i, expression) => ({ role: "tool", tool_call_id: `call_${i}`, content: calculate(expression) });
+const result = (i, expression, target) => ({ role: "tool", tool_call_id: `call_${i}`, content: check(expression, target) });
 
 function conversation(t, guesses, answer) {
   const messages = firstMessages(t);
-  guesses.forEach((g, i) => messages.push(call(i, g), result(i, g)));
+  guesses.forEach((g, i) => messages.push(call(i, g), result(i, g, t.target)));
   messages.push({ role: "assistant", content: answer });
   return { messages, tools: TOOLS };
 }
@@ -28,10 +28,16 @@ function* conversations(t) {
     yield conversation(t, [guess], guess);
     if (right(guess)) continue;
     yield conversation(t, [guess], guess);
-    let [second, third] = OPS.filter((op) => op !== first).map((op) => `${a}${op}${b}`);
-    if (right(third)) [second, third] = [third, second];
-    const again = (a + b + OPS.indexOf(first)) % 2 ? second : third;
-    yield conversation(t, [guess, again], right(again) ? again : [second, third].find((e) => e !== again));
+    // The retries take the other operations in either order alike often, so the second guess
+    // is the target about half the time.
+    const others = OPS.filter((op) => op !== first).map((op) => `${a}${op}${b}`);
+    if ((a + b + OPS.indexOf(first)) % 2) others.reverse();
+    const guesses = [guess];
+    for (const e of others) {
+      guesses.push(e);
+      if (right(e)) break;
+    }
+    yield conversation(t, guesses, guesses.at(-1));
   }
 }
 
