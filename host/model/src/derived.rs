@@ -3,7 +3,17 @@
 //! optimizer step, a weight load, a refresh or a dtype change can never leave them stale.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tch::Tensor;
+
+/// Derived copies built or dropped so far, in the whole process.
+static MOVES: AtomicU64 = AtomicU64::new(0);
+
+/// Changes whenever any derived copy is built or dropped: a CUDA graph that captured one's
+/// address is stale once this moves.
+pub(crate) fn epoch() -> u64 {
+    MOVES.load(Ordering::SeqCst)
+}
 
 unsafe extern "C" {
     fn vagen_grad_enabled() -> i32;
@@ -50,6 +60,7 @@ impl Derived {
         }
         // Released first: the old copy and the new one need not both fit.
         *held = None;
+        MOVES.fetch_add(1, Ordering::SeqCst);
         let tensors = tch::no_grad(make);
         let out = tensors.iter().map(Tensor::shallow_clone).collect();
         *held = Some(Held { stamps, _memory: sources.iter().map(|t| t.detach()).collect(), tensors });
@@ -58,7 +69,9 @@ impl Derived {
 
     /// Drops the copy (a training forward would leave it stale, and wants its memory).
     pub fn clear(&self) {
-        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        if self.held.lock().unwrap_or_else(|e| e.into_inner()).take().is_some() {
+            MOVES.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 

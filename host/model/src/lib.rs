@@ -24,6 +24,7 @@ mod chat;
 mod chats;
 mod checkpoint;
 mod config;
+mod cuda_graph;
 pub(crate) mod default_model;
 mod derived;
 mod device;

@@ -81,23 +81,34 @@ impl Attention {
             // The copy would go stale through the update; its memory serves the update.
             self.qkv.clear();
         }
-        if training || !generating || [q, k, v].iter().any(|l| !l.plain(rows)) {
+        if training || !generating || !self.fuses(rows) {
             let q = rope::apply(&split(q.forward_rows(x, rows), self.heads), rope.0, rope.1);
             let k = rope::apply(&split(k.forward_rows(x, rows), self.kv_heads), rope.0, rope.1);
             return (q, k, split(v.forward_rows(x, rows), self.kv_heads));
         }
-        let biases: Vec<&Tensor> = [q, k, v].iter().filter_map(|l| l.bias.as_ref()).collect();
-        let sources: Vec<&Tensor> =
-            [&q.weight, &k.weight, &v.weight].into_iter().chain(biases.iter().copied()).collect();
-        let fused = self.qkv.get(&sources, || {
-            let mut out = vec![Tensor::cat(&[&q.weight, &k.weight, &v.weight], 0)];
-            out.extend((biases.len() == 3).then(|| Tensor::cat(&biases, 0)));
-            out
-        });
+        let fused = self.fused_qkv();
         let (h, kv) = (self.heads, self.kv_heads);
         let all = split(x.linear(&fused[0], fused.get(1)), h + 2 * kv);
         let qk = rope::apply(&all.narrow(1, 0, h + kv), rope.0, rope.1);
         (qk.narrow(1, 0, h), qk.narrow(1, h, kv), all.narrow(1, h + kv, kv))
+    }
+
+    /// Whether a generating forward of `rows` takes the fused projection (no adapter on it).
+    fn fuses(&self, rows: Option<&AdapterRows>) -> bool {
+        [&self.q_proj, &self.k_proj, &self.v_proj].iter().all(|l| l.plain(rows))
+    }
+
+    /// The fused projection's weight and bias, built when a source changed.
+    fn fused_qkv(&self) -> Vec<Tensor> {
+        let (q, k, v) = (&self.q_proj, &self.k_proj, &self.v_proj);
+        let biases: Vec<&Tensor> = [q, k, v].iter().filter_map(|l| l.bias.as_ref()).collect();
+        let sources: Vec<&Tensor> =
+            [&q.weight, &k.weight, &v.weight].into_iter().chain(biases.iter().copied()).collect();
+        self.qkv.get(&sources, || {
+            let mut out = vec![Tensor::cat(&[&q.weight, &k.weight, &v.weight], 0)];
+            out.extend((biases.len() == 3).then(|| Tensor::cat(&biases, 0)));
+            out
+        })
     }
 
     fn forward<'c>(
@@ -338,6 +349,17 @@ impl Qwen2Model {
         self.layers_forward(embeds, positions, Some(mask), Some(cache), rows)
     }
 
+    /// Builds, or checks against their sources, the copies a generating forward without
+    /// served adapters reads (the fused QKV projections): a CUDA graph replays their
+    /// addresses without running that check itself.
+    pub(crate) fn prepare_generation(&self) {
+        for layer in &self.layers {
+            if layer.self_attn.fuses(None) {
+                layer.self_attn.fused_qkv();
+            }
+        }
+    }
+
     /// Every layer and the final norm.
     fn layers_forward<'c>(
         &self,
@@ -426,9 +448,22 @@ impl Qwen2ForCausalLM {
                 self.head_f32.clear();
                 head.to_kind(Kind::Float)
             }
-            false => self.head_f32.get(&[head], || vec![head.to_kind(Kind::Float)]).remove(0),
+            false => self.head_f32_copy(head),
         };
         hidden.to_kind(Kind::Float).linear::<Tensor>(&head_f32, None)
+    }
+
+    fn head_f32_copy(&self, head: &Tensor) -> Tensor {
+        self.head_f32.get(&[head], || vec![head.to_kind(Kind::Float)]).remove(0)
+    }
+
+    /// [`Qwen2Model::prepare_generation`], and the head's f32 copy where logits use it.
+    pub(crate) fn prepare_generation(&self) {
+        self.model.prepare_generation();
+        let head = self.lm_head.as_ref().unwrap_or(self.model.embed_weight());
+        if self.lm_head_f32 && head.kind() != Kind::Float {
+            let _ = self.head_f32_copy(head);
+        }
     }
 
     /// Forward and head in one call.

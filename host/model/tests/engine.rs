@@ -358,6 +358,29 @@ fn a_trajectory_may_start_from_a_row_its_owner_moves_on_from() {
 }
 
 /// At least the system prompt is shared whenever a prompt starts from another's row.
+#[test]
+fn the_padded_decode_cuda_graphs_replay_samples_what_the_eager_decode_does() {
+    let model = model();
+    let options = sampling(12);
+    // Rows end at different steps, so the batch crosses buckets (6 rows in 8, then 4, 2, 1)
+    // and the cache is reallocated between turns.
+    let caps = |turn: usize, i: usize| 3 + (turn * 5 + i * 7) % 10;
+    let padded = EngineOptions { max_batch: n(8), padded_decode_on_cpu: true, ..Default::default() };
+    let mut eager = engine(EngineOptions { max_batch: n(8), ..Default::default() });
+    let mut padded = engine(padded);
+    let a = converse(&model, &mut eager, 2, 3, 3, &options, &caps);
+    let b = converse(&model, &mut padded, 2, 3, 3, &options, &caps);
+    assert_same(&a, &b, 1e-4);
+    let (e, p) = (eager.stats(), padded.stats());
+    assert_eq!((e.decode_steps, e.generated_tokens), (p.decode_steps, p.generated_tokens));
+    assert_eq!((e.padded_steps, p.padded_steps), (0, p.decode_steps));
+    assert_eq!(p.graph_replays, 0, "no graphs on the CPU: the padded forward runs eagerly");
+    // More requests than max_batch: the ninth waits and joins, padded like the others.
+    let more = converse(&model, &mut padded, 3, 3, 1, &options, &|_, _| 4);
+    assert!(more[0].iter().all(|g| !g.token_ids.is_empty()));
+    assert_eq!(padded.stats().padded_steps, padded.stats().decode_steps);
+}
+
 fn p2_shared(model: &Model) -> usize {
     model.encode_chat(&[Message::system("FrozenLake. Reach the goal.")], false).unwrap().len() - 1
 }

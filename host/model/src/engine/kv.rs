@@ -1,6 +1,7 @@
 //! The engine's key/value tensors, `[rows, kv_heads, capacity, head_dim]` per layer: the
 //! [`Move`]s the scheduler decided, applied in order, and a view of a run of rows for a
-//! forward.
+//! forward. For the padded decode (`padded.rs`) the tensors keep rows past the scheduler's:
+//! as many as the largest batch bucket, and one more that padding rows write into.
 
 use super::slots::Move;
 use crate::kv_cache::LayerCache;
@@ -15,6 +16,10 @@ pub(crate) struct KvRows {
     layers: usize,
     kind: Kind,
     device: Device,
+    /// Rows the tensors keep at least (besides the padding row), when the decode is padded.
+    pub padded_rows: Option<usize>,
+    /// Counts reallocations: a CUDA graph holds the tensors' addresses of its generation.
+    pub generation: u64,
 }
 
 impl KvRows {
@@ -27,12 +32,25 @@ impl KvRows {
             layers: c.num_hidden_layers,
             kind,
             device,
+            padded_rows: None,
+            generation: 0,
         }
     }
 
     /// Releases the memory.
     pub fn clear(&mut self) {
         (self.keys, self.values) = (vec![], vec![]);
+        self.generation += 1;
+    }
+
+    /// Rows the tensors hold for `rows` of the scheduler's.
+    fn physical(&self, rows: usize) -> usize {
+        self.padded_rows.map_or(rows, |least| rows.max(least) + 1)
+    }
+
+    /// `(rows, capacity)` of the tensors.
+    pub fn shape(&self) -> (usize, usize) {
+        self.keys.first().map_or((0, 0), |t| (t.size()[0] as usize, t.size()[2] as usize))
     }
 
     pub fn apply(&mut self, moves: &[Move]) -> Result<()> {
@@ -40,9 +58,11 @@ impl KvRows {
             match *m {
                 Move::Grow { rows, cap } => self.grow(rows, cap)?,
                 Move::Truncate { rows } => {
-                    let keep = |t: &Tensor| t.narrow(0, 0, rows as i64).copy();
+                    let rows = self.physical(rows) as i64;
+                    let keep = |t: &Tensor| t.narrow(0, 0, rows).copy();
                     self.keys = self.keys.iter().map(keep).collect();
                     self.values = self.values.iter().map(keep).collect();
+                    self.generation += 1;
                 }
                 Move::Swap { a, b, positions } => {
                     for t in self.keys.iter().chain(&self.values) {
@@ -65,9 +85,9 @@ impl KvRows {
     }
 
     fn grow(&mut self, rows: usize, cap: usize) -> Result<()> {
-        let shape = [rows as i64, self.kv_heads, cap as i64, self.head_dim];
-        // The shape the tensors have now: `[rows, kv_heads, capacity, head_dim]`.
-        let (old_rows, old_cap) = self.keys.first().map_or((0, 0), |t| (t.size()[0], t.size()[2]));
+        let shape = [self.physical(rows) as i64, self.kv_heads, cap as i64, self.head_dim];
+        let (old_rows, old_cap) = self.shape();
+        let (old_rows, old_cap) = (old_rows as i64, old_cap as i64);
         let grown = |old: &[Tensor]| -> Result<Vec<Tensor>> {
             (0..self.layers)
                 .map(|l| {
@@ -84,7 +104,20 @@ impl KvRows {
         };
         let (keys, values) = (grown(&self.keys)?, grown(&self.values)?);
         (self.keys, self.values) = (keys, values);
+        self.generation += 1;
         Ok(())
+    }
+
+    /// The cache a padded decode writes and reads: batch row i writes its new position at
+    /// `inputs[2][i]`'s row, place `inputs[1][i]` (padding rows: the padding row, place 0),
+    /// and attention reads rows `0..batch`, positions `0..keys`.
+    pub fn padded(&self, inputs: &Tensor, keys: i64) -> PaddedRows<'_> {
+        PaddedRows { store: self, places: inputs.get(1), rows: inputs.get(2), keys }
+    }
+
+    /// The row padding rows write into.
+    pub fn padding_row(&self) -> i64 {
+        self.shape().0 as i64 - 1
     }
 
     /// A cache over rows `start..start + starts.len()`: row i keeps the first `lens[i]` new
@@ -140,6 +173,30 @@ impl RowsView<'_> {
 }
 
 impl LayerCache for RowsView<'_> {
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
+        (self.write(&self.store.keys[layer], k), self.write(&self.store.values[layer], v))
+    }
+    fn fold_heads(&self) -> bool {
+        true
+    }
+}
+
+pub(crate) struct PaddedRows<'a> {
+    store: &'a KvRows,
+    places: Tensor,
+    rows: Tensor,
+    keys: i64,
+}
+
+impl PaddedRows<'_> {
+    fn write(&self, store: &Tensor, new: &Tensor) -> Tensor {
+        let indices = [Some(self.rows.shallow_clone()), None, Some(self.places.shallow_clone())];
+        let _ = store.shallow_clone().index_put_(&indices, &new.select(2, 0), false);
+        store.narrow(0, 0, self.rows.size()[0]).narrow(2, 0, self.keys)
+    }
+}
+
+impl LayerCache for PaddedRows<'_> {
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> (Tensor, Tensor) {
         (self.write(&self.store.keys[layer], k), self.write(&self.store.values[layer], v))
     }

@@ -13,6 +13,7 @@
 //! share a batch, how many run at once, or whether a prefix came from the cache.
 
 mod kv;
+mod padded;
 mod prompted;
 mod runner;
 mod schedule;
@@ -23,6 +24,7 @@ use crate::image_processor::PixelValues;
 use crate::sampling::Sampler;
 use crate::{Error, GenerateOptions, Generation, Model, Result};
 use kv::KvRows;
+use padded::Padded;
 use prompted::Prompted;
 use runner::Runner;
 use schedule::{Ask, Scheduler};
@@ -67,6 +69,16 @@ pub struct EngineOptions {
     /// Where a generator that keeps its own copy of the model (the trainer's `[async]`
     /// thread) places it, e.g. `cuda:1`; unset: the model's device. Read by that owner.
     pub device: Option<crate::DeviceChoice>,
+    /// On CUDA, decode steps of a text model without served adapters replay a CUDA graph
+    /// per batch and keys bucket (captured on first use, again after the cache grows or the
+    /// weights' derived copies are rebuilt); `false`: one kernel launch per operator. No
+    /// effect on the CPU.
+    pub cuda_graphs: bool,
+    /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
+    /// tested where no GPU is.
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub padded_decode_on_cpu: bool,
 }
 
 impl EngineOptions {
@@ -86,6 +98,8 @@ impl Default for EngineOptions {
             reuse: true,
             merge_lora: false,
             device: None,
+            cuda_graphs: true,
+            padded_decode_on_cpu: false,
         }
     }
 }
@@ -144,6 +158,12 @@ pub struct EngineStats {
     pub recomputed_tokens: usize,
     /// Reads of results back to the host (each waits for the device): one per forward.
     pub host_reads: usize,
+    /// Decode steps run on padded shapes (`engine.cuda_graphs`); of them, those replayed
+    /// from a CUDA graph; the graphs captured and the seconds that took.
+    pub padded_steps: usize,
+    pub graph_captures: usize,
+    pub graph_capture_seconds: f64,
+    pub graph_replays: usize,
 }
 
 impl EngineStats {
@@ -168,6 +188,10 @@ impl EngineStats {
         self.weight_swaps += o.weight_swaps;
         self.recomputed_tokens += o.recomputed_tokens;
         self.host_reads += o.host_reads;
+        self.padded_steps += o.padded_steps;
+        self.graph_captures += o.graph_captures;
+        self.graph_capture_seconds += o.graph_capture_seconds;
+        self.graph_replays += o.graph_replays;
     }
 
     /// Prompt tokens not run through the model.
@@ -224,6 +248,8 @@ pub struct Engine {
 struct Cache {
     schedule: Scheduler,
     kv: KvRows,
+    /// The padded decode (CUDA graphs), where the options and device take it.
+    padded: Option<Padded>,
 }
 
 /// A request as the runner reads it.
@@ -233,6 +259,22 @@ pub(crate) struct Live {
     sampler: Sampler,
     stop: Vec<String>,
     top_logprobs: usize,
+}
+
+impl Cache {
+    fn new(model: &Model, options: &EngineOptions) -> Result<Self> {
+        let lm = &model.lm;
+        let device = lm.model.device();
+        let bytes = crate::KvCache::bytes_per_position(lm.config(), lm.model.kind());
+        let mut kv = KvRows::new(lm.config(), lm.model.kind(), device);
+        let padded = match device {
+            tch::Device::Cuda(_) if options.cuda_graphs => true,
+            _ => options.padded_decode_on_cpu,
+        };
+        let padded = padded.then(|| Padded::new(device, options.max_batch.get())).transpose()?;
+        kv.padded_rows = padded.as_ref().map(Padded::rows);
+        Ok(Cache { schedule: Scheduler::new(options.clone(), Slots::new(bytes, options.kv_budget())), kv, padded })
+    }
 }
 
 impl Engine {
@@ -330,13 +372,10 @@ impl Engine {
                 request.adapter
             )));
         }
-        let cache = self.cache.get_or_insert_with(|| Cache {
-            schedule: Scheduler::new(
-                self.options.clone(),
-                Slots::new(crate::KvCache::bytes_per_position(lm.config(), lm.model.kind()), self.options.kv_budget()),
-            ),
-            kv: KvRows::new(lm.config(), lm.model.kind(), lm.model.device()),
-        });
+        if self.cache.is_none() {
+            self.cache = Some(Cache::new(model, &self.options)?);
+        }
+        let cache = self.cache.as_mut().expect("made above");
         cache.schedule.set_limits(&self.options);
         if cache.schedule.holds_key(request.key) {
             return Err(Error::Invalid(format!("trajectory {} already has a request in the engine", request.key)));
@@ -405,7 +444,14 @@ impl Engine {
             }
         }
         cache.schedule.set_limits(&self.options);
-        let mut runner = Runner { model, live: &self.live, kv: &mut cache.kv, version: *weights.version, out };
+        let mut runner = Runner {
+            model,
+            live: &self.live,
+            kv: &mut cache.kv,
+            padded: cache.padded.as_mut(),
+            version: *weights.version,
+            out,
+        };
         let schedule = &mut cache.schedule;
         runner.retire(schedule)?;
         if schedule.waiting()

@@ -3,6 +3,7 @@
 //! stream, and reads the step's tokens back in one transfer.
 
 use super::kv::KvRows;
+use super::padded::Padded;
 use super::schedule::{Decode, Prefill, Scheduler};
 use super::{Live, RequestId, Sampled, StepOutput};
 use crate::device::upload;
@@ -17,6 +18,7 @@ pub(super) struct Runner<'a> {
     pub model: &'a Model,
     pub live: &'a HashMap<usize, Live>,
     pub kv: &'a mut KvRows,
+    pub padded: Option<&'a mut Padded>,
     /// The weights' version sampling now (when the engine is told versions).
     pub version: Option<u64>,
     pub out: &'a mut StepOutput,
@@ -134,9 +136,15 @@ impl Runner<'_> {
 
     /// One token for every row of the decode batch.
     pub fn decode(&mut self, s: &mut Scheduler, step: &Decode) -> Result<()> {
+        let m = step.feed.len();
+        if let Some(padded) = self.padded.as_deref_mut()
+            && padded.takes(self.model, self.kv, m)
+        {
+            let logits = padded.logits(self.model, self.kv, step, &mut s.stats)?;
+            return self.sample(s, 0, m, &logits);
+        }
         let lm = &self.model.lm;
         let device = lm.model.device();
-        let m = step.feed.len();
         let keys = step.past.iter().max().unwrap_or(&0) + 1;
         let pos = upload(&step.past.iter().map(|&p| p as i64).collect::<Vec<_>>(), device);
         let mask = Tensor::arange(keys as i64, (Kind::Int64, device))

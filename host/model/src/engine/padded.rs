@@ -1,0 +1,152 @@
+//! The decode forward on static shapes, as CUDA graphs want it: the batch padded to a bucket
+//! (1, 2, 4, …, 256, and `max_batch`), the keys read up to a bucket of positions (256, 512,
+//! 1024, …, the cache's capacity), and the step's inputs (ids, places, rows written) in one
+//! `[3, batch]` buffer the forward reads. Padding rows write into a row of their own and
+//! read one key. On CUDA each (batch, keys) bucket is captured once and replayed; a graph is
+//! captured again when the cache's tensors were reallocated or a weight copy it reads
+//! (fused QKV, f32 head) was rebuilt. On the CPU the same forward runs eagerly, so its
+//! arithmetic is tested where no GPU is.
+
+use super::kv::KvRows;
+use super::schedule::Decode;
+use crate::cuda_graph::{CudaGraph, GraphPool};
+use crate::device::upload;
+use crate::{EngineStats, Model, Result};
+use std::collections::HashMap;
+use std::time::Instant;
+use tch::{Device, Kind, Tensor};
+
+const BATCH_BUCKETS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
+
+/// The padded batch for `m` rows: the smallest bucket that holds them, never past
+/// `max_batch` (itself a bucket).
+pub(super) fn batch_bucket(m: usize, max_batch: usize) -> usize {
+    BATCH_BUCKETS.iter().copied().find(|&b| b >= m).unwrap_or(max_batch).min(max_batch.max(m))
+}
+
+/// The keys read for a step whose longest row needs `keys`: a power of two from 256 on,
+/// within the cache's `capacity`.
+fn keys_bucket(keys: usize, capacity: usize) -> usize {
+    keys.max(256).next_power_of_two().min(capacity).max(keys)
+}
+
+pub(super) struct Padded {
+    max_batch: usize,
+    /// `None` on the CPU: the padded forward runs eagerly.
+    graphs: Option<Graphs>,
+}
+
+struct Graphs {
+    device: usize,
+    pool: GraphPool,
+    captured: HashMap<(usize, usize), Captured>,
+    /// The cache tensors' generation and the weight copies' epoch the graphs read.
+    reads: (u64, u64),
+}
+
+struct Captured {
+    graph: CudaGraph,
+    inputs: Tensor,
+    logits: Tensor,
+}
+
+impl Padded {
+    /// The padded decode for a model on `device` with `max_batch` rows at most: with CUDA
+    /// graphs on CUDA, eager elsewhere.
+    pub fn new(device: Device, max_batch: usize) -> Result<Self> {
+        let graphs = match device {
+            Device::Cuda(i) => {
+                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0) })
+            }
+            _ => None,
+        };
+        Ok(Padded { max_batch, graphs })
+    }
+
+    /// Rows the cache keeps for the largest bucket (`max_batch` is one).
+    pub fn rows(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Whether this step can run padded: a text model without served adapters, a batch
+    /// within the cache's padded rows.
+    pub fn takes(&self, model: &Model, kv: &KvRows, rows: usize) -> bool {
+        let bucket = batch_bucket(rows, self.max_batch);
+        model.vision.is_none() && model.lm.model.served_adapters() == 0 && (bucket as i64) <= kv.padding_row()
+    }
+
+    /// Logits `[rows, vocab]` of one decode step.
+    pub fn logits(&mut self, model: &Model, kv: &KvRows, step: &Decode, stats: &mut EngineStats) -> Result<Tensor> {
+        let m = step.feed.len();
+        let b = batch_bucket(m, self.max_batch);
+        let needed = step.past.iter().max().map_or(1, |p| p + 1);
+        let keys = keys_bucket(needed, kv.shape().1);
+        let mut host = vec![0i64; 3 * b];
+        host[2 * b..].fill(kv.padding_row());
+        for (i, (&t, &p)) in step.feed.iter().zip(&step.past).enumerate() {
+            (host[i], host[b + i], host[2 * b + i]) = (t as i64, p as i64, i as i64);
+        }
+        let device = model.lm.model.device();
+        let inputs = upload(&host, device).view([3, b as i64]);
+        stats.padded_steps += 1;
+        let Some(graphs) = &mut self.graphs else {
+            return Ok(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64));
+        };
+        model.lm.prepare_generation();
+        let reads = (kv.generation, crate::derived::epoch());
+        if reads != graphs.reads {
+            graphs.captured.clear();
+            graphs.reads = reads;
+        }
+        let entry = match graphs.captured.entry((b, keys)) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let start = Instant::now();
+                let buffer = inputs.copy();
+                let (graph, logits) =
+                    CudaGraph::capture(graphs.device, graphs.pool, || forward(model, kv, &buffer, keys as i64))?;
+                stats.graph_captures += 1;
+                stats.graph_capture_seconds += start.elapsed().as_secs_f64();
+                slot.insert(Captured { graph, inputs: buffer, logits })
+            }
+        };
+        entry.inputs.copy_(&inputs);
+        entry.graph.replay()?;
+        stats.graph_replays += 1;
+        Ok(entry.logits.narrow(0, 0, m as i64))
+    }
+}
+
+/// The decoder and head over one padded step (`inputs`: ids, places and rows written,
+/// `[3, batch]`), attending over `keys` positions.
+fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64) -> Tensor {
+    let lm = &model.lm;
+    let b = inputs.size()[1];
+    let places = inputs.get(1);
+    let mask = Tensor::arange(keys, (Kind::Int64, inputs.device())).view([1, 1, 1, -1]).le_tensor(&places.view([
+        b, 1, 1, 1,
+    ]));
+    let embeds = lm.model.embed(&inputs.get(0).view([b, 1]));
+    let mut cache = kv.padded(inputs, keys);
+    let hidden = lm.model.forward_cached(embeds, &places.view([b, 1]), &mask, &mut cache, None);
+    lm.logits(&hidden.select(1, 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_hold_their_rows_and_keys_within_the_limits() {
+        assert_eq!(batch_bucket(1, 64), 1);
+        assert_eq!(batch_bucket(3, 64), 4);
+        assert_eq!(batch_bucket(33, 64), 64);
+        assert_eq!(batch_bucket(33, 48), 48);
+        assert_eq!(batch_bucket(300, 300), 300);
+        assert_eq!(batch_bucket(257, 512), 512);
+        assert_eq!(keys_bucket(10, 4096), 256);
+        assert_eq!(keys_bucket(257, 4096), 512);
+        assert_eq!(keys_bucket(257, 320), 320);
+        assert_eq!(keys_bucket(100, 128), 128);
+    }
+}
