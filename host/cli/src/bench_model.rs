@@ -38,6 +38,9 @@ pub struct BenchModelArgs {
     /// left-padded batch, the baseline).
     #[arg(long, default_value = "continuous", value_parser = parse_engine)]
     engine: EngineKind,
+    /// Decode without CUDA graphs (`engine.cuda_graphs = false`): one launch per operator.
+    #[arg(long)]
+    no_cuda_graphs: bool,
     #[command(flatten)]
     reference: Transformers,
     // The JSON line: the model (parameters, bytes of weights and of KV cache per token) and a
@@ -54,6 +57,8 @@ struct Figures {
     /// One decode step of the continuous engine: operators dispatched and those waiting for
     /// the device, and the engine's reads back to the host (none for transformers').
     step: Option<StepCount>,
+    /// CUDA graphs the timed engine captured (in the untimed warm-up) and their seconds.
+    graphs: Option<(usize, f64)>,
 }
 
 #[derive(Clone, Copy)]
@@ -116,11 +121,16 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         prompt_len: a.prompt_len,
         new_tokens: a.new_tokens,
         engine: a.engine,
+        cuda_graphs: !a.no_cuda_graphs,
     };
     Bench { prompt_len: a.prompt_len.min(8), new_tokens: 2, ..bench }.measure(&model, 1)?; // warm-up
     let mut ours = Vec::new();
     for &b in &a.batch {
-        ours.push(bench.measure(&model, b)?);
+        let figures = bench.measure(&model, b)?;
+        if let Some((n, seconds)) = figures.graphs {
+            println!("batch {b}: {n} CUDA graph(s) captured in {seconds:.2} s, before the timed runs");
+        }
+        ours.push(figures);
     }
     let layers = model.config().num_hidden_layers;
     // Free our weights before transformers loads its copy (a 3B model twice may not fit).
@@ -132,6 +142,8 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         let line = serde_json::json!({
             "model": described,
             "engine": a.engine,
+            // Whether the decode replayed CUDA graphs (asked, and on CUDA).
+            "cuda_graphs": !a.no_cuda_graphs && described["device"].as_str().is_some_and(|d| d.starts_with("Cuda")),
             "images": images,
             "image_size": a.image_size,
             "prompt_len": a.prompt_len,
@@ -165,6 +177,8 @@ fn json_rows(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, laye
                 "computing_ops_per_layer": ours[i].step.map(|s| s.ops.computing as f64 / layers as f64),
                 "waits_per_decode_step": ours[i].step.map(|s| s.ops.waits),
                 "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
+                "graph_captures": ours[i].graphs.map(|g| g.0),
+                "graph_capture_s": ours[i].graphs.map(|g| g.1),
             })
         })
         .collect()
@@ -208,6 +222,7 @@ struct Bench {
     prompt_len: usize,
     new_tokens: usize,
     engine: EngineKind,
+    cuda_graphs: bool,
 }
 
 impl Bench {
@@ -229,19 +244,28 @@ impl Bench {
         let mut engine = Engine::new(EngineOptions {
             max_batch: std::num::NonZeroUsize::new(batch).context("a batch of 0")?,
             reuse: false,
+            cuda_graphs: self.cuda_graphs,
             ..Default::default()
         });
-        let mut generate = |n| -> Result<Vec<vagen_model::Generation>> {
+        let generate = |engine: &mut Engine, n| -> Result<Vec<vagen_model::Generation>> {
             Ok(match self.engine {
                 EngineKind::Static => model.generate_vl(&prompts, &options(n))?,
                 EngineKind::Continuous => {
-                    engine.reset();
-                    model.generate_with(&mut engine, &requests(&prompts), &options(n))?
+                    // The cache's memory is kept, and with it the CUDA graphs that read it.
+                    engine.forget_cached();
+                    model.generate_with(engine, &requests(&prompts), &options(n))?
                 }
             })
         };
-        // Untimed first: the allocator grows to this batch's size once.
-        generate(1)?;
+        // Untimed first: the allocator grows to this batch's size once, and on CUDA the
+        // decode's graphs are captured.
+        let warm = if model.device().is_cuda() { self.new_tokens } else { 1 };
+        generate(&mut engine, warm)?;
+        let graphs = model.device().is_cuda().then(|| {
+            let s = engine.stats();
+            (s.graph_captures, s.graph_capture_seconds)
+        });
+        let mut generate = |n| generate(&mut engine, n);
         let t = Instant::now();
         generate(1)?;
         let prefill_s = t.elapsed().as_secs_f64();
@@ -257,6 +281,7 @@ impl Bench {
             prefill: (batch * width) as f64 / prefill_s,
             decode: (batch * (self.new_tokens - 1)) as f64 / decode_s,
             step: Some(self.count_step(model, &prompts)?),
+            graphs,
         })
     }
 
@@ -266,6 +291,7 @@ impl Bench {
         const STEPS: usize = 4;
         let mut engine = Engine::new(EngineOptions {
             max_batch: std::num::NonZeroUsize::new(prompts.len()).context("a batch of 0")?,
+            cuda_graphs: self.cuda_graphs,
             ..Default::default()
         });
         // Rows end after the counted steps: these are steady decode steps, no row leaving.
@@ -442,6 +468,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
         .iter()
         .map(|r| Figures {
             step: None,
+            graphs: None,
             vision: r["vision_images_per_s"].as_f64(),
             prefill: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),

@@ -59,6 +59,8 @@ struct Figures {
     prefilled: usize,
     saved: usize,
     peak_kv_mib: Option<f64>,
+    /// CUDA graphs captured during the run (their time is in `seconds`) and those seconds.
+    graphs: Option<(usize, f64)>,
 }
 
 pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
@@ -90,8 +92,12 @@ pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
     );
     let warm = Workload { first: w.first[..1].to_vec(), between: vec![], turns: 1, new_tokens: 2, ..w.clone() };
     run_static(&model, &warm)?;
-    run_engine(&model, &warm, a.max_batch)?;
-    let mut figures = vec![run_static(&model, &w)?, run_engine(&model, &w, a.max_batch)?];
+    run_engine(&model, &warm, a.max_batch, true)?;
+    let mut figures = vec![run_static(&model, &w)?, run_engine(&model, &w, a.max_batch, true)?];
+    if model.device().is_cuda() {
+        // The same engine launching every operator: what the graphs save.
+        figures.push(run_engine(&model, &w, a.max_batch, false)?);
+    }
     drop(model);
     if a.reference.transformers {
         figures.push(run_transformers(&a, &source, &w)?);
@@ -121,6 +127,9 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
             f.peak_kv_mib.map_or("-".into(), |m| format!("{m:.1}")),
             base / f.seconds
         );
+        if let Some((n, seconds)) = f.graphs {
+            println!("{:>13}   {n} CUDA graph(s) captured in {seconds:.2} s (counted in its seconds)", "");
+        }
     }
     if a.out.json {
         let engines: Vec<serde_json::Value> = figures
@@ -133,6 +142,8 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
                     "prefill_tokens": f.prefilled,
                     "tokens_saved": f.saved,
                     "peak_kv_mib": f.peak_kv_mib,
+                    "graph_captures": f.graphs.map(|g| g.0),
+                    "graph_capture_s": f.graphs.map(|g| g.1),
                 })
             })
             .collect();
@@ -213,11 +224,11 @@ fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let generated = w.first.len() * w.turns * w.new_tokens;
-    Ok(Figures { name: "static", seconds, generated, prefilled, saved: 0, peak_kv_mib: Some(mib(peak)) })
+    Ok(Figures { name: "static", seconds, generated, prefilled, saved: 0, peak_kv_mib: Some(mib(peak)), graphs: None })
 }
 
-fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize) -> Result<Figures> {
-    let mut engine = Engine::new(EngineOptions { max_batch, ..Default::default() });
+fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize, cuda_graphs: bool) -> Result<Figures> {
+    let mut engine = Engine::new(EngineOptions { max_batch, cuda_graphs, ..Default::default() });
     let mut prompts = w.first.clone();
     let started = Instant::now();
     for turn in 0..w.turns {
@@ -238,13 +249,15 @@ fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize) -> Result<Fi
     }
     let seconds = started.elapsed().as_secs_f64();
     let s = engine.stats();
+    let graphed = cuda_graphs && model.device().is_cuda();
     Ok(Figures {
-        name: "continuous",
+        name: if cuda_graphs || !model.device().is_cuda() { "continuous" } else { "continuous, eager" },
         seconds,
         generated: s.generated_tokens,
         prefilled: s.prefilled_tokens,
         saved: s.saved_tokens(),
         peak_kv_mib: Some(mib(s.peak_kv_bytes)),
+        graphs: graphed.then_some((s.graph_captures, s.graph_capture_seconds)),
     })
 }
 
@@ -289,5 +302,6 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
         prefilled: number("prefill_tokens")? as usize,
         saved: 0,
         peak_kv_mib: None,
+        graphs: None,
     })
 }

@@ -34,7 +34,7 @@ SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "d
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 180, "rollout": 90, "training": 120, "lora": 120,
+    "full": {"machine": 10, "parity": 85, "generation": 240, "rollout": 90, "training": 120, "lora": 120,
              "data_parallel": 40, "asynchronous": 150, "primitive_skill": 120},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
               "data_parallel": 60, "asynchronous": 150, "primitive_skill": 180},
@@ -224,16 +224,19 @@ def bench_model_args(ctx, shape):
 
 def generation(s, ctx):
     rows = []
-    # The continuous engine (rollouts' and serve's) beside transformers; the static one, the
-    # baseline of 2026-11-26, on the text shape alone.
-    runs = [("text", "continuous", True), ("text", "static", False), ("vl", "continuous", True)]
-    for shape, engine, transformers in runs:
+    # The continuous engine (rollouts' and serve's, CUDA graphs on) beside transformers; the
+    # same without graphs, and the static one (the baseline of 2026-11-26), on the text shape.
+    runs = [("text", "continuous", True, True), ("text", "continuous", False, False),
+            ("text", "static", False, False), ("vl", "continuous", True, True)]
+    for shape, engine, graphs, transformers in runs:
         args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--engine", engine, "--json"]
+        if not graphs:
+            args += ["--no-cuda-graphs"]
         if transformers:
             args += ["--transformers", "--python", sys.executable]
         out = last_json(s.run(args))
         command = shlex.join(map(str, args))
-        s.figure(f"{shape}_{engine}_model", out["model"], command)
+        s.figure(f"{shape}_{engine}{'' if graphs else '_eager'}_model", out["model"], command)
         for r in out["rows"]:
             # Per decode step every weight is read once and each row reads its cache.
             kv_read = r["batch"] * out["model"]["kv_bytes_per_token"] * (out["prompt_len"] + out["new_tokens"] / 2)
@@ -243,6 +246,7 @@ def generation(s, ctx):
             row = {
                 "shape": out["model"]["name"],
                 "engine": engine,
+                "cuda_graphs": out.get("cuda_graphs") and engine == "continuous",
                 "batch": r["batch"],
                 "prefill_tok_s": round(r["prefill_tok_s"]),
                 "decode_tok_s": round(r["decode_tok_s"]),
@@ -258,6 +262,8 @@ def generation(s, ctx):
                 "computing_ops_per_step": r.get("computing_ops_per_decode_step"),
                 "waits_per_step": r.get("waits_per_decode_step"),
                 "host_reads_per_step": r.get("host_reads_per_decode_step"),
+                "graph_captures": r.get("graph_captures"),
+                "graph_capture_s": r.get("graph_capture_s") and round(r["graph_capture_s"], 3),
             }
             rows.append(row)
     s.figure("rows", rows)
@@ -276,7 +282,7 @@ def rollout(s, ctx):
     out = last_json(s.run(args))
     s.figure("workload", out["workload"], shlex.join(map(str, args)))
     s.figure("engines", out["engines"])
-    keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib"]
+    keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib", "graph_captures", "graph_capture_s"]
     s.tables.append(("multi-turn rollouts", keys, [[e.get(k) for k in keys] for e in out["engines"]]))
 
 

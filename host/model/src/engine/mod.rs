@@ -327,6 +327,14 @@ impl Engine {
         }
     }
 
+    /// Forgets every cached sequence not running and keeps the memory (and the CUDA graphs
+    /// that read it): the next prompts are prefilled whole.
+    pub fn forget_cached(&mut self) {
+        if let Some(c) = &mut self.cache {
+            c.schedule.forget_cached();
+        }
+    }
+
     /// Forgets every request it holds (unanswered) and every cached sequence, and releases
     /// the memory: a caller that gave up on a round (an error elsewhere) starts afresh.
     pub fn reset(&mut self) {
