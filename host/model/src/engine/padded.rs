@@ -40,8 +40,9 @@ struct Graphs {
     device: usize,
     pool: GraphPool,
     captured: HashMap<(usize, usize), Captured>,
-    /// The cache tensors' generation and the weight copies' epoch the graphs read.
-    reads: (u64, u64),
+    /// What the graphs read: the cache tensors' generation, the derived weight copies'
+    /// epoch, and the embedding's memory (another model, or this one converted).
+    reads: (u64, u64, usize),
 }
 
 struct Captured {
@@ -56,7 +57,7 @@ impl Padded {
     pub fn new(device: Device, max_batch: usize) -> Result<Self> {
         let graphs = match device {
             Device::Cuda(i) => {
-                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0) })
+                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0, 0) })
             }
             _ => None,
         };
@@ -93,7 +94,7 @@ impl Padded {
             return Ok(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64));
         };
         model.lm.prepare_generation();
-        let reads = (kv.generation, crate::derived::epoch());
+        let reads = (kv.generation, crate::derived::epoch(), model.lm.model.embed_weight().data_ptr() as usize);
         if reads != graphs.reads {
             graphs.captured.clear();
             graphs.reads = reads;
