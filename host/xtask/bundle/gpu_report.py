@@ -227,7 +227,7 @@ def generation(s, ctx):
     # The continuous engine (rollouts' and serve's, CUDA graphs on) beside transformers; the
     # same without graphs, and the static one (the baseline of 2026-11-26), on the text shape.
     runs = [("text", "continuous", True, True), ("text", "continuous", False, False),
-            ("text", "static", False, False), ("vl", "continuous", True, True)]
+            ("text", "static", True, False), ("vl", "continuous", True, True)]
     for shape, engine, graphs, transformers in runs:
         args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--engine", engine, "--json"]
         if not graphs:
