@@ -91,6 +91,11 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
         ] {
             m.values.insert(k.into(), v);
         }
+        // Only where the decode ran on CUDA graphs (the capture's time is in the rollout's).
+        if e.graph_replays > 0 {
+            m.values.insert("rollout/graph_captures".into(), e.graph_captures as f64);
+            m.values.insert("timing_s/graph_capture".into(), e.graph_capture_seconds);
+        }
     }
     m
 }
