@@ -71,7 +71,10 @@ impl CudaGraph {
         // SAFETY: `graph.raw` is live until `graph` drops.
         call("side stream", |e, n| unsafe { ffi::vagen_graph_enter(graph.raw, e, n) })?;
         let captured = (|| -> Result<T> {
-            crate::panics::catch_panic(|| Ok(drop(forward())))?;
+            crate::panics::catch_panic(|| {
+                drop(forward());
+                Ok(())
+            })?;
             call("capture", |e, n| unsafe { ffi::vagen_graph_begin(graph.raw, pool.0, pool.1, e, n) })?;
             let out = crate::panics::catch_panic(|| Ok(forward()))?;
             call("capture", |e, n| unsafe { ffi::vagen_graph_end(graph.raw, e, n) })?;

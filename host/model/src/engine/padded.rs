@@ -124,9 +124,8 @@ fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64) -> Tensor {
     let lm = &model.lm;
     let b = inputs.size()[1];
     let places = inputs.get(1);
-    let mask = Tensor::arange(keys, (Kind::Int64, inputs.device())).view([1, 1, 1, -1]).le_tensor(&places.view([
-        b, 1, 1, 1,
-    ]));
+    let mask =
+        Tensor::arange(keys, (Kind::Int64, inputs.device())).view([1, 1, 1, -1]).le_tensor(&places.view([b, 1, 1, 1]));
     let embeds = lm.model.embed(&inputs.get(0).view([b, 1]));
     let mut cache = kv.padded(inputs, keys);
     let hidden = lm.model.forward_cached(embeds, &places.view([b, 1]), &mask, &mut cache, None);
