@@ -61,6 +61,8 @@ struct Figures {
     peak_kv_mib: Option<f64>,
     /// CUDA graphs captured during the run (their time is in `seconds`) and those seconds.
     graphs: Option<(usize, f64)>,
+    /// The engine's cache allocations (each one makes the graphs captured again).
+    kv_allocations: Option<usize>,
 }
 
 pub fn bench_rollout(a: BenchRolloutArgs) -> Result<()> {
@@ -128,7 +130,12 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
             base / f.seconds
         );
         if let Some((n, seconds)) = f.graphs {
-            println!("{:>13}   {n} CUDA graph(s) captured in {seconds:.2} s (counted in its seconds)", "");
+            let allocations = f.kv_allocations.unwrap_or(0);
+            println!(
+                "{:>13}   {n} CUDA graph(s) captured in {seconds:.2} s (counted in its seconds); the cache \
+                 allocated {allocations} time(s)",
+                ""
+            );
         }
     }
     if a.out.json {
@@ -144,6 +151,7 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
                     "peak_kv_mib": f.peak_kv_mib,
                     "graph_captures": f.graphs.map(|g| g.0),
                     "graph_capture_s": f.graphs.map(|g| g.1),
+                    "kv_allocations": f.kv_allocations,
                 })
             })
             .collect();
@@ -224,7 +232,16 @@ fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
     }
     let seconds = started.elapsed().as_secs_f64();
     let generated = w.first.len() * w.turns * w.new_tokens;
-    Ok(Figures { name: "static", seconds, generated, prefilled, saved: 0, peak_kv_mib: Some(mib(peak)), graphs: None })
+    Ok(Figures {
+        name: "static",
+        seconds,
+        generated,
+        prefilled,
+        saved: 0,
+        peak_kv_mib: Some(mib(peak)),
+        graphs: None,
+        kv_allocations: None,
+    })
 }
 
 fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize, cuda_graphs: bool) -> Result<Figures> {
@@ -258,6 +275,7 @@ fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize, cuda_graphs:
         saved: s.saved_tokens(),
         peak_kv_mib: Some(mib(s.peak_kv_bytes)),
         graphs: graphed.then_some((s.graph_captures, s.graph_capture_seconds)),
+        kv_allocations: Some(s.kv_allocations),
     })
 }
 
@@ -303,5 +321,6 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
         saved: 0,
         peak_kv_mib: None,
         graphs: None,
+        kv_allocations: None,
     })
 }

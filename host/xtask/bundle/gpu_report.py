@@ -282,7 +282,7 @@ def rollout(s, ctx):
     out = last_json(s.run(args))
     s.figure("workload", out["workload"], shlex.join(map(str, args)))
     s.figure("engines", out["engines"])
-    keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib", "graph_captures", "graph_capture_s"]
+    keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib", "graph_captures", "graph_capture_s", "kv_allocations"]
     s.tables.append(("multi-turn rollouts", keys, [[e.get(k) for k in keys] for e in out["engines"]]))
 
 

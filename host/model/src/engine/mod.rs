@@ -70,9 +70,10 @@ pub struct EngineOptions {
     /// thread) places it, e.g. `cuda:1`; unset: the model's device. Read by that owner.
     pub device: Option<crate::DeviceChoice>,
     /// On CUDA, decode steps of a text model without served adapters replay a CUDA graph
-    /// per batch and keys bucket (captured on first use, again after the cache grows or the
-    /// weights' derived copies are rebuilt); `false`: one kernel launch per operator. No
-    /// effect on the CPU.
+    /// per batch and keys bucket (captured on first use, again after the cache is
+    /// reallocated or the weights' derived copies are rebuilt), and the cache takes its
+    /// whole `kv_cache_mib` at its first allocation, so it is seldom reallocated; `false`:
+    /// one kernel launch per operator, the cache grown as needed. No effect on the CPU.
     pub cuda_graphs: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
     /// tested where no GPU is.
@@ -152,6 +153,8 @@ pub struct EngineStats {
     /// Rows decoded together at most.
     pub peak_batch: usize,
     pub peak_kv_bytes: usize,
+    /// Allocations of the cache's tensors (each growth or truncation).
+    pub kv_allocations: usize,
     /// New weights loaded while rows were running ([`Engine::set_refresh`]).
     pub weight_swaps: usize,
     /// Positions of running rows run again after new weights (prompts and sampled tokens).
@@ -185,6 +188,7 @@ impl EngineStats {
         self.joined_running += o.joined_running;
         self.peak_batch = self.peak_batch.max(o.peak_batch);
         self.peak_kv_bytes = self.peak_kv_bytes.max(o.peak_kv_bytes);
+        self.kv_allocations += o.kv_allocations;
         self.weight_swaps += o.weight_swaps;
         self.recomputed_tokens += o.recomputed_tokens;
         self.host_reads += o.host_reads;
@@ -273,7 +277,9 @@ impl Cache {
         };
         let padded = padded.then(|| Padded::new(device, options.max_batch.get())).transpose()?;
         kv.padded_rows = padded.as_ref().map(Padded::rows);
-        Ok(Cache { schedule: Scheduler::new(options.clone(), Slots::new(bytes, options.kv_budget())), kv, padded })
+        let mut slots = Slots::new(bytes, options.kv_budget());
+        slots.whole_budget = kv.padded_rows;
+        Ok(Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded })
     }
 }
 
@@ -302,7 +308,8 @@ impl Engine {
 
     pub fn stats(&self) -> EngineStats {
         let Some(c) = &self.cache else { return EngineStats::default() };
-        EngineStats { peak_kv_bytes: c.schedule.slots.peak_bytes, ..c.schedule.stats.clone() }
+        let slots = &c.schedule.slots;
+        EngineStats { peak_kv_bytes: slots.peak_bytes, kv_allocations: slots.allocations, ..c.schedule.stats.clone() }
     }
 
     /// Bytes the cache holds now.

@@ -51,11 +51,26 @@ pub(crate) struct Slots {
     serials: u64,
     /// Moves not yet handed to the runner.
     moves: Vec<Move>,
+    /// At least this many rows, and the whole budget, at the first allocation (the padded
+    /// decode's CUDA graphs hold the tensors' addresses: each reallocation captures anew).
+    pub whole_budget: Option<usize>,
+    /// Allocations of the tensors (growths and truncations).
+    pub allocations: usize,
 }
 
 impl Slots {
     pub fn new(bytes_per_position: usize, budget: usize) -> Self {
-        Slots { slots: vec![], cap: 0, bytes_per_position, budget, peak_bytes: 0, serials: 0, moves: vec![] }
+        Slots {
+            slots: vec![],
+            cap: 0,
+            bytes_per_position,
+            budget,
+            peak_bytes: 0,
+            serials: 0,
+            moves: vec![],
+            whole_budget: None,
+            allocations: 0,
+        }
     }
 
     pub fn rows(&self) -> usize {
@@ -101,9 +116,19 @@ impl Slots {
 
     /// `rows` × `cap` (each at least the current), keeping every row's data.
     pub fn grow(&mut self, rows: usize, cap: usize) -> Result<()> {
-        let (rows, cap) = (rows.max(self.rows()), cap.max(self.cap));
+        let (mut rows, mut cap) = (rows.max(self.rows()), cap.max(self.cap));
         if rows == self.rows() && cap == self.cap {
             return Ok(());
+        }
+        if let Some(least) = self.whole_budget
+            && self.rows() == 0
+        {
+            // Every row as long as the budget allows, unless that is shorter than asked.
+            let whole = rows.max(least);
+            let long = (self.budget / self.bytes_for(whole, 1).max(1)) / 64 * 64;
+            if long >= cap {
+                (rows, cap) = (whole, long);
+            }
         }
         if self.bytes_for(rows, cap) > self.budget {
             return Err(self.over_budget(rows, cap));
@@ -111,6 +136,7 @@ impl Slots {
         self.cap = cap;
         self.slots.resize_with(rows, Slot::default);
         self.peak_bytes = self.peak_bytes.max(self.bytes());
+        self.allocations += 1;
         self.moves.push(Move::Grow { rows, cap });
         Ok(())
     }
@@ -119,6 +145,7 @@ impl Slots {
     pub fn truncate(&mut self, rows: usize) {
         if rows < self.rows() {
             self.slots.truncate(rows);
+            self.allocations += 1;
             self.moves.push(Move::Truncate { rows });
         }
     }
