@@ -72,7 +72,8 @@ pub struct EngineOptions {
     /// On CUDA, decode steps of a text model without served adapters replay a CUDA graph
     /// per batch and keys bucket (captured on first use, again after the cache is
     /// reallocated or the weights' derived copies are rebuilt), and the cache takes its
-    /// whole `kv_cache_mib` at its first allocation, so it is seldom reallocated; `false`:
+    /// whole `kv_cache_mib` at its first allocation (rows of twice the capacity asked), so it
+    /// is seldom reallocated; `false`:
     /// one kernel launch per operator, the cache grown as needed. No effect on the CPU.
     pub cuda_graphs: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic

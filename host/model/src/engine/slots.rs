@@ -51,8 +51,9 @@ pub(crate) struct Slots {
     serials: u64,
     /// Moves not yet handed to the runner.
     moves: Vec<Move>,
-    /// At least this many rows, and the whole budget, at the first allocation (the padded
-    /// decode's CUDA graphs hold the tensors' addresses: each reallocation captures anew).
+    /// The whole budget at the first allocation, in rows of twice the capacity asked
+    /// (room for a conversation to grow) while at least this many rows fit: the padded
+    /// decode's CUDA graphs hold the tensors' addresses, and each reallocation captures anew.
     pub whole_budget: Option<usize>,
     /// Allocations of the tensors (growths and truncations).
     pub allocations: usize,
@@ -123,12 +124,11 @@ impl Slots {
         if let Some(least) = self.whole_budget
             && self.rows() == 0
         {
-            // Every row as long as the budget allows, unless that is shorter than asked.
-            let whole = rows.max(least);
-            let long = (self.budget / self.bytes_for(whole, 1).max(1)) / 64 * 64;
-            if long >= cap {
-                (rows, cap) = (whole, long);
+            let fitting = |cap: usize| self.budget / self.bytes_for(1, cap).max(1);
+            if fitting(2 * cap) >= least.max(rows) {
+                cap *= 2;
             }
+            rows = rows.max(fitting(cap));
         }
         if self.bytes_for(rows, cap) > self.budget {
             return Err(self.over_budget(rows, cap));
