@@ -41,8 +41,8 @@ struct Graphs {
     pool: GraphPool,
     captured: HashMap<(usize, usize), Captured>,
     /// What the graphs read: the cache tensors' generation, the derived weight copies'
-    /// epoch, and the embedding's memory (another model, or this one converted).
-    reads: (u64, u64, usize),
+    /// epoch, the embedding's memory (another model, or this one converted), and which head.
+    reads: (u64, u64, usize, bool),
 }
 
 struct Captured {
@@ -57,7 +57,7 @@ impl Padded {
     pub fn new(device: Device, max_batch: usize) -> Result<Self> {
         let graphs = match device {
             Device::Cuda(i) => {
-                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0, 0) })
+                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0, 0, false) })
             }
             _ => None,
         };
@@ -94,7 +94,9 @@ impl Padded {
             return Ok(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64));
         };
         model.lm.prepare_generation();
-        let reads = (kv.generation, crate::derived::epoch(), model.lm.model.embed_weight().data_ptr() as usize);
+        let lm = &model.lm;
+        let reads =
+            (kv.generation, crate::derived::epoch(), lm.model.embed_weight().data_ptr() as usize, lm.lm_head_f32);
         if reads != graphs.reads {
             graphs.captured.clear();
             graphs.reads = reads;
