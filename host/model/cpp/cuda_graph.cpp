@@ -1,34 +1,43 @@
 // CUDA graphs for the engine's decode forward: libtorch's `at::cuda::CUDAGraph`, which tch
-// does not bind. A graph is captured on a side stream taken from the pool (capture refuses
-// the default stream), with every graph of one engine drawing on one private memory pool,
-// and replayed on the caller's current stream. Every call returns 0 or writes the C++
-// error's text into `err` and returns 1: nothing throws across the boundary.
-
+// does not bind. One capturer per engine holds a side stream (capture refuses the default
+// stream; one stream, as torch.cuda.graph's, so the graphs' intermediates can reuse one
+// another's memory: the allocator hands a block only to its own stream) and a private memory
+// pool the capturer keeps a reference to, so the pool outlives the graphs dropped when the
+// cache moves and is captured into again. Graphs replay on the caller's current stream.
+// Every call returns 0 or writes the C++ error's text into `err` and returns 1: nothing
+// throws across the boundary.
+//
 // Streams, events and guards go through c10's device-generic types (dispatched to c10_cuda
 // at run time), never CUDA's runtime API inline: this object links libtorch_cuda and
 // c10_cuda only, not libcudart, which the binary could not find where torch keeps it.
+
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 
 namespace {
-struct Graph {
-  at::cuda::CUDAGraph graph;
+namespace alloc = c10::cuda::CUDACachingAllocator;
+
+c10::Device cuda(c10::DeviceIndex d) { return c10::Device(c10::DeviceType::CUDA, d); }
+
+struct Capturer {
   c10::DeviceIndex device;
+  c10::MempoolId_t pool;
   c10::Stream side;
   // The caller's stream while the side stream is current (between enter and exit).
   std::optional<c10::Stream> caller;
   std::optional<c10::StreamGuard> guard;
-  bool capturing = false;
 
-  explicit Graph(c10::DeviceIndex d) : device(d), side(c10::cuda::getStreamFromPool(false, d)) {}
+  Capturer(c10::DeviceIndex d, c10::MempoolId_t p, c10::Stream s) : device(d), pool(p), side(s) {}
 };
 
 template <typename F>
@@ -54,77 +63,86 @@ void order(const c10::Stream& from, const c10::Stream& to) {
 }  // namespace
 
 extern "C" {
-// A private memory pool for the graphs of one engine (two integers: libtorch's MempoolId_t).
-int vagen_graph_pool(uint64_t* a, uint64_t* b, char* err, size_t len) {
+int vagen_capturer_new(int device, void** out, char* err, size_t len) {
   return guarded(err, len, [&] {
-    auto id = at::cuda::graph_pool_handle();
-    *a = id.first;
-    *b = id.second;
+    auto d = static_cast<c10::DeviceIndex>(device);
+    c10::DeviceGuard on(cuda(d));
+    auto pool = at::cuda::graph_pool_handle();
+    alloc::createOrIncrefPool(d, pool);
+    *out = new Capturer(d, pool, c10::cuda::getStreamFromPool(false, d));
   });
 }
 
-int vagen_graph_new(int device, void** out, char* err, size_t len) {
-  return guarded(err, len, [&] { *out = new Graph(static_cast<c10::DeviceIndex>(device)); });
+// The capturer's pool is released once its graphs are freed (the caller frees them first).
+void vagen_capturer_free(void* c) {
+  auto* capturer = static_cast<Capturer*>(c);
+  try {
+    alloc::releasePool(capturer->device, capturer->pool);
+  } catch (...) {
+  }
+  delete capturer;
 }
 
 // Makes the side stream current (after what the caller's stream queued): warm-up forwards
-// and the capture run there.
-int vagen_graph_enter(void* g, char* err, size_t len) {
-  auto* graph = static_cast<Graph*>(g);
+// and captures run there.
+int vagen_capturer_enter(void* c, char* err, size_t len) {
+  auto* capturer = static_cast<Capturer*>(c);
   return guarded(err, len, [&] {
-    c10::Stream caller = c10::cuda::getCurrentCUDAStream(graph->device);
-    order(caller, graph->side);
-    graph->caller.emplace(caller);
-    graph->guard.emplace(graph->side);
-  });
-}
-
-int vagen_graph_begin(void* g, uint64_t pool_a, uint64_t pool_b, char* err, size_t len) {
-  auto* graph = static_cast<Graph*>(g);
-  return guarded(err, len, [&] {
-    graph->graph.capture_begin({pool_a, pool_b}, cudaStreamCaptureModeThreadLocal);
-    graph->capturing = true;
-  });
-}
-
-int vagen_graph_end(void* g, char* err, size_t len) {
-  auto* graph = static_cast<Graph*>(g);
-  return guarded(err, len, [&] {
-    graph->capturing = false;
-    graph->graph.capture_end();
+    c10::Stream caller = c10::cuda::getCurrentCUDAStream(capturer->device);
+    order(caller, capturer->side);
+    capturer->caller.emplace(caller);
+    capturer->guard.emplace(capturer->side);
   });
 }
 
 // The caller's stream is current again and waits for the side stream's work.
-int vagen_graph_exit(void* g, char* err, size_t len) {
-  auto* graph = static_cast<Graph*>(g);
+int vagen_capturer_exit(void* c, char* err, size_t len) {
+  auto* capturer = static_cast<Capturer*>(c);
   return guarded(err, len, [&] {
-    if (graph->capturing) {
-      // A forward that failed inside the capture: end it so the stream is usable again
-      // (its error is the one reported; this one is not).
-      graph->capturing = false;
-      try {
-        graph->graph.capture_end();
-      } catch (...) {
-      }
-    }
-    graph->guard.reset();
-    if (graph->caller) order(graph->side, *graph->caller);
-    graph->caller.reset();
+    capturer->guard.reset();
+    if (capturer->caller) order(capturer->side, *capturer->caller);
+    capturer->caller.reset();
   });
 }
 
-int vagen_graph_replay(void* g, char* err, size_t len) {
-  auto* graph = static_cast<Graph*>(g);
+// A new graph, capturing into the capturer's pool from now on (between enter and exit).
+int vagen_graph_begin(void* c, void** out, char* err, size_t len) {
+  auto* capturer = static_cast<Capturer*>(c);
   return guarded(err, len, [&] {
-    c10::DeviceGuard on(c10::Device(c10::DeviceType::CUDA, graph->device));
-    graph->graph.replay();
+    c10::DeviceGuard on(cuda(capturer->device));
+    auto graph = std::make_unique<at::cuda::CUDAGraph>();
+    graph->capture_begin(capturer->pool, cudaStreamCaptureModeThreadLocal);
+    *out = graph.release();
+  });
+}
+
+// Ends the capture (and instantiates the graph). On an error (an operation the capture
+// refused invalidated it, or the forward failed part-way) the allocator is told the pool no
+// longer records, which capture_end skips when ending the stream's capture fails; the caller
+// must then never free the graph (the allocator may still name it).
+int vagen_graph_end(void* c, void* g, char* err, size_t len) {
+  auto* capturer = static_cast<Capturer*>(c);
+  int failed = guarded(err, len, [&] { static_cast<at::cuda::CUDAGraph*>(g)->capture_end(); });
+  if (failed) {
+    try {
+      alloc::endAllocateToPool(capturer->device, capturer->pool);
+    } catch (...) {
+    }
+  }
+  return failed;
+}
+
+int vagen_graph_replay(void* c, void* g, char* err, size_t len) {
+  auto* capturer = static_cast<Capturer*>(c);
+  return guarded(err, len, [&] {
+    c10::DeviceGuard on(cuda(capturer->device));
+    static_cast<at::cuda::CUDAGraph*>(g)->replay();
   });
 }
 
 void vagen_graph_free(void* g) {
   try {
-    delete static_cast<Graph*>(g);
+    delete static_cast<at::cuda::CUDAGraph*>(g);
   } catch (...) {
   }
 }

@@ -276,7 +276,13 @@ impl Cache {
             tch::Device::Cuda(_) if options.cuda_graphs => true,
             _ => options.padded_decode_on_cpu,
         };
-        let padded = padded.then(|| Padded::new(device, options.max_batch.get())).transpose()?;
+        let padded = match padded.then(|| Padded::new(device, options.max_batch.get())).transpose() {
+            Ok(padded) => padded,
+            Err(e) => {
+                eprintln!("vagen: {e}; decoding without CUDA graphs (engine.cuda_graphs = false skips them)");
+                None
+            }
+        };
         kv.padded_rows = padded.as_ref().map(Padded::rows);
         let mut slots = Slots::new(bytes, options.kv_budget());
         slots.whole_budget = kv.padded_rows;

@@ -9,7 +9,7 @@
 
 use super::kv::KvRows;
 use super::schedule::Decode;
-use crate::cuda_graph::{CudaGraph, GraphPool};
+use crate::cuda_graph::{Capturer, CudaGraph};
 use crate::device::upload;
 use crate::{EngineStats, Model, Result};
 use std::collections::HashMap;
@@ -34,15 +34,18 @@ pub(super) struct Padded {
     max_batch: usize,
     /// `None` on the CPU: the padded forward runs eagerly.
     graphs: Option<Graphs>,
+    /// A capture failed: this engine decodes without padding from then on.
+    failed: bool,
 }
 
 struct Graphs {
-    device: usize,
-    pool: GraphPool,
+    /// Dropped before the capturer, whose pool they draw on.
     captured: HashMap<(usize, usize), Captured>,
+    capturer: Capturer,
     /// What the graphs read: the cache tensors' generation, the derived weight copies'
-    /// epoch, the embedding's memory (another model, or this one converted), and which head.
-    reads: (u64, u64, usize, bool),
+    /// epoch, the model's parameters' memory (another model, this one converted, adapters
+    /// attached), and which head.
+    reads: (u64, u64, u64, bool),
 }
 
 struct Captured {
@@ -57,11 +60,11 @@ impl Padded {
     pub fn new(device: Device, max_batch: usize) -> Result<Self> {
         let graphs = match device {
             Device::Cuda(i) => {
-                Some(Graphs { device: i, pool: GraphPool::new()?, captured: HashMap::new(), reads: (0, 0, 0, false) })
+                Some(Graphs { captured: HashMap::new(), capturer: Capturer::new(i)?, reads: (0, 0, 0, false) })
             }
             _ => None,
         };
-        Ok(Padded { max_batch, graphs })
+        Ok(Padded { max_batch, graphs, failed: false })
     }
 
     /// Rows the cache keeps for the largest bucket (`max_batch` is one).
@@ -73,11 +76,21 @@ impl Padded {
     /// within the cache's padded rows.
     pub fn takes(&self, model: &Model, kv: &KvRows, rows: usize) -> bool {
         let bucket = batch_bucket(rows, self.max_batch);
-        model.vision.is_none() && model.lm.model.served_adapters() == 0 && (bucket as i64) <= kv.padding_row()
+        !self.failed
+            && model.vision.is_none()
+            && model.lm.model.served_adapters() == 0
+            && (bucket as i64) <= kv.padding_row()
     }
 
-    /// Logits `[rows, vocab]` of one decode step.
-    pub fn logits(&mut self, model: &Model, kv: &KvRows, step: &Decode, stats: &mut EngineStats) -> Result<Tensor> {
+    /// Logits `[rows, vocab]` of one decode step; `None` when its graph could not be
+    /// captured (said once on stderr; the engine decodes without padding from then on).
+    pub fn logits(
+        &mut self,
+        model: &Model,
+        kv: &KvRows,
+        step: &Decode,
+        stats: &mut EngineStats,
+    ) -> Result<Option<Tensor>> {
         let m = step.feed.len();
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
@@ -91,12 +104,10 @@ impl Padded {
         let inputs = upload(&host, device).view([3, b as i64]);
         stats.padded_steps += 1;
         let Some(graphs) = &mut self.graphs else {
-            return Ok(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64));
+            return Ok(Some(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64)));
         };
         model.lm.prepare_generation();
-        let lm = &model.lm;
-        let reads =
-            (kv.generation, crate::derived::epoch(), lm.model.embed_weight().data_ptr() as usize, lm.lm_head_f32);
+        let reads = (kv.generation, crate::derived::epoch(), parameters_stamp(model), model.lm.lm_head_f32);
         if reads != graphs.reads {
             graphs.captured.clear();
             graphs.reads = reads;
@@ -106,18 +117,38 @@ impl Padded {
             std::collections::hash_map::Entry::Vacant(slot) => {
                 let start = Instant::now();
                 let buffer = inputs.copy();
-                let (graph, logits) =
-                    CudaGraph::capture(graphs.device, graphs.pool, || forward(model, kv, &buffer, keys as i64))?;
-                stats.graph_captures += 1;
-                stats.graph_capture_seconds += start.elapsed().as_secs_f64();
-                slot.insert(Captured { graph, inputs: buffer, logits })
+                match graphs.capturer.capture(|| forward(model, kv, &buffer, keys as i64)) {
+                    Ok((graph, logits)) => {
+                        stats.graph_captures += 1;
+                        stats.graph_capture_seconds += start.elapsed().as_secs_f64();
+                        slot.insert(Captured { graph, inputs: buffer, logits })
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "vagen: {e}; this engine decodes without CUDA graphs from now on \
+                             (engine.cuda_graphs = false skips them)"
+                        );
+                        (self.graphs, self.failed) = (None, true);
+                        return Ok(None);
+                    }
+                }
             }
         };
         entry.inputs.copy_(&inputs);
-        entry.graph.replay()?;
+        graphs.capturer.replay(&entry.graph)?;
         stats.graph_replays += 1;
-        Ok(entry.logits.narrow(0, 0, m as i64))
+        Ok(Some(entry.logits.narrow(0, 0, m as i64)))
     }
+}
+
+/// Where the model's parameters are: changes when any is replaced (a dtype conversion,
+/// adapters attached), not when one is written in place (an update, a weight load), which a
+/// graph reads anyway.
+fn parameters_stamp(model: &Model) -> u64 {
+    let vars = model.vs.variables_.lock().unwrap_or_else(|e| e.into_inner());
+    vars.named_variables.values().fold(vars.named_variables.len() as u64, |acc, t| {
+        acc.rotate_left(5) ^ (t.data_ptr() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    })
 }
 
 /// The decoder and head over one padded step (`inputs`: ids, places and rows written,

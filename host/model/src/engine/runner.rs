@@ -139,8 +139,8 @@ impl Runner<'_> {
         let m = step.feed.len();
         if let Some(padded) = self.padded.as_deref_mut()
             && padded.takes(self.model, self.kv, m)
+            && let Some(logits) = padded.logits(self.model, self.kv, step, &mut s.stats)?
         {
-            let logits = padded.logits(self.model, self.kv, step, &mut s.stats)?;
             return self.sample(s, 0, m, &logits);
         }
         let lm = &self.model.lm;
