@@ -540,8 +540,13 @@ pub(crate) fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(entries)
 }
 
+/// Copied beside `to`, then renamed over it: a process running the old file (a training run
+/// with the native plugin mapped) keeps its copy, where copying in place changed the code
+/// under it (it crashed at address 0).
 fn copy(from: &Path, to: &Path, root: &Path) -> Result<()> {
-    std::fs::copy(from, to).map_err(|e| format!("copying {} to {}: {e}", from.display(), to.display()))?;
+    let staged = to.with_extension(format!("staged-{}", std::process::id()));
+    std::fs::copy(from, &staged).map_err(|e| format!("copying {} to {}: {e}", from.display(), staged.display()))?;
+    std::fs::rename(&staged, to).map_err(|e| format!("renaming {} to {}: {e}", staged.display(), to.display()))?;
     eprintln!("built {}", to.strip_prefix(root).unwrap_or(to).display());
     Ok(())
 }
