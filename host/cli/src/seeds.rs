@@ -108,11 +108,17 @@ impl SeedRuns {
     /// trainer starts only in an empty folder) before the run starts, or refuses a folder
     /// recorded with another one. The comparison is with this record, not
     /// the run's `config.toml`, which the trainer completes (derived settings, pinned
-    /// components) and which a run started otherwise than by `--seeds` also has.
+    /// components) and which a run started otherwise than by `--seeds` also has. A record
+    /// written by an older version is read again first, so settings added since (at their
+    /// defaults) do not make it another config.
     fn check_same_config(&self, seed: u64, dir: &Path) -> Result<()> {
         let (record, ours) = (dir.with_extension("config.toml"), self.config(seed).to_toml());
+        let same = |theirs: &str| {
+            theirs == ours
+                || TrainConfig::parse(theirs, &record.display().to_string(), &[]).is_ok_and(|c| c.to_toml() == ours)
+        };
         match std::fs::read_to_string(&record) {
-            Ok(theirs) if theirs == ours => Ok(()),
+            Ok(theirs) if same(&theirs) => Ok(()),
             Ok(_) => bail!(
                 "{} was trained with another config than this command's (seed aside): give another --run-dir, \
                  or the config and --set it was run with",
