@@ -670,6 +670,14 @@ fn train_over_seeds_prints_each_seed_and_the_spread_and_continues_where_it_stopp
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success() && err.contains("stopped before a checkpoint; set aside"), "{err}");
     assert_eq!(step2(&seed6), whole, "started over, the same steps");
+    // A record written before a setting existed (at its default now) names the same config.
+    let record = run.join("seed-5.config.toml");
+    let text = std::fs::read_to_string(&record).unwrap();
+    assert!(text.contains("cuda_graphs = true\n"), "{text}");
+    std::fs::write(&record, text.replace("cuda_graphs = true\n", "")).unwrap();
+    let o = host(&args);
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success() && err.contains("seed 5: done before"), "{err}");
     // Refused: no seeds; a folder of another config (its runs are not mixed into one mean).
     let zero =
         host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--seeds", "0"]);
