@@ -71,9 +71,9 @@ pub struct EngineOptions {
     pub device: Option<crate::DeviceChoice>,
     /// On CUDA, decode steps of a text model without served adapters replay a CUDA graph
     /// per batch and keys bucket (captured on first use, again after the cache is
-    /// reallocated or the weights' derived copies are rebuilt), and the cache takes its
-    /// whole `kv_cache_mib` at its first allocation (rows of twice the capacity asked), so it
-    /// is seldom reallocated; `false`:
+    /// reallocated or the weights' derived copies are rebuilt), and the cache's first
+    /// allocation holds `max_batch` rows of twice the capacity asked (within `kv_cache_mib`),
+    /// so it is seldom reallocated; `false`:
     /// one kernel launch per operator, the cache grown as needed. No effect on the CPU.
     pub cuda_graphs: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
@@ -285,7 +285,7 @@ impl Cache {
         };
         kv.padded_rows = padded.as_ref().map(Padded::rows);
         let mut slots = Slots::new(bytes, options.kv_budget());
-        slots.whole_budget = kv.padded_rows;
+        slots.first_room = kv.padded_rows;
         Ok(Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded })
     }
 }

@@ -51,10 +51,10 @@ pub(crate) struct Slots {
     serials: u64,
     /// Moves not yet handed to the runner.
     moves: Vec<Move>,
-    /// The whole budget at the first allocation, in rows of twice the capacity asked
-    /// (room for a conversation to grow) while at least this many rows fit: the padded
-    /// decode's CUDA graphs hold the tensors' addresses, and each reallocation captures anew.
-    pub whole_budget: Option<usize>,
+    /// At the first allocation, at least this many rows, of twice the capacity asked (room
+    /// for a conversation to grow), as far as the budget allows: the padded decode's CUDA
+    /// graphs hold the tensors' addresses, and each reallocation captures anew.
+    pub first_room: Option<usize>,
     /// Allocations of the tensors (growths and truncations).
     pub allocations: usize,
 }
@@ -69,7 +69,7 @@ impl Slots {
             peak_bytes: 0,
             serials: 0,
             moves: vec![],
-            whole_budget: None,
+            first_room: None,
             allocations: 0,
         }
     }
@@ -121,14 +121,15 @@ impl Slots {
         if rows == self.rows() && cap == self.cap {
             return Ok(());
         }
-        if let Some(least) = self.whole_budget
+        if let Some(least) = self.first_room
             && self.rows() == 0
         {
-            let fitting = |cap: usize| self.budget / self.bytes_for(1, cap).max(1);
-            if fitting(2 * cap) >= least.max(rows) {
-                cap *= 2;
+            let more = rows.max(least);
+            if self.bytes_for(more, 2 * cap) <= self.budget {
+                (rows, cap) = (more, 2 * cap);
+            } else if self.bytes_for(more, cap) <= self.budget {
+                rows = more;
             }
-            rows = rows.max(fitting(cap));
         }
         if self.bytes_for(rows, cap) > self.budget {
             return Err(self.over_budget(rows, cap));
