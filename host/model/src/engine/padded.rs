@@ -102,8 +102,8 @@ impl Padded {
         }
         let device = model.lm.model.device();
         let inputs = upload(&host, device).view([3, b as i64]);
-        stats.padded_steps += 1;
         let Some(graphs) = &mut self.graphs else {
+            stats.padded_steps += 1;
             return Ok(Some(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64)));
         };
         model.lm.prepare_generation();
@@ -136,6 +136,7 @@ impl Padded {
         };
         entry.inputs.copy_(&inputs);
         graphs.capturer.replay(&entry.graph)?;
+        stats.padded_steps += 1;
         stats.graph_replays += 1;
         Ok(Some(entry.logits.narrow(0, 0, m as i64)))
     }
