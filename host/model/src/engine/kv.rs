@@ -181,6 +181,13 @@ impl LayerCache for RowsView<'_> {
     }
 }
 
+/// The attention mask of a decode step, `[rows, 1, 1, keys]`: row i's query (at `places[i]`)
+/// sees the keys up to its own place.
+pub(crate) fn decode_mask(places: &Tensor, keys: i64) -> Tensor {
+    let rows = places.size()[0];
+    Tensor::arange(keys, (Kind::Int64, places.device())).view([1, 1, 1, -1]).le_tensor(&places.view([rows, 1, 1, 1]))
+}
+
 pub(crate) struct PaddedRows<'a> {
     store: &'a KvRows,
     places: Tensor,

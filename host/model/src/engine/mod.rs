@@ -267,7 +267,7 @@ pub(crate) struct Live {
 }
 
 impl Cache {
-    fn new(model: &Model, options: &EngineOptions) -> Result<Self> {
+    fn new(model: &Model, options: &EngineOptions) -> Self {
         let lm = &model.lm;
         let device = lm.model.device();
         let bytes = crate::KvCache::bytes_per_position(lm.config(), lm.model.kind());
@@ -286,7 +286,7 @@ impl Cache {
         kv.padded_rows = padded.as_ref().map(Padded::rows);
         let mut slots = Slots::new(bytes, options.kv_budget());
         slots.first_room = kv.padded_rows;
-        Ok(Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded })
+        Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded }
     }
 }
 
@@ -394,10 +394,7 @@ impl Engine {
                 request.adapter
             )));
         }
-        if self.cache.is_none() {
-            self.cache = Some(Cache::new(model, &self.options)?);
-        }
-        let cache = self.cache.as_mut().expect("made above");
+        let cache = self.cache.get_or_insert_with(|| Cache::new(model, &self.options));
         cache.schedule.set_limits(&self.options);
         if cache.schedule.holds_key(request.key) {
             return Err(Error::Invalid(format!("trajectory {} already has a request in the engine", request.key)));

@@ -14,7 +14,7 @@ use crate::device::upload;
 use crate::{EngineStats, Model, Result};
 use std::collections::HashMap;
 use std::time::Instant;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 const BATCH_BUCKETS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -158,8 +158,7 @@ fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64) -> Tensor {
     let lm = &model.lm;
     let b = inputs.size()[1];
     let places = inputs.get(1);
-    let mask =
-        Tensor::arange(keys, (Kind::Int64, inputs.device())).view([1, 1, 1, -1]).le_tensor(&places.view([b, 1, 1, 1]));
+    let mask = super::kv::decode_mask(&places, keys);
     let embeds = lm.model.embed(&inputs.get(0).view([b, 1]));
     let mut cache = kv.padded(inputs, keys);
     let hidden = lm.model.forward_cached(embeds, &places.view([b, 1]), &mask, &mut cache, None);

@@ -147,9 +147,7 @@ impl Runner<'_> {
         let device = lm.model.device();
         let keys = step.past.iter().max().unwrap_or(&0) + 1;
         let pos = upload(&step.past.iter().map(|&p| p as i64).collect::<Vec<_>>(), device);
-        let mask = Tensor::arange(keys as i64, (Kind::Int64, device))
-            .view([1, 1, 1, -1])
-            .le_tensor(&pos.view([m as i64, 1, 1, 1]));
+        let mask = super::kv::decode_mask(&pos, keys as i64);
         // A generated token's position continues its prompt's: its place plus the M-RoPE
         // delta, on all three axes.
         let positions = match self.vision() {
