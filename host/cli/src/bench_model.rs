@@ -95,6 +95,8 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
     let params: i64 = model.vs.variables().values().map(|t| t.numel() as i64).sum();
     let weight_bytes: i64 =
         model.vs.variables().values().map(|t| t.numel() as i64 * t.kind().elt_size_in_bytes() as i64).sum();
+    // Whether the decode replays CUDA graphs (asked, and on CUDA).
+    let graphed = !a.no_cuda_graphs && model.device().is_cuda();
     let described = serde_json::json!({
         "name": a.subject.name(),
         "parameters": params,
@@ -142,8 +144,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         let line = serde_json::json!({
             "model": described,
             "engine": a.engine,
-            // Whether the decode replayed CUDA graphs (asked, and on CUDA).
-            "cuda_graphs": !a.no_cuda_graphs && described["device"].as_str().is_some_and(|d| d.starts_with("Cuda")),
+            "cuda_graphs": graphed,
             "images": images,
             "image_size": a.image_size,
             "prompt_len": a.prompt_len,
