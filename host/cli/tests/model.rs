@@ -601,6 +601,11 @@ fn a_run_killed_before_its_first_checkpoint_is_started_again_with_restart() {
     assert!(run.join("checkpoints/step-000001/state.json").is_file());
 }
 
+/// Whether a command succeeded, and what it said on stderr.
+fn outcome(o: std::process::Output) -> (bool, String) {
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).to_string())
+}
+
 /// `train --seeds 2`: each seed its own run and folder, each seed's figures and their mean ±
 /// sd printed and in `seeds.json`; the same command again reads finished seeds back, resumes
 /// one stopped after a checkpoint, and starts over one stopped before any.
@@ -657,27 +662,23 @@ fn train_over_seeds_prints_each_seed_and_the_spread_and_continues_where_it_stopp
     assert!(whole.iter().all(|v| v.is_number()), "{whole:?}");
     std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
     std::fs::remove_dir_all(seed6.join("checkpoints/step-000002")).unwrap();
-    let o = host(&args);
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success(), "{err}");
-    assert!(err.contains("seed 5: done before") && err.contains("seed 6: resuming"), "{err}");
+    let (ok, err) = outcome(host(&args));
+    assert!(ok && err.contains("seed 5: done before") && err.contains("seed 6: resuming"), "{err}");
     assert_eq!(step2(&seed6), whole, "the resumed seed's step 2 is the whole run's");
     let again: serde_json::Value = serde_json::from_slice(&std::fs::read(run.join("seeds.json")).unwrap()).unwrap();
     assert_eq!(again, summary);
     std::fs::remove_file(seed6.join("seed-figures.json")).unwrap();
     std::fs::remove_dir_all(seed6.join("checkpoints")).unwrap();
-    let o = host(&args);
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success() && err.contains("stopped before a checkpoint; set aside"), "{err}");
+    let (ok, err) = outcome(host(&args));
+    assert!(ok && err.contains("stopped before a checkpoint; set aside"), "{err}");
     assert_eq!(step2(&seed6), whole, "started over, the same steps");
     // A record written before a setting existed (at its default now) names the same config.
     let record = run.join("seed-5.config.toml");
     let text = std::fs::read_to_string(&record).unwrap();
     assert!(text.contains("cuda_graphs = true\n"), "{text}");
     std::fs::write(&record, text.replace("cuda_graphs = true\n", "")).unwrap();
-    let o = host(&args);
-    let err = String::from_utf8_lossy(&o.stderr).to_string();
-    assert!(o.status.success() && err.contains("seed 5: done before"), "{err}");
+    let (ok, err) = outcome(host(&args));
+    assert!(ok && err.contains("seed 5: done before"), "{err}");
     // Refused: no seeds; a folder of another config (its runs are not mixed into one mean).
     let zero =
         host(&["train", "--config", config.to_str().unwrap(), "--run-dir", run.to_str().unwrap(), "--seeds", "0"]);
