@@ -35,18 +35,42 @@ impl Sampler {
     /// [`Self::step`] with each row's uniform draw given: rows that own their draw streams
     /// get the same tokens whichever rows they share a batch with.
     pub fn step_with(&self, logits: &Tensor, draws: &[f64]) -> (Tensor, Tensor) {
-        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
-        let tokens = if self.temperature <= 0.0 { logits.argmax(-1, false) } else { self.draw(&logp, draws) };
+        let logp = self.logprobs(logits);
+        let tokens = self.tokens(logits, &logp, || draws_tensor(draws, logits.device()));
         let chosen = logp.gather(-1, &tokens.unsqueeze(-1), false).squeeze_dim(-1);
         (tokens, chosen)
     }
 
-    /// The `k` most likely ids of each row (`[rows, k]`, on the logits' device) and their
-    /// log-probs under the distribution [`Self::step_with`]'s log-probs are under, most
-    /// likely first; `k` at most the vocabulary.
-    pub fn top_tensors(&self, logits: &Tensor, k: usize) -> (Tensor, Tensor) {
-        let logp = (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float);
-        logp.topk(k.min(logp.size()[1] as usize) as i64, -1, true, true)
+    /// One step's columns `[rows, 2 + 2k]` (f64): each row's token, its log-prob (as
+    /// [`Self::step_with`]'s), its `k` best log-probs, most likely first, and their ids (`k`
+    /// at most the vocabulary). `draws` gives [`draws_tensor`]'s, on the logits' device (asked
+    /// only when sampling): a pure function of tensors, so a CUDA graph holds it with the
+    /// forward.
+    pub fn columns(&self, logits: &Tensor, draws: impl FnOnce() -> Tensor, k: usize) -> Tensor {
+        let logp = self.logprobs(logits);
+        let tokens = self.tokens(logits, &logp, draws);
+        let chosen = logp.gather(-1, &tokens.unsqueeze(-1), false);
+        let mut parts = vec![tokens.to_kind(Kind::Double).unsqueeze(1), chosen.to_kind(Kind::Double)];
+        if k > 0 {
+            let (values, ids) = logp.topk(k.min(logp.size()[1] as usize) as i64, -1, true, true);
+            parts.push(values.to_kind(Kind::Double));
+            parts.push(ids.to_kind(Kind::Double));
+        }
+        Tensor::cat(&parts, 1)
+    }
+
+    /// Log-probs (f32) under the temperature-scaled distribution.
+    fn logprobs(&self, logits: &Tensor) -> Tensor {
+        (logits / self.logprob_temperature()).log_softmax(-1, Kind::Float)
+    }
+
+    fn tokens(&self, logits: &Tensor, logp: &Tensor, draws: impl FnOnce() -> Tensor) -> Tensor {
+        if self.draws() { self.draw(logp, &draws()) } else { logits.argmax(-1, false) }
+    }
+
+    /// Whether a step reads the rows' uniforms (greedy does not).
+    pub fn draws(&self) -> bool {
+        self.temperature > 0.0
     }
 
     /// What decides a draw besides its uniform: rows with equal settings sample together.
@@ -54,7 +78,7 @@ impl Sampler {
         (self.temperature.to_bits(), self.top_p.to_bits(), self.top_k)
     }
 
-    fn draw(&self, logp: &Tensor, draws: &[f64]) -> Tensor {
+    fn draw(&self, logp: &Tensor, draws: &Tensor) -> Tensor {
         let probs = logp.exp();
         let vocab = probs.size()[1];
         // Candidates in descending probability when a filter needs the order.
@@ -76,14 +100,23 @@ impl Sampler {
         };
         let cumulative = p.cumsum(-1, Kind::Float);
         let total = cumulative.narrow(1, cumulative.size()[1] - 1, 1);
-        // Kept a few f32 ulps below 1 so u stays below the total after rounding: the first
-        // candidate whose cumulative mass exceeds u then always has a non-zero probability.
-        let draws: Vec<f32> = draws.iter().map(|&d| d.min(1.0 - 1.0 / (1u64 << 22) as f64) as f32).collect();
-        let u = crate::device::upload(&draws, p.device()).unsqueeze(-1) * &total;
+        let u = draws.unsqueeze(-1) * &total;
         let last = cumulative.size()[1] - 1;
         let index = cumulative.le_tensor(&u).sum_dim_intlist(-1, true, Kind::Int64).clamp_max(last);
         ids.gather(-1, &index, false).squeeze_dim(-1)
     }
+}
+
+/// Each row's uniform as the draw reads it, `[rows]` f32 on `device`, uploaded without
+/// waiting: kept a few f32 ulps below 1 so u stays below the total mass after rounding, and
+/// the first candidate whose cumulative mass exceeds u always has a non-zero probability.
+pub(crate) fn draws_tensor(draws: &[f64], device: tch::Device) -> Tensor {
+    crate::device::upload(&draws.iter().map(|&d| draw_f32(d)).collect::<Vec<_>>(), device)
+}
+
+/// One row's uniform as [`draws_tensor`] holds it.
+pub(crate) fn draw_f32(d: f64) -> f32 {
+    d.min(1.0 - 1.0 / (1u64 << 22) as f64) as f32
 }
 
 /// One uniform in [0, 1) from the top 53 bits of the stream's next word.

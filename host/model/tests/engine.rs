@@ -3,7 +3,7 @@
 
 use vagen_model::{
     Engine, EngineOptions, EngineRequest, FinishReason, GenerateOptions, Generation, LoadOptions, Message, Model,
-    default_model,
+    RequestId, default_model,
 };
 
 fn model() -> Model {
@@ -385,6 +385,43 @@ fn the_padded_decode_cuda_graphs_replay_samples_what_the_eager_decode_does() {
     let more = converse(&model, &mut padded, 3, 3, 1, &options, &|_, _| 4);
     assert!(more[0].iter().all(|g| !g.token_ids.is_empty()));
     assert_eq!(padded.stats().padded_steps, padded.stats().decode_steps);
+    // Sampling in the padded step (top-k with top log-probs; greedy), and rows of two
+    // settings in one batch, sampled apart from the padded step's logits.
+    let top = GenerateOptions { top_k: 5, top_logprobs: 3, ..sampling(6) };
+    let greedy = GenerateOptions { temperature: 0.0, top_logprobs: 2, ..sampling(6) };
+    for settings in [vec![&top], vec![&greedy], vec![&top, &greedy]] {
+        let a = alike(&model, &mut engine(EngineOptions::default()), &settings);
+        let mut padded = engine(EngineOptions { padded_decode_on_cpu: true, ..Default::default() });
+        let b = alike(&model, &mut padded, &settings);
+        assert_same(&[a.clone()], &[b.clone()], 1e-4);
+        for (g, h) in a.iter().zip(&b) {
+            assert_eq!(g.top.len(), g.token_ids.len());
+            for (x, y) in g.top.iter().flatten().zip(h.top.iter().flatten()) {
+                assert!(x.0 == y.0 && (x.1 - y.1).abs() <= 1e-4, "{:?} vs {:?}", g.top, h.top);
+            }
+        }
+        assert!(padded.stats().padded_steps > 0);
+    }
+}
+
+/// Five requests of one prompt, request i sampled by `settings[i % len]` with seed i, run
+/// to their ends through the step API.
+fn alike(model: &Model, e: &mut Engine, settings: &[&GenerateOptions]) -> Vec<Generation> {
+    let ids = model.encode_chat(&[Message::user("Which way to the goal?")], true).unwrap();
+    let submitted: Vec<RequestId> = (0..5)
+        .map(|i| {
+            let request =
+                EngineRequest { key: i, ids: ids.clone(), images: vec![], max_new_tokens: 6, seed: i, adapter: 0 };
+            e.submit(model, request, settings[i as usize % settings.len()]).unwrap()
+        })
+        .collect();
+    let mut done = vec![None; submitted.len()];
+    while done.iter().any(Option::is_none) {
+        for (id, g) in e.step(model).unwrap().finished {
+            done[submitted.iter().position(|&s| s == id).unwrap()] = Some(g);
+        }
+    }
+    done.into_iter().flatten().collect()
 }
 
 fn p2_shared(model: &Model) -> usize {

@@ -2,15 +2,18 @@
 //! (1, 2, 4, …, 256, and `max_batch`), the keys read up to a bucket of positions (256, 512,
 //! 1024, …, the cache's capacity), and the step's inputs (ids, places, rows written) in one
 //! `[3, batch]` buffer the forward reads. Padding rows write into a row of their own and
-//! read one key. On CUDA each (batch, keys) bucket is captured once and replayed; a graph is
-//! captured again when the cache's tensors were reallocated or a weight copy it reads
-//! (fused QKV, f32 head) was rebuilt. On the CPU the same forward runs eagerly, so its
-//! arithmetic is tested where no GPU is.
+//! read one key. When every row samples alike, sampling is part of the step too (each row's
+//! uniform in a `[batch]` buffer) and the step's output is what the host reads: tokens,
+//! log-probs, top log-probs. On CUDA each (batch, keys, sampling) bucket is captured once and
+//! replayed; a graph is captured again when the cache's tensors were reallocated or a weight
+//! copy it reads (fused QKV, f32 head) was rebuilt. On the CPU the same step runs eagerly, so
+//! its arithmetic is tested where no GPU is.
 
 use super::kv::KvRows;
 use super::schedule::Decode;
 use crate::cuda_graph::{Capturer, CudaGraph};
 use crate::device::upload;
+use crate::sampling::{Sampler, draw_f32};
 use crate::{EngineStats, Model, Result};
 use std::collections::HashMap;
 use std::time::Instant;
@@ -38,9 +41,27 @@ pub(super) struct Padded {
     failed: bool,
 }
 
+/// Sampling in the padded step: every row's sampler (they sample alike), each row's
+/// uniform, the top log-probs a row gets.
+pub(super) struct Sampling<'a> {
+    pub sampler: &'a Sampler,
+    pub draws: &'a [f64],
+    pub k: usize,
+}
+
+/// What a padded step gives for its rows: the sampled columns ([`Sampler::columns`]'s) or,
+/// when rows sample differently, the logits.
+pub(super) enum PaddedOut {
+    Columns(Tensor),
+    Logits(Tensor),
+}
+
+/// A graph's bucket: batch, keys, and what it samples (the setting, `k`), if it does.
+type Bucket = (usize, usize, Option<((u64, u64, usize), usize)>);
+
 struct Graphs {
     /// Dropped before the capturer, whose pool they draw on.
-    captured: HashMap<(usize, usize), Captured>,
+    captured: HashMap<Bucket, Captured>,
     capturer: Capturer,
     /// What the graphs read: the cache tensors' generation, the derived weight copies'
     /// epoch, the model's parameters' memory (another model, this one converted, adapters
@@ -51,7 +72,9 @@ struct Graphs {
 struct Captured {
     graph: CudaGraph,
     inputs: Tensor,
-    logits: Tensor,
+    /// Each row's uniform, where the step samples with temperature.
+    draws: Option<Tensor>,
+    output: Tensor,
 }
 
 impl Padded {
@@ -82,15 +105,16 @@ impl Padded {
             && (bucket as i64) <= kv.padding_row()
     }
 
-    /// Logits `[rows, vocab]` of one decode step; `None` when its graph could not be
-    /// captured (said once on stderr; the engine decodes without padding from then on).
-    pub fn logits(
+    /// One decode step's output for its rows; `None` when its graph could not be captured
+    /// (said once on stderr; the engine decodes without padding from then on).
+    pub fn step(
         &mut self,
         model: &Model,
         kv: &KvRows,
         step: &Decode,
+        sampling: Option<Sampling<'_>>,
         stats: &mut EngineStats,
-    ) -> Result<Option<Tensor>> {
+    ) -> Result<Option<PaddedOut>> {
         let m = step.feed.len();
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
@@ -102,9 +126,27 @@ impl Padded {
         }
         let device = model.lm.model.device();
         let inputs = upload(&host, device).view([3, b as i64]);
+        let draws = sampling.as_ref().filter(|s| s.sampler.draws()).map(|s| {
+            let mut uniforms = vec![0f32; b];
+            for (u, &d) in uniforms.iter_mut().zip(s.draws) {
+                *u = draw_f32(d);
+            }
+            upload(&uniforms, device)
+        });
+        let wrap = |t: Tensor| match sampling {
+            Some(_) => PaddedOut::Columns(t.narrow(0, 0, m as i64)),
+            None => PaddedOut::Logits(t.narrow(0, 0, m as i64)),
+        };
+        let run = |inputs: &Tensor, draws: &Option<Tensor>| {
+            let logits = forward(model, kv, inputs, keys as i64);
+            match &sampling {
+                Some(s) => s.sampler.columns(&logits, || draws.as_ref().expect("drawn").shallow_clone(), s.k),
+                None => logits,
+            }
+        };
         let Some(graphs) = &mut self.graphs else {
             stats.padded_steps += 1;
-            return Ok(Some(forward(model, kv, &inputs, keys as i64).narrow(0, 0, m as i64)));
+            return Ok(Some(wrap(run(&inputs, &draws))));
         };
         model.lm.prepare_generation();
         let reads = (kv.generation, crate::derived::epoch(), parameters_stamp(model), model.lm.lm_head_f32);
@@ -112,16 +154,17 @@ impl Padded {
             graphs.captured.clear();
             graphs.reads = reads;
         }
-        let entry = match graphs.captured.entry((b, keys)) {
+        let bucket = (b, keys, sampling.as_ref().map(|s| (s.sampler.setting(), s.k)));
+        let entry = match graphs.captured.entry(bucket) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(slot) => {
                 let start = Instant::now();
-                let buffer = inputs.copy();
-                match graphs.capturer.capture(|| forward(model, kv, &buffer, keys as i64)) {
-                    Ok((graph, logits)) => {
+                let (inputs, draws) = (inputs.copy(), draws.as_ref().map(Tensor::copy));
+                match graphs.capturer.capture(|| run(&inputs, &draws)) {
+                    Ok((graph, output)) => {
                         stats.graph_captures += 1;
                         stats.graph_capture_seconds += start.elapsed().as_secs_f64();
-                        slot.insert(Captured { graph, inputs: buffer, logits })
+                        slot.insert(Captured { graph, inputs, draws, output })
                     }
                     Err(e) => {
                         eprintln!(
@@ -135,10 +178,13 @@ impl Padded {
             }
         };
         entry.inputs.copy_(&inputs);
+        if let (Some(to), Some(from)) = (&mut entry.draws, &draws) {
+            to.copy_(from);
+        }
         graphs.capturer.replay(&entry.graph)?;
         stats.padded_steps += 1;
         stats.graph_replays += 1;
-        Ok(Some(entry.logits.narrow(0, 0, m as i64)))
+        Ok(Some(wrap(entry.output.shallow_clone())))
     }
 }
 

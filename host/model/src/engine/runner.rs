@@ -3,13 +3,14 @@
 //! stream, and reads the step's tokens back in one transfer.
 
 use super::kv::KvRows;
-use super::padded::Padded;
+use super::padded::{Padded, PaddedOut, Sampling};
 use super::schedule::{Decode, Prefill, Scheduler};
 use super::{Live, RequestId, Sampled, StepOutput};
 use crate::device::upload;
 use crate::generate::Ends;
 use crate::image_processor::PixelValues;
 use crate::linear::AdapterRows;
+use crate::sampling::{Sampler, draws_tensor};
 use crate::{Model, Result, Vision};
 use std::collections::HashMap;
 use tch::{Kind, Tensor};
@@ -75,7 +76,9 @@ impl Runner<'_> {
         let last = upload(&last, device);
         let hidden = hidden.gather(1, &last.view([n, 1, 1]).expand([n, 1, hidden.size()[2]], false), false);
         let logits = self.logits(&hidden.squeeze_dim(1));
-        self.sample(s, p.start, p.start + p.rows.len(), &logits)
+        let (start, end) = (p.start, p.start + p.rows.len());
+        let draws = s.draws(start, end);
+        self.sample(s, start, end, &draws, &logits)
     }
 
     /// The head, with a VL model's placeholder tokens out of reach.
@@ -137,11 +140,19 @@ impl Runner<'_> {
     /// One token for every row of the decode batch.
     pub fn decode(&mut self, s: &mut Scheduler, step: &Decode) -> Result<()> {
         let m = step.feed.len();
+        let draws = s.draws(0, m);
         if let Some(padded) = self.padded.as_deref_mut()
             && padded.takes(self.model, self.kv, m)
-            && let Some(logits) = padded.logits(self.model, self.kv, step, &mut s.stats)?
         {
-            return self.sample(s, 0, m, &logits);
+            let reqs: Vec<usize> = s.active.iter().map(|a| a.request).collect();
+            let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
+            let sampler = one_sampler(self.live, &reqs);
+            let sampling = sampler.map(|sampler| Sampling { sampler, draws: &draws, k });
+            match padded.step(self.model, self.kv, step, sampling, &mut s.stats)? {
+                Some(PaddedOut::Columns(c)) => return self.record(s, 0, m, &c, k),
+                Some(PaddedOut::Logits(logits)) => return self.sample(s, 0, m, &draws, &logits),
+                None => {}
+            }
         }
         let lm = &self.model.lm;
         let device = lm.model.device();
@@ -168,19 +179,22 @@ impl Runner<'_> {
             lm.model.forward_cached(embeds, &positions, &mask, &mut view, rows.as_ref())
         };
         let logits = self.logits(&hidden.select(1, 0));
-        self.sample(s, 0, m, &logits)
+        self.sample(s, 0, m, &draws, &logits)
     }
 
-    /// A token for rows `start..end` from their logits `[end - start, vocab]`: rows that
-    /// sample alike are drawn together, and the step's tokens, log-probs and top log-probs
-    /// come back to the host in one transfer.
-    fn sample(&mut self, s: &mut Scheduler, start: usize, end: usize, logits: &Tensor) -> Result<()> {
-        let draws = s.draws(start, end);
+    /// A token for rows `start..end` from their logits `[end - start, vocab]` and uniform
+    /// `draws`: rows that sample alike are drawn together.
+    fn sample(&mut self, s: &mut Scheduler, start: usize, end: usize, draws: &[f64], logits: &Tensor) -> Result<()> {
         let reqs: Vec<usize> = s.active[start..end].iter().map(|a| a.request).collect();
-        // At most the vocabulary: the columns of every row are laid out with this `k`.
-        let vocab = logits.size()[1] as usize;
-        let k = reqs.iter().map(|&r| self.live(r).top_logprobs).max().unwrap_or(0).min(vocab);
-        let columns = self.draw(&reqs, &draws, logits, k);
+        let k = top_logprobs(self.live, &reqs, logits.size()[1] as usize);
+        let columns = self.draw(&reqs, draws, logits, k);
+        self.record(s, start, end, &columns, k)
+    }
+
+    /// Records rows `start..end`'s step from its columns ([`Sampler::columns`]'s, `k` top
+    /// log-probs a row), read back to the host in one transfer.
+    fn record(&mut self, s: &mut Scheduler, start: usize, end: usize, columns: &Tensor, k: usize) -> Result<()> {
+        let reqs: Vec<usize> = s.active[start..end].iter().map(|a| a.request).collect();
         let n = reqs.len();
         let flat: Vec<f64> = Vec::try_from(columns.flatten(0, -1))?;
         s.stats.host_reads += 1;
@@ -205,8 +219,8 @@ impl Runner<'_> {
         Ok(())
     }
 
-    /// `[rows, 2 + 2k]` f64: each row's token, its log-prob, the `k` best log-probs and
-    /// their ids. Rows are drawn in groups of one sampling setting each.
+    /// `[rows, 2 + 2k]` f64 ([`Sampler::columns`]), rows drawn in groups of one sampling
+    /// setting each.
     fn draw(&self, reqs: &[usize], draws: &[f64], logits: &Tensor, k: usize) -> Tensor {
         let setting = |r: usize| self.live(r).sampler.setting();
         let mut groups: Vec<(_, Vec<i64>)> = vec![];
@@ -216,23 +230,15 @@ impl Runner<'_> {
                 None => groups.push((setting(r), vec![i as i64])),
             }
         }
+        let device = logits.device();
         let columns = |rows: &[i64], logits: &Tensor| {
             let sampler = &self.live(reqs[rows[0] as usize]).sampler;
             let d: Vec<f64> = rows.iter().map(|&i| draws[i as usize]).collect();
-            let (tokens, logprobs) = sampler.step_with(logits, &d);
-            let mut parts =
-                vec![tokens.to_kind(Kind::Double).unsqueeze(1), logprobs.to_kind(Kind::Double).unsqueeze(1)];
-            if k > 0 {
-                let (values, ids) = sampler.top_tensors(logits, k);
-                parts.push(values.to_kind(Kind::Double));
-                parts.push(ids.to_kind(Kind::Double));
-            }
-            Tensor::cat(&parts, 1)
+            sampler.columns(logits, || draws_tensor(&d, device), k)
         };
         if groups.len() == 1 {
             return columns(&groups[0].1, logits);
         }
-        let device = logits.device();
         let mut out: Option<Tensor> = None;
         for (_, rows) in &groups {
             let index = upload(rows, device);
@@ -254,4 +260,15 @@ impl Runner<'_> {
         }
         Ok(())
     }
+}
+
+/// The top log-probs every row of `reqs` gets: the most any asks, at most the `vocab`.
+fn top_logprobs(live: &HashMap<usize, Live>, reqs: &[usize], vocab: usize) -> usize {
+    reqs.iter().map(|r| live[r].top_logprobs).max().unwrap_or(0).min(vocab)
+}
+
+/// The sampler of every row of `reqs` when they all sample alike.
+fn one_sampler<'l>(live: &'l HashMap<usize, Live>, reqs: &[usize]) -> Option<&'l Sampler> {
+    let first = &live[reqs.first()?].sampler;
+    reqs.iter().all(|r| live[r].sampler.setting() == first.setting()).then_some(first)
 }
