@@ -1,8 +1,9 @@
-//! Compiles the operator counter (`cpp/op_count.cpp`) and the tensor-state helpers
-//! (`cpp/tensor_state.cpp`) against the libtorch tch links (`DEP_TCH_LIBTORCH_LIB`, from
-//! torch-sys), and, where that libtorch has CUDA and CUDA's runtime headers are found (the
-//! pip package beside torch, or `CUDA_HOME`), the CUDA graphs (`cpp/cuda_graph.cpp`, cfg
-//! `vagen_cuda_graphs`).
+//! Compiles the operator counter (`cpp/op_count.cpp`), the tensor-state helpers
+//! (`cpp/tensor_state.cpp`) and varlen flash attention (`cpp/flash.cpp`, declared in every
+//! libtorch, a kernel only in CUDA's) against the libtorch tch links
+//! (`DEP_TCH_LIBTORCH_LIB`, from torch-sys), and, where that libtorch has CUDA and CUDA's
+//! runtime headers are found (the pip package beside torch, or `CUDA_HOME`), the CUDA graphs
+//! (`cpp/cuda_graph.cpp`, cfg `vagen_cuda_graphs`).
 
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,7 @@ fn main() {
     println!("cargo:rerun-if-changed=cpp/op_count.cpp");
     println!("cargo:rerun-if-changed=cpp/tensor_state.cpp");
     println!("cargo:rerun-if-changed=cpp/cuda_graph.cpp");
+    println!("cargo:rerun-if-changed=cpp/flash.cpp");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo::rustc-check-cfg=cfg(vagen_cuda_graphs)");
     let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys names its libtorch"));
@@ -21,6 +23,7 @@ fn main() {
         .std("c++17")
         .file("cpp/op_count.cpp")
         .file("cpp/tensor_state.cpp")
+        .file("cpp/flash.cpp")
         .include(torch.join("include"))
         .include(torch.join("include/torch/csrc/api/include"))
         .define("_GLIBCXX_USE_CXX11_ABI", "1")

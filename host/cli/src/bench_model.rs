@@ -41,6 +41,10 @@ pub struct BenchModelArgs {
     /// Decode without CUDA graphs (`engine.cuda_graphs = false`): one launch per operator.
     #[arg(long)]
     no_cuda_graphs: bool,
+    /// Decode with SDPA over a mask instead of varlen flash attention
+    /// (`engine.flash_attention = false`; flash runs with CUDA graphs in bf16 or f16).
+    #[arg(long)]
+    no_flash_attention: bool,
     #[command(flatten)]
     reference: Transformers,
     // The JSON line: the model (parameters, bytes of weights and of KV cache per token) and a
@@ -59,6 +63,8 @@ struct Figures {
     step: Option<StepCount>,
     /// CUDA graphs the timed engine captured (in the untimed warm-up) and their seconds.
     graphs: Option<(usize, f64)>,
+    /// Whether the timed engine's decode attended through varlen flash attention.
+    flash: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -124,13 +130,15 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         new_tokens: a.new_tokens,
         engine: a.engine,
         cuda_graphs: !a.no_cuda_graphs,
+        flash_attention: !a.no_flash_attention,
     };
     Bench { prompt_len: a.prompt_len.min(8), new_tokens: 2, ..bench }.measure(&model, 1)?; // warm-up
     let mut ours = Vec::new();
     for &b in &a.batch {
         let figures = bench.measure(&model, b)?;
         if let Some((n, seconds)) = figures.graphs {
-            println!("batch {b}: {n} CUDA graph(s) captured in {seconds:.2} s, before the timed runs");
+            let attention = if figures.flash { "varlen flash attention" } else { "SDPA" };
+            println!("batch {b}: {n} CUDA graph(s) captured in {seconds:.2} s, before the timed runs; {attention}");
         }
         ours.push(figures);
     }
@@ -180,6 +188,7 @@ fn json_rows(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, laye
                 "host_reads_per_decode_step": ours[i].step.map(|s| s.host_reads),
                 "graph_captures": ours[i].graphs.map(|g| g.0),
                 "graph_capture_s": ours[i].graphs.map(|g| g.1),
+                "flash_attention": ours[i].flash,
             })
         })
         .collect()
@@ -224,6 +233,7 @@ struct Bench {
     new_tokens: usize,
     engine: EngineKind,
     cuda_graphs: bool,
+    flash_attention: bool,
 }
 
 impl Bench {
@@ -246,6 +256,7 @@ impl Bench {
             max_batch: std::num::NonZeroUsize::new(batch).context("a batch of 0")?,
             reuse: false,
             cuda_graphs: self.cuda_graphs,
+            flash_attention: self.flash_attention,
             ..Default::default()
         });
         let generate = |engine: &mut Engine, n| -> Result<Vec<vagen_model::Generation>> {
@@ -262,10 +273,9 @@ impl Bench {
         // decode's graphs are captured.
         let warm = if model.device().is_cuda() { self.new_tokens } else { 1 };
         generate(&mut engine, warm)?;
-        let graphs = model.device().is_cuda().then(|| {
-            let s = engine.stats();
-            (s.graph_captures, s.graph_capture_seconds)
-        });
+        let s = engine.stats();
+        let (graphs, flash) =
+            (model.device().is_cuda().then_some((s.graph_captures, s.graph_capture_seconds)), s.flash_steps > 0);
         let mut generate = |n| generate(&mut engine, n);
         let t = Instant::now();
         generate(1)?;
@@ -283,6 +293,7 @@ impl Bench {
             decode: (batch * (self.new_tokens - 1)) as f64 / decode_s,
             step: Some(self.count_step(model, &prompts)?),
             graphs,
+            flash,
         })
     }
 
@@ -293,6 +304,7 @@ impl Bench {
         let mut engine = Engine::new(EngineOptions {
             max_batch: std::num::NonZeroUsize::new(prompts.len()).context("a batch of 0")?,
             cuda_graphs: self.cuda_graphs,
+            flash_attention: self.flash_attention,
             ..Default::default()
         });
         // Rows end after the counted steps: these are steady decode steps, no row leaving.
@@ -470,6 +482,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
         .map(|r| Figures {
             step: None,
             graphs: None,
+            flash: false,
             vision: r["vision_images_per_s"].as_f64(),
             prefill: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),

@@ -61,6 +61,8 @@ struct Figures {
     peak_kv_mib: Option<f64>,
     /// CUDA graphs captured during the run (their time is in `seconds`) and those seconds.
     graphs: Option<(usize, f64)>,
+    /// Decode steps that attended through varlen flash attention (where graphs ran).
+    flash_steps: Option<usize>,
     /// The engine's cache allocations (each one makes the graphs captured again).
     kv_allocations: Option<usize>,
 }
@@ -151,6 +153,7 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
                     "peak_kv_mib": f.peak_kv_mib,
                     "graph_captures": f.graphs.map(|g| g.0),
                     "graph_capture_s": f.graphs.map(|g| g.1),
+                    "flash_steps": f.flash_steps,
                     "kv_allocations": f.kv_allocations,
                 })
             })
@@ -240,6 +243,7 @@ fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
         saved: 0,
         peak_kv_mib: Some(mib(peak)),
         graphs: None,
+        flash_steps: None,
         kv_allocations: None,
     })
 }
@@ -275,6 +279,7 @@ fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize, cuda_graphs:
         saved: s.saved_tokens(),
         peak_kv_mib: Some(mib(s.peak_kv_bytes)),
         graphs: graphed.then_some((s.graph_captures, s.graph_capture_seconds)),
+        flash_steps: graphed.then_some(s.flash_steps),
         kv_allocations: Some(s.kv_allocations),
     })
 }
@@ -321,6 +326,7 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
         saved: 0,
         peak_kv_mib: None,
         graphs: None,
+        flash_steps: None,
         kv_allocations: None,
     })
 }

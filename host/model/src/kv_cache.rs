@@ -74,6 +74,12 @@ pub(crate) trait LayerCache {
     fn fold_heads(&self) -> bool {
         false
     }
+    /// Attention of `q` `[batch, heads, new, head_dim]` over what [`Self::append`] kept, when
+    /// the cache computes it itself (flash attention over its rows); `None`: the caller's SDPA
+    /// over the returned keys and values.
+    fn attend(&self, _layer: usize, _q: &Tensor) -> Option<Tensor> {
+        None
+    }
 }
 
 impl LayerCache for KvCache {

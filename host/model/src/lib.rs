@@ -31,6 +31,7 @@ mod device;
 mod engine;
 mod env_tokenizer;
 mod error;
+mod flash;
 mod folder;
 mod generate;
 mod image_processor;

@@ -122,10 +122,13 @@ impl Attention {
         let (b, t) = (x.size()[0], x.size()[1]);
         let (q, k, v) = self.project(x, rope, rows, cache.is_some());
         let mut fold = false;
+        let mut attended = None;
         let (k, v) = match cache {
             Some((cache, layer)) => {
                 fold = cache.fold_heads();
-                cache.append(layer, &k, &v)
+                let kept = cache.append(layer, &k, &v);
+                attended = cache.attend(layer, &q);
+                kept
             }
             None => (k, v),
         };
@@ -133,7 +136,9 @@ impl Attention {
         let sdpa = |q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>| {
             Tensor::scaled_dot_product_attention(q, k, v, mask, 0.0, mask.is_none(), None::<f64>, false)
         };
-        let out = if fold && repeat > 1 && mask.is_some() {
+        let out = if let Some(out) = attended {
+            out
+        } else if fold && repeat > 1 && mask.is_some() {
             // Query head h reads key/value head h / repeat: the `repeat` query heads of one
             // key/value head become `repeat × t` queries of it, so decoding reads the cache
             // as stored instead of copying it `repeat` times per layer and step.

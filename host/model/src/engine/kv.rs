@@ -4,6 +4,7 @@
 //! as many as the largest batch bucket, and one more that padding rows write into.
 
 use super::slots::Move;
+use crate::flash::{Kernel, Sequences};
 use crate::kv_cache::LayerCache;
 use crate::{Qwen2Config, Result};
 use tch::{Device, Kind, Tensor};
@@ -109,10 +110,17 @@ impl KvRows {
     }
 
     /// The cache a padded decode writes and reads: batch row i writes its new position at
-    /// `inputs[2][i]`'s row, place `inputs[1][i]` (padding rows: the padding row, place 0),
-    /// and attention reads rows `0..batch`, positions `0..keys`.
-    pub fn padded(&self, inputs: &Tensor, keys: i64) -> PaddedRows<'_> {
-        PaddedRows { store: self, places: inputs.get(1), rows: inputs.get(2), keys }
+    /// `inputs[2][i]`'s row, place `inputs[1][i]` (padding rows: the padding row, place 0).
+    /// Attention reads rows `0..batch`, positions `0..keys`, masked by the caller; or, with
+    /// `flash`, computes itself over each row's own positions (row `inputs[2][i]`, up to its
+    /// new one).
+    pub fn padded(&self, inputs: &Tensor, keys: i64, flash: Option<Kernel>) -> PaddedRows<'_> {
+        let (places, rows) = (inputs.get(1), inputs.get(2));
+        let sequences = flash.map(|kernel| {
+            let shape: [i64; 4] = self.keys[0].size().try_into().expect("a cache tensor has 4 dimensions");
+            Sequences::new(kernel, &rows, &(&places + 1), shape, keys)
+        });
+        PaddedRows { store: self, places, rows, keys, sequences }
     }
 
     /// The row padding rows write into.
@@ -193,6 +201,7 @@ pub(crate) struct PaddedRows<'a> {
     places: Tensor,
     rows: Tensor,
     keys: i64,
+    sequences: Option<Sequences>,
 }
 
 impl PaddedRows<'_> {
@@ -209,5 +218,10 @@ impl LayerCache for PaddedRows<'_> {
     }
     fn fold_heads(&self) -> bool {
         true
+    }
+    fn attend(&self, layer: usize, q: &Tensor) -> Option<Tensor> {
+        let s = self.sequences.as_ref()?;
+        // The engine checked the kernel on this device before choosing it (`flash::self_check`).
+        Some(s.attend(q, &self.store.keys[layer], &self.store.values[layer]).unwrap_or_else(|e| panic!("{e}")))
     }
 }

@@ -19,6 +19,7 @@ mod runner;
 mod schedule;
 mod slots;
 
+use crate::flash::Kernel;
 use crate::generate::{Row, check_prompt, check_sampling};
 use crate::image_processor::PixelValues;
 use crate::sampling::Sampler;
@@ -76,11 +77,21 @@ pub struct EngineOptions {
     /// so it is seldom reallocated; `false`:
     /// one kernel launch per operator, the cache grown as needed. No effect on the CPU.
     pub cuda_graphs: bool,
+    /// With `cuda_graphs`, in bf16 or f16, a decode step's attention runs through varlen
+    /// flash attention over each row's own positions (no mask, grouped heads read as stored),
+    /// once the kernel matched SDPA on a test case at the engine's first step; `false`: SDPA
+    /// with a mask over the batch's keys.
+    pub flash_attention: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
     /// tested where no GPU is.
     #[doc(hidden)]
     #[serde(skip)]
     pub padded_decode_on_cpu: bool,
+    /// With `padded_decode_on_cpu`, attends the way the flash kernel does, with SDPA
+    /// (`flash::Kernel::Emulated`).
+    #[doc(hidden)]
+    #[serde(skip)]
+    pub flash_on_cpu: bool,
 }
 
 impl EngineOptions {
@@ -101,7 +112,9 @@ impl Default for EngineOptions {
             merge_lora: false,
             device: None,
             cuda_graphs: true,
+            flash_attention: true,
             padded_decode_on_cpu: false,
+            flash_on_cpu: false,
         }
     }
 }
@@ -168,6 +181,8 @@ pub struct EngineStats {
     pub graph_captures: usize,
     pub graph_capture_seconds: f64,
     pub graph_replays: usize,
+    /// Padded steps whose attention ran through varlen flash attention.
+    pub flash_steps: usize,
 }
 
 impl EngineStats {
@@ -197,6 +212,7 @@ impl EngineStats {
         self.graph_captures += o.graph_captures;
         self.graph_capture_seconds += o.graph_capture_seconds;
         self.graph_replays += o.graph_replays;
+        self.flash_steps += o.flash_steps;
     }
 
     /// Prompt tokens not run through the model.
@@ -272,11 +288,11 @@ impl Cache {
         let device = lm.model.device();
         let bytes = crate::KvCache::bytes_per_position(lm.config(), lm.model.kind());
         let mut kv = KvRows::new(lm.config(), lm.model.kind(), device);
-        let padded = match device {
-            tch::Device::Cuda(_) if options.cuda_graphs => true,
-            _ => options.padded_decode_on_cpu,
+        let (padded, flash) = match device {
+            tch::Device::Cuda(_) if options.cuda_graphs => (true, options.flash_attention.then_some(Kernel::Flash)),
+            _ => (options.padded_decode_on_cpu, options.flash_on_cpu.then_some(Kernel::Emulated)),
         };
-        let padded = match padded.then(|| Padded::new(device, options.max_batch.get())).transpose() {
+        let padded = match padded.then(|| Padded::new(device, options.max_batch.get(), flash)).transpose() {
             Ok(padded) => padded,
             Err(e) => {
                 eprintln!("vagen: {e}; decoding without CUDA graphs (engine.cuda_graphs = false skips them)");

@@ -13,11 +13,12 @@ use super::kv::KvRows;
 use super::schedule::Decode;
 use crate::cuda_graph::{Capturer, CudaGraph};
 use crate::device::upload;
+use crate::flash::Kernel;
 use crate::sampling::{Sampler, draw_f32};
 use crate::{EngineStats, Model, Result};
 use std::collections::HashMap;
 use std::time::Instant;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
 const BATCH_BUCKETS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -35,6 +36,7 @@ fn keys_bucket(keys: usize, capacity: usize) -> usize {
 
 pub(super) struct Padded {
     max_batch: usize,
+    flash: Flash,
     /// `None` on the CPU: the padded forward runs eagerly.
     graphs: Option<Graphs>,
     /// A capture failed: this engine decodes without padding from then on.
@@ -59,6 +61,15 @@ pub(super) enum PaddedOut {
 /// A graph's bucket: batch, keys, and what it samples (the setting, `k`), if it does.
 type Bucket = (usize, usize, Option<((u64, u64, usize), usize)>);
 
+/// Whether the step's attention runs through varlen flash attention.
+#[derive(Clone, Copy)]
+enum Flash {
+    Off,
+    /// Wanted; the kernel is checked against SDPA at the first step (on the model's dtype).
+    Unchecked(Kernel),
+    On(Kernel),
+}
+
 struct Graphs {
     /// Dropped before the capturer, whose pool they draw on.
     captured: HashMap<Bucket, Captured>,
@@ -79,15 +90,16 @@ struct Captured {
 
 impl Padded {
     /// The padded decode for a model on `device` with `max_batch` rows at most: with CUDA
-    /// graphs on CUDA, eager elsewhere.
-    pub fn new(device: Device, max_batch: usize) -> Result<Self> {
+    /// graphs on CUDA, eager elsewhere; its attention by `flash` where that works.
+    pub fn new(device: Device, max_batch: usize, flash: Option<Kernel>) -> Result<Self> {
         let graphs = match device {
             Device::Cuda(i) => {
                 Some(Graphs { captured: HashMap::new(), capturer: Capturer::new(i)?, reads: (0, 0, 0, false) })
             }
             _ => None,
         };
-        Ok(Padded { max_batch, graphs, failed: false })
+        let flash = flash.map_or(Flash::Off, Flash::Unchecked);
+        Ok(Padded { max_batch, flash, graphs, failed: false })
     }
 
     /// Rows the cache keeps for the largest bucket (`max_batch` is one).
@@ -116,6 +128,7 @@ impl Padded {
         stats: &mut EngineStats,
     ) -> Result<Option<PaddedOut>> {
         let m = step.feed.len();
+        let flash = self.flash(model);
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
         let keys = keys_bucket(needed, kv.shape().1);
@@ -138,7 +151,7 @@ impl Padded {
             None => PaddedOut::Logits(t.narrow(0, 0, m as i64)),
         };
         let run = |inputs: &Tensor, draws: &Option<Tensor>| {
-            let logits = forward(model, kv, inputs, keys as i64);
+            let logits = forward(model, kv, inputs, keys as i64, flash);
             match &sampling {
                 Some(s) => s.sampler.columns(&logits, || draws.as_ref().expect("drawn").shallow_clone(), s.k),
                 None => logits,
@@ -146,6 +159,7 @@ impl Padded {
         };
         let Some(graphs) = &mut self.graphs else {
             stats.padded_steps += 1;
+            stats.flash_steps += usize::from(flash.is_some());
             return Ok(Some(wrap(run(&inputs, &draws))));
         };
         model.lm.prepare_generation();
@@ -183,8 +197,35 @@ impl Padded {
         }
         graphs.capturer.replay(&entry.graph)?;
         stats.padded_steps += 1;
+        stats.flash_steps += usize::from(flash.is_some());
         stats.graph_replays += 1;
         Ok(Some(wrap(entry.output.shallow_clone())))
+    }
+}
+
+impl Padded {
+    /// The kernel this step's attention runs on, if flash: on the first step the flash
+    /// kernel is checked against SDPA on the model's device and dtype (it has bf16 and f16
+    /// kernels only); where it fails, said once, the engine attends with SDPA from then on.
+    fn flash(&mut self, model: &Model) -> Option<Kernel> {
+        if let Flash::Unchecked(kernel) = self.flash {
+            let (device, kind) = (model.lm.model.device(), model.lm.model.kind());
+            self.flash = match kernel {
+                Kernel::Emulated => Flash::On(kernel),
+                Kernel::Flash if !matches!(kind, Kind::BFloat16 | Kind::Half) => Flash::Off,
+                Kernel::Flash => match crate::flash::self_check(device, kind) {
+                    Ok(()) => Flash::On(kernel),
+                    Err(e) => {
+                        eprintln!("vagen: {e}; decoding with SDPA (engine.flash_attention = false skips the check)");
+                        Flash::Off
+                    }
+                },
+            };
+        }
+        match self.flash {
+            Flash::On(kernel) => Some(kernel),
+            _ => None,
+        }
     }
 }
 
@@ -200,13 +241,13 @@ fn parameters_stamp(model: &Model) -> u64 {
 
 /// The decoder and head over one padded step (`inputs`: ids, places and rows written,
 /// `[3, batch]`), attending over `keys` positions.
-fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64) -> Tensor {
+fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64, flash: Option<Kernel>) -> Tensor {
     let lm = &model.lm;
     let b = inputs.size()[1];
     let places = inputs.get(1);
     let mask = super::kv::decode_mask(&places, keys);
     let embeds = lm.model.embed(&inputs.get(0).view([b, 1]));
-    let mut cache = kv.padded(inputs, keys);
+    let mut cache = kv.padded(inputs, keys, flash);
     let hidden = lm.model.forward_cached(embeds, &places.view([b, 1]), &mask, &mut cache, None);
     lm.logits(&hidden.select(1, 0))
 }
