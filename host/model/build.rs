@@ -13,6 +13,7 @@ fn main() {
     println!("cargo:rerun-if-changed=cpp/tensor_state.cpp");
     println!("cargo:rerun-if-changed=cpp/cuda_graph.cpp");
     println!("cargo:rerun-if-changed=cpp/flash.cpp");
+    println!("cargo:rerun-if-changed=cpp/guarded.h");
     println!("cargo:rerun-if-env-changed=CUDA_HOME");
     println!("cargo::rustc-check-cfg=cfg(vagen_cuda_graphs)");
     let lib = PathBuf::from(std::env::var("DEP_TCH_LIBTORCH_LIB").expect("torch-sys names its libtorch"));

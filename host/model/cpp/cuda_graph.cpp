@@ -18,6 +18,8 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include "guarded.h"
+
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -39,20 +41,6 @@ struct Capturer {
 
   Capturer(c10::DeviceIndex d, c10::MempoolId_t p, c10::Stream s) : device(d), pool(p), side(s) {}
 };
-
-template <typename F>
-int guarded(char* err, size_t len, F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const std::exception& e) {
-    if (len > 0) {
-      std::strncpy(err, e.what(), len - 1);
-      err[len - 1] = '\0';
-    }
-    return 1;
-  }
-}
 
 // `to` waits for what is queued on `from` so far.
 void order(const c10::Stream& from, const c10::Stream& to) {

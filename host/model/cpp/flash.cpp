@@ -6,8 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ops/_flash_attention_forward.h>
 
-#include <cstring>
-#include <exception>
+#include "guarded.h"
 
 extern "C" {
 // q `[total_q, heads, d]`, k and v `[total_k, kv_heads, d]`; sequence i's queries are
@@ -16,18 +15,11 @@ extern "C" {
 int vagen_flash_varlen(const at::Tensor* q, const at::Tensor* k, const at::Tensor* v, const at::Tensor* cu_q,
                        const at::Tensor* cu_k, const at::Tensor* seqused_k, int64_t max_q, int64_t max_k,
                        at::Tensor** out, char* err, size_t len) {
-  try {
+  return guarded(err, len, [&] {
     auto result = at::_flash_attention_forward(*q, *k, *v, *cu_q, *cu_k, max_q, max_k, 0.0, /*is_causal=*/false,
                                                /*return_debug_mask=*/false, std::nullopt, std::nullopt,
                                                std::nullopt, *seqused_k, std::nullopt);
     *out = new at::Tensor(std::get<0>(result));
-    return 0;
-  } catch (const std::exception& e) {
-    if (len > 0) {
-      std::strncpy(err, e.what(), len - 1);
-      err[len - 1] = '\0';
-    }
-    return 1;
-  }
+  });
 }
 }
