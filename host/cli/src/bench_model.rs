@@ -41,8 +41,8 @@ pub struct BenchModelArgs {
     /// Decode without CUDA graphs (`engine.cuda_graphs = false`): one launch per operator.
     #[arg(long)]
     no_cuda_graphs: bool,
-    /// Decode with SDPA over a mask instead of varlen flash attention
-    /// (`engine.flash_attention = false`; flash runs with CUDA graphs in bf16 or f16).
+    /// Attend with SDPA over a mask instead of varlen flash attention
+    /// (`engine.flash_attention = false`; flash runs on CUDA in bf16 or f16).
     #[arg(long)]
     no_flash_attention: bool,
     #[command(flatten)]

@@ -381,11 +381,15 @@ fn the_padded_decode_cuda_graphs_replay_samples_what_the_eager_decode_does() {
     assert_eq!((e.kv_allocations, p.kv_allocations), (1, 1), "{e:?} {p:?}");
     assert_eq!(p.peak_kv_bytes * 6, e.peak_kv_bytes * 8 * 2, "{e:?} {p:?}");
     assert_eq!(p.graph_replays, 0, "no graphs on the CPU: the padded forward runs eagerly");
-    // Attention the way the flash kernel computes it: each row's own positions, no mask.
-    let flash = EngineOptions { flash_on_cpu: true, ..padded.options.clone() };
-    let mut flash = engine(flash);
-    assert_same(&a, &converse(&model, &mut flash, 2, 3, 3, &options, &caps), 1e-4);
-    assert_eq!((p.flash_steps, flash.stats().flash_steps), (0, flash.stats().decode_steps));
+    // Attention the way the flash kernel computes it (each row's own positions, no mask),
+    // in the prefill and the decode, padded or not.
+    for on_padded in [true, false] {
+        let options = EngineOptions { flash_on_cpu: true, padded_decode_on_cpu: on_padded, ..padded.options.clone() };
+        let mut flash = engine(options);
+        assert_same(&a, &converse(&model, &mut flash, 2, 3, 3, &sampling(12), &caps), 1e-4);
+        let f = flash.stats();
+        assert_eq!((p.flash_steps, f.flash_steps, f.padded_steps > 0), (0, f.decode_steps, on_padded));
+    }
     // More requests than max_batch: the ninth waits and joins, padded like the others.
     let more = converse(&model, &mut padded, 3, 3, 1, &options, &|_, _| 4);
     assert!(more[0].iter().all(|g| !g.token_ids.is_empty()));

@@ -116,11 +116,13 @@ impl KvRows {
     /// new one).
     pub fn padded(&self, inputs: &Tensor, keys: i64, flash: Option<Kernel>) -> PaddedRows<'_> {
         let (places, rows) = (inputs.get(1), inputs.get(2));
-        let sequences = flash.map(|kernel| {
-            let shape: [i64; 4] = self.keys[0].size().try_into().expect("a cache tensor has 4 dimensions");
-            Sequences::new(kernel, &rows, &(&places + 1), shape, keys)
-        });
+        let sequences = flash.map(|kernel| Sequences::decode(kernel, &rows, &(&places + 1), self.store_shape(), keys));
         PaddedRows { store: self, places, rows, keys, sequences }
+    }
+
+    /// `[rows, kv_heads, capacity, head_dim]` of every layer's tensors.
+    fn store_shape(&self) -> [i64; 4] {
+        self.keys[0].size().try_into().expect("a cache tensor has 4 dimensions")
     }
 
     /// The row padding rows write into.
@@ -130,8 +132,16 @@ impl KvRows {
 
     /// A cache over rows `start..start + starts.len()`: row i keeps the first `lens[i]` new
     /// positions (the rest are padding) from `starts[i]` on; attention reads the first
-    /// `keys` positions.
-    pub fn view(&mut self, start: usize, starts: &[usize], lens: &[usize], keys: usize) -> RowsView<'_> {
+    /// `keys` positions, masked by the caller, or with `flash` computes itself, each new
+    /// position seeing its row's keys up to its own.
+    pub fn view(
+        &mut self,
+        start: usize,
+        starts: &[usize],
+        lens: &[usize],
+        keys: usize,
+        flash: Option<Kernel>,
+    ) -> RowsView<'_> {
         let n = starts.len() as i64;
         let index = lens.iter().all(|&l| l == 1).then(|| {
             let s: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
@@ -139,7 +149,12 @@ impl KvRows {
                 .view([n, 1, 1, 1])
                 .expand([n, self.kv_heads, 1, self.head_dim], false)
         });
+        let sequences = flash.map(|kernel| {
+            let t = lens.iter().copied().max().unwrap_or(1);
+            Sequences::prefill(kernel, start, starts, lens, t, self.store_shape(), self.device)
+        });
         RowsView {
+            sequences,
             store: self,
             start: start as i64,
             starts: starts.to_vec(),
@@ -152,6 +167,7 @@ impl KvRows {
 
 pub(crate) struct RowsView<'a> {
     store: &'a mut KvRows,
+    sequences: Option<Sequences>,
     start: i64,
     starts: Vec<usize>,
     lens: Vec<usize>,
@@ -187,6 +203,9 @@ impl LayerCache for RowsView<'_> {
     fn fold_heads(&self) -> bool {
         true
     }
+    fn attend(&self, layer: usize, q: &Tensor) -> Option<Tensor> {
+        attend(self.sequences.as_ref()?, q, &self.store.keys[layer], &self.store.values[layer])
+    }
 }
 
 /// The attention mask of a decode step, `[rows, 1, 1, keys]`: row i's query (at `places[i]`)
@@ -220,8 +239,12 @@ impl LayerCache for PaddedRows<'_> {
         true
     }
     fn attend(&self, layer: usize, q: &Tensor) -> Option<Tensor> {
-        let s = self.sequences.as_ref()?;
-        // The engine checked the kernel on this device before choosing it (`flash::self_check`).
-        Some(s.attend(q, &self.store.keys[layer], &self.store.values[layer]).unwrap_or_else(|e| panic!("{e}")))
+        attend(self.sequences.as_ref()?, q, &self.store.keys[layer], &self.store.values[layer])
     }
+}
+
+/// Attention through `sequences`' kernel, which the engine checked on this device before
+/// choosing it (`flash::Choice`): a failure now is a bug, raised as tch raises its own.
+fn attend(sequences: &Sequences, q: &Tensor, keys: &Tensor, values: &Tensor) -> Option<Tensor> {
+    Some(sequences.attend(q, keys, values).unwrap_or_else(|e| panic!("{e}")))
 }

@@ -19,7 +19,7 @@ mod runner;
 mod schedule;
 mod slots;
 
-use crate::flash::Kernel;
+use crate::flash::{Choice, Kernel};
 use crate::generate::{Row, check_prompt, check_sampling};
 use crate::image_processor::PixelValues;
 use crate::sampling::Sampler;
@@ -77,17 +77,17 @@ pub struct EngineOptions {
     /// so it is seldom reallocated; `false`:
     /// one kernel launch per operator, the cache grown as needed. No effect on the CPU.
     pub cuda_graphs: bool,
-    /// With `cuda_graphs`, in bf16 or f16, a decode step's attention runs through varlen
-    /// flash attention over each row's own positions (no mask, grouped heads read as stored),
-    /// once the kernel matched SDPA on a test case at the engine's first step; `false`: SDPA
-    /// with a mask over the batch's keys.
+    /// On CUDA in bf16 or f16, the engine's attention (prefill and decode, graphs or not)
+    /// runs through varlen flash attention over each row's own positions (no mask, grouped
+    /// heads read as stored), once the kernel matched SDPA on test cases at the engine's
+    /// first step; `false`: SDPA with a mask over the batch's keys.
     pub flash_attention: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
     /// tested where no GPU is.
     #[doc(hidden)]
     #[serde(skip)]
     pub padded_decode_on_cpu: bool,
-    /// With `padded_decode_on_cpu`, attends the way the flash kernel does, with SDPA
+    /// On the CPU, attends the way the flash kernel does, with SDPA
     /// (`flash::Kernel::Emulated`).
     #[doc(hidden)]
     #[serde(skip)]
@@ -181,7 +181,7 @@ pub struct EngineStats {
     pub graph_captures: usize,
     pub graph_capture_seconds: f64,
     pub graph_replays: usize,
-    /// Padded steps whose attention ran through varlen flash attention.
+    /// Decode steps whose attention ran through varlen flash attention.
     pub flash_steps: usize,
 }
 
@@ -271,6 +271,8 @@ struct Cache {
     kv: KvRows,
     /// The padded decode (CUDA graphs), where the options and device take it.
     padded: Option<Padded>,
+    /// Whether attention runs through varlen flash attention.
+    flash: Choice,
 }
 
 /// A request as the runner reads it.
@@ -289,10 +291,10 @@ impl Cache {
         let bytes = crate::KvCache::bytes_per_position(lm.config(), lm.model.kind());
         let mut kv = KvRows::new(lm.config(), lm.model.kind(), device);
         let (padded, flash) = match device {
-            tch::Device::Cuda(_) if options.cuda_graphs => (true, options.flash_attention.then_some(Kernel::Flash)),
+            tch::Device::Cuda(_) => (options.cuda_graphs, options.flash_attention.then_some(Kernel::Flash)),
             _ => (options.padded_decode_on_cpu, options.flash_on_cpu.then_some(Kernel::Emulated)),
         };
-        let padded = match padded.then(|| Padded::new(device, options.max_batch.get(), flash)).transpose() {
+        let padded = match padded.then(|| Padded::new(device, options.max_batch.get())).transpose() {
             Ok(padded) => padded,
             Err(e) => {
                 eprintln!("vagen: {e}; decoding without CUDA graphs (engine.cuda_graphs = false skips them)");
@@ -302,7 +304,7 @@ impl Cache {
         kv.padded_rows = padded.as_ref().map(Padded::rows);
         let mut slots = Slots::new(bytes, options.kv_budget());
         slots.first_room = kv.padded_rows;
-        Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded }
+        Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded, flash: Choice::new(flash) }
     }
 }
 
@@ -484,6 +486,7 @@ impl Engine {
             live: &self.live,
             kv: &mut cache.kv,
             padded: cache.padded.as_mut(),
+            flash: cache.flash.kernel(model.lm.model.device(), model.lm.model.kind()),
             version: *weights.version,
             out,
         };

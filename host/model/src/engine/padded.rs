@@ -18,7 +18,7 @@ use crate::sampling::{Sampler, draw_f32};
 use crate::{EngineStats, Model, Result};
 use std::collections::HashMap;
 use std::time::Instant;
-use tch::{Device, Kind, Tensor};
+use tch::{Device, Tensor};
 
 const BATCH_BUCKETS: [usize; 9] = [1, 2, 4, 8, 16, 32, 64, 128, 256];
 
@@ -36,7 +36,6 @@ fn keys_bucket(keys: usize, capacity: usize) -> usize {
 
 pub(super) struct Padded {
     max_batch: usize,
-    flash: Flash,
     /// `None` on the CPU: the padded forward runs eagerly.
     graphs: Option<Graphs>,
     /// A capture failed: this engine decodes without padding from then on.
@@ -61,15 +60,6 @@ pub(super) enum PaddedOut {
 /// A graph's bucket: batch, keys, and what it samples (the setting, `k`), if it does.
 type Bucket = (usize, usize, Option<((u64, u64, usize), usize)>);
 
-/// Whether the step's attention runs through varlen flash attention.
-#[derive(Clone, Copy)]
-enum Flash {
-    Off,
-    /// Wanted; the kernel is checked against SDPA at the first step (on the model's dtype).
-    Unchecked(Kernel),
-    On(Kernel),
-}
-
 struct Graphs {
     /// Dropped before the capturer, whose pool they draw on.
     captured: HashMap<Bucket, Captured>,
@@ -90,16 +80,15 @@ struct Captured {
 
 impl Padded {
     /// The padded decode for a model on `device` with `max_batch` rows at most: with CUDA
-    /// graphs on CUDA, eager elsewhere; its attention by `flash` where that works.
-    pub fn new(device: Device, max_batch: usize, flash: Option<Kernel>) -> Result<Self> {
+    /// graphs on CUDA, eager elsewhere.
+    pub fn new(device: Device, max_batch: usize) -> Result<Self> {
         let graphs = match device {
             Device::Cuda(i) => {
                 Some(Graphs { captured: HashMap::new(), capturer: Capturer::new(i)?, reads: (0, 0, 0, false) })
             }
             _ => None,
         };
-        let flash = flash.map_or(Flash::Off, Flash::Unchecked);
-        Ok(Padded { max_batch, flash, graphs, failed: false })
+        Ok(Padded { max_batch, graphs, failed: false })
     }
 
     /// Rows the cache keeps for the largest bucket (`max_batch` is one).
@@ -125,10 +114,10 @@ impl Padded {
         kv: &KvRows,
         step: &Decode,
         sampling: Option<Sampling<'_>>,
+        flash: Option<Kernel>,
         stats: &mut EngineStats,
     ) -> Result<Option<PaddedOut>> {
         let m = step.feed.len();
-        let flash = self.flash(model);
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
         let keys = keys_bucket(needed, kv.shape().1);
@@ -146,7 +135,6 @@ impl Padded {
         };
         let Some(graphs) = &mut self.graphs else {
             stats.padded_steps += 1;
-            stats.flash_steps += usize::from(flash.is_some());
             return Ok(Some(wrap(run(&inputs, &draws))));
         };
         model.lm.prepare_generation();
@@ -184,35 +172,8 @@ impl Padded {
         }
         graphs.capturer.replay(&entry.graph)?;
         stats.padded_steps += 1;
-        stats.flash_steps += usize::from(flash.is_some());
         stats.graph_replays += 1;
         Ok(Some(wrap(entry.output.shallow_clone())))
-    }
-}
-
-impl Padded {
-    /// The kernel this step's attention runs on, if flash: on the first step the flash
-    /// kernel is checked against SDPA on the model's device and dtype (it has bf16 and f16
-    /// kernels only); where it fails, said once, the engine attends with SDPA from then on.
-    fn flash(&mut self, model: &Model) -> Option<Kernel> {
-        if let Flash::Unchecked(kernel) = self.flash {
-            let (device, kind) = (model.lm.model.device(), model.lm.model.kind());
-            self.flash = match kernel {
-                Kernel::Emulated => Flash::On(kernel),
-                Kernel::Flash if !matches!(kind, Kind::BFloat16 | Kind::Half) => Flash::Off,
-                Kernel::Flash => match crate::flash::self_check(device, kind) {
-                    Ok(()) => Flash::On(kernel),
-                    Err(e) => {
-                        eprintln!("vagen: {e}; decoding with SDPA (engine.flash_attention = false skips the check)");
-                        Flash::Off
-                    }
-                },
-            };
-        }
-        match self.flash {
-            Flash::On(kernel) => Some(kernel),
-            _ => None,
-        }
     }
 }
 

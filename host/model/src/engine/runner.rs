@@ -7,6 +7,7 @@ use super::padded::{Padded, PaddedOut, Sampling};
 use super::schedule::{Decode, Prefill, Scheduler};
 use super::{Live, RequestId, Sampled, StepOutput};
 use crate::device::upload;
+use crate::flash::Kernel;
 use crate::generate::Ends;
 use crate::image_processor::PixelValues;
 use crate::linear::AdapterRows;
@@ -20,6 +21,8 @@ pub(super) struct Runner<'a> {
     pub live: &'a HashMap<usize, Live>,
     pub kv: &'a mut KvRows,
     pub padded: Option<&'a mut Padded>,
+    /// The kernel attention runs on, if not SDPA.
+    pub flash: Option<Kernel>,
     /// The weights' version sampling now (when the engine is told versions).
     pub version: Option<u64>,
     pub out: &'a mut StepOutput,
@@ -69,7 +72,7 @@ impl Runner<'_> {
         let adapters: Vec<usize> = reqs.iter().map(|&r| self.live(r).request.adapter).collect();
         let rows = AdapterRows::new(&adapters, device);
         let hidden = {
-            let mut view = self.kv.view(p.start, &past, &lens, keys);
+            let mut view = self.kv.view(p.start, &past, &lens, keys, self.flash);
             lm.model.forward_cached(embeds, &positions, &mask, &mut view, rows.as_ref())
         };
         let last: Vec<i64> = lens.iter().map(|&l| l as i64 - 1).collect();
@@ -141,6 +144,7 @@ impl Runner<'_> {
     pub fn decode(&mut self, s: &mut Scheduler, step: &Decode) -> Result<()> {
         let m = step.feed.len();
         let draws = s.draws(0, m);
+        s.stats.flash_steps += usize::from(self.flash.is_some());
         if let Some(padded) = self.padded.as_deref_mut()
             && padded.takes(self.model, self.kv, m)
         {
@@ -148,7 +152,7 @@ impl Runner<'_> {
             let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
             let sampler = one_sampler(self.live, &reqs);
             let sampling = sampler.map(|sampler| Sampling { sampler, draws: &draws, k });
-            match padded.step(self.model, self.kv, step, sampling, &mut s.stats)? {
+            match padded.step(self.model, self.kv, step, sampling, self.flash, &mut s.stats)? {
                 Some(PaddedOut::Columns(c)) => return self.record(s, 0, m, &c, k),
                 Some(PaddedOut::Logits(logits)) => return self.sample(s, 0, m, &draws, &logits),
                 None => {}
@@ -175,7 +179,7 @@ impl Runner<'_> {
         let adapters: Vec<usize> = s.active.iter().map(|a| self.live(a.request).request.adapter).collect();
         let rows = AdapterRows::new(&adapters, device);
         let hidden = {
-            let mut view = self.kv.view(0, &step.past, &vec![1; m], keys);
+            let mut view = self.kv.view(0, &step.past, &vec![1; m], keys, self.flash);
             lm.model.forward_cached(embeds, &positions, &mask, &mut view, rows.as_ref())
         };
         let logits = self.logits(&hidden.select(1, 0));
