@@ -114,12 +114,12 @@ impl Sequences {
         Sequences { kernel, cu_q, cu_k, seqused: seqused.to_kind(Kind::Int), packed: None, max_q: 1, max_k, queries }
     }
 
-    /// The new parts of rows `first..first + past.len()`: row i's `lens[i]` new positions
-    /// after its `past[i]` cached ones, its queries padded to `t`; each query sees the keys up
-    /// to its own place.
+    /// The new parts of cache rows `rows`: row i's `lens[i]` new positions after its
+    /// `past[i]` cached ones, its queries padded to `t`; each query sees the keys up to its
+    /// own place.
     pub fn prefill(
         kernel: Kernel,
-        first: usize,
+        rows: &[i64],
         past: &[usize],
         lens: &[usize],
         t: usize,
@@ -138,7 +138,6 @@ impl Sequences {
                 seqused.push((p + l) as i32);
             }
         }
-        let rows: Vec<i64> = (first..first + past.len()).map(|r| r as i64).collect();
         let upload = |x: &[i64]| crate::device::upload(x, device);
         let queries = match kernel {
             Kernel::Emulated => (upload(&entry), upload(&last)),
@@ -149,7 +148,7 @@ impl Sequences {
         Sequences {
             kernel,
             cu_q: crate::device::upload(&cu_q, device),
-            cu_k: key_starts(&upload(&rows), shape),
+            cu_k: key_starts(&upload(rows), shape),
             seqused: crate::device::upload(&seqused, device),
             packed: Some(upload(&packed)),
             max_q,
@@ -256,7 +255,7 @@ pub(crate) fn self_check(device: Device, kind: Kind) -> Result<()> {
     let upload = |x: &[i64]| Tensor::from_slice(x).to_device(device);
     let (read, lens) = (upload(&[2, 0]), upload(&[300, 7]));
     let decode = |kernel| Sequences::decode(kernel, &read, &lens, shape, capacity);
-    let prefill = |kernel| Sequences::prefill(kernel, 1, &[3, 200], &[5, 2], 5, shape, device);
+    let prefill = |kernel| Sequences::prefill(kernel, &[1, 0], &[3, 200], &[5, 2], 5, shape, device);
     for (case, sequences, t) in [("decode", &decode as &dyn Fn(Kernel) -> Sequences, 1), ("prefill", &prefill, 5)] {
         let q = filled([2, heads, t, d], 2.0) * 2.0;
         let flash = sequences(Kernel::Flash).attend(&q, &keys, &values)?.to_kind(Kind::Float);
@@ -305,11 +304,11 @@ mod tests {
             let gap = (got.get(i as i64).select(1, 0) - want).abs().max().double_value(&[]);
             assert!(gap < 1e-5, "decode row {i}: {gap}");
         }
-        // A prefill of cache rows 1 and 2: 3 new positions after 2 cached, 1 after 4 (padded).
+        // A prefill of cache rows 2 and 0: 3 new positions after 2 cached, 1 after 4 (padded).
         let q = Tensor::randn([2, heads, 3, d], cpu);
-        let sequences = Sequences::prefill(Kernel::Emulated, 1, &[2, 4], &[3, 1], 3, shape, Device::Cpu);
+        let sequences = Sequences::prefill(Kernel::Emulated, &[2, 0], &[2, 4], &[3, 1], 3, shape, Device::Cpu);
         let got = sequences.attend(&q, &keys, &values).unwrap();
-        for (i, row, past, len) in [(0, 1, 2, 3), (1, 2, 4, 1)] {
+        for (i, row, past, len) in [(0, 2, 2, 3), (1, 0, 4, 1)] {
             for j in 0..3 {
                 let out = got.get(i).select(1, j);
                 let want = if j < len {

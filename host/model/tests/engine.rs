@@ -192,6 +192,10 @@ fn a_small_budget_evicts_and_a_too_small_one_is_refused() {
     let s = tight.stats();
     assert!(s.evictions > 0, "{s:?}");
     assert!(s.peak_kv_bytes <= 1 << 20, "{s:?}");
+    // Rows as slots (attention that reads any row, as flash's): evicting, truncating and
+    // moving rows copy nothing, and every row is read where it sits.
+    let slots = EngineOptions { kv_cache_mib: n(1), max_batch: n(2), flash_on_cpu: true, ..Default::default() };
+    assert_same(&full, &converse(&model, &mut engine(slots), 2, 4, 3, &options, &|_, _| 8), 1e-4);
 
     let long: Vec<u32> = model.tokenizer.encode(&"lake ".repeat(300)).unwrap();
     let mut tiny = engine(EngineOptions { kv_cache_mib: n(1), ..Default::default() });

@@ -481,12 +481,17 @@ impl Engine {
             }
         }
         cache.schedule.set_limits(&self.options);
+        let flash = cache.flash.kernel(model.lm.model.device(), model.lm.model.kind());
+        if flash.is_some() {
+            // Flash reads any row: rows are slots, and moving one copies nothing.
+            cache.kv.use_slots();
+        }
         let mut runner = Runner {
             model,
             live: &self.live,
             kv: &mut cache.kv,
             padded: cache.padded.as_mut(),
-            flash: cache.flash.kernel(model.lm.model.device(), model.lm.model.kind()),
+            flash,
             version: *weights.version,
             out,
         };

@@ -121,7 +121,7 @@ impl Padded {
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
         let keys = keys_bucket(needed, kv.shape().1);
-        let (inputs, draws) = inputs(step, b, kv.padding_row(), sampling.as_ref(), model.lm.model.device());
+        let (inputs, draws) = inputs(step, b, kv, sampling.as_ref(), model.lm.model.device());
         let wrap = |t: Tensor| match sampling {
             Some(_) => PaddedOut::Columns(t.narrow(0, 0, m as i64)),
             None => PaddedOut::Logits(t.narrow(0, 0, m as i64)),
@@ -178,19 +178,19 @@ impl Padded {
 }
 
 /// The step's inputs padded to `b` rows, uploaded without waiting: ids, places and rows
-/// written `[3, b]` (padding rows write into `padding_row`), and each row's uniform `[b]`
+/// written `[3, b]` (each row's slot; padding rows write into the padding row), and each row's uniform `[b]`
 /// where the step samples with temperature.
 fn inputs(
     step: &Decode,
     b: usize,
-    padding_row: i64,
+    kv: &KvRows,
     sampling: Option<&Sampling<'_>>,
     device: Device,
 ) -> (Tensor, Option<Tensor>) {
     let mut host = vec![0i64; 3 * b];
-    host[2 * b..].fill(padding_row);
+    host[2 * b..].fill(kv.padding_row());
     for (i, (&t, &p)) in step.feed.iter().zip(&step.past).enumerate() {
-        (host[i], host[b + i], host[2 * b + i]) = (t as i64, p as i64, i as i64);
+        (host[i], host[b + i], host[2 * b + i]) = (t as i64, p as i64, kv.slot(i) as i64);
     }
     let draws = sampling.filter(|s| s.sampler.draws()).map(|s| {
         let mut uniforms = vec![0f32; b];
