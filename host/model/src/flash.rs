@@ -34,13 +34,14 @@ impl Choice {
         wanted.map_or(Choice::Off, Choice::Unchecked)
     }
 
-    /// The kernel a forward of a model on `device` in `kind` attends with, if not SDPA.
-    pub fn kernel(&mut self, device: Device, kind: Kind) -> Option<Kernel> {
+    /// The kernel a forward of a model on `device` in `kind` attends with, if not SDPA;
+    /// `heads`: its (key/value heads, query heads, head dimension).
+    pub fn kernel(&mut self, device: Device, kind: Kind, heads: (i64, i64, i64)) -> Option<Kernel> {
         if let Choice::Unchecked(kernel) = *self {
             *self = match kernel {
                 Kernel::Emulated => Choice::On(kernel),
                 Kernel::Flash if !matches!(kind, Kind::BFloat16 | Kind::Half) => Choice::Off,
-                Kernel::Flash => match self_check(device, kind) {
+                Kernel::Flash => match self_check(device, kind, heads) {
                     Ok(()) => Choice::On(kernel),
                     Err(e) => {
                         eprintln!("vagen: {e}; attending with SDPA (engine.flash_attention = false skips the check)");
@@ -127,6 +128,8 @@ impl Sequences {
         device: Device,
     ) -> Self {
         let kv = shape[1] as usize;
+        // With one query a row the kernel takes its decode path, which needs every row's.
+        debug_assert!(lens.iter().all(|&l| l > 0), "a prefill row without new positions");
         let (mut packed, mut cu_q, mut seqused, mut entry, mut last) = (vec![], vec![0i32], vec![], vec![], vec![]);
         for (i, (&p, &l)) in past.iter().zip(lens).enumerate() {
             for h in 0..kv {
@@ -200,6 +203,8 @@ impl Sequences {
 /// starts in the flattened cache of `shape`, then the cache's end.
 fn key_starts(rows: &Tensor, shape: [i64; 4]) -> Tensor {
     let [cache_rows, kv, capacity, _] = shape;
+    // The kernel's offsets are int32: 2^31 positions a layer is 256 GiB of keys in bf16.
+    debug_assert!(cache_rows * kv * capacity <= i64::from(i32::MAX), "a cache past int32 offsets");
     let (b, device) = (rows.size()[0], rows.device());
     let heads = Tensor::arange(kv, (Kind::Int64, device)).view([1, kv]);
     let starts = ((rows.view([b, 1]) * kv + heads) * capacity).view([b * kv]);
@@ -239,12 +244,19 @@ fn varlen(q: &Tensor, k: &Tensor, v: &Tensor, s: &Sequences, causal: bool) -> Re
     Ok(unsafe { Tensor::from_ptr(out) })
 }
 
-/// Whether the flash kernel computes on `device` in `kind` what [`Kernel::Emulated`] does, on
-/// small cases with grouped heads, rows read out of order, lengths across its blocks, and a
-/// prefill of causal queries after cached keys.
-pub(crate) fn self_check(device: Device, kind: Kind) -> Result<()> {
+/// Whether the flash kernel computes on `device` in `kind` what [`Kernel::Emulated`] does for
+/// a model of `kv` key/value heads, `heads` query heads of `d` dimensions: a decode of two
+/// rows read out of order, one of 256 sequences or more (the kernel's split-free path on
+/// large GPUs) with lengths across its blocks, and a prefill of causal queries after cached
+/// keys.
+pub(crate) fn self_check(device: Device, kind: Kind, heads: (i64, i64, i64)) -> Result<()> {
+    agrees(Kernel::Flash, device, kind, heads)
+}
+
+/// [`self_check`]'s cases through `kernel`, against [`Kernel::Emulated`].
+fn agrees(kernel: Kernel, device: Device, kind: Kind, (kv, heads, d): (i64, i64, i64)) -> Result<()> {
     let _guard = tch::no_grad_guard();
-    let (rows, kv, capacity, d, heads) = (3, 2, 512, 64, 6);
+    let (rows, capacity) = (3, 512);
     let shape = [rows, kv, capacity, d];
     // Varied values without libtorch's generator, whose state a seeded run may rely on.
     let filled = |shape: [i64; 4], phase: f64| {
@@ -253,12 +265,19 @@ pub(crate) fn self_check(device: Device, kind: Kind) -> Result<()> {
     };
     let (keys, values) = (filled(shape, 0.0), filled(shape, 1.0));
     let upload = |x: &[i64]| Tensor::from_slice(x).to_device(device);
+    let many = (256 + kv - 1) / kv;
     let (read, lens) = (upload(&[2, 0]), upload(&[300, 7]));
+    let (read_many, lens_many): (Vec<i64>, Vec<i64>) = (0..many).map(|i| (i % rows, 1 + i * 37 % capacity)).unzip();
+    let (read_many, lens_many) = (upload(&read_many), upload(&lens_many));
     let decode = |kernel| Sequences::decode(kernel, &read, &lens, shape, capacity);
+    let decode_many = |kernel| Sequences::decode(kernel, &read_many, &lens_many, shape, capacity);
     let prefill = |kernel| Sequences::prefill(kernel, &[1, 0], &[3, 200], &[5, 2], 5, shape, device);
-    for (case, sequences, t) in [("decode", &decode as &dyn Fn(Kernel) -> Sequences, 1), ("prefill", &prefill, 5)] {
-        let q = filled([2, heads, t, d], 2.0) * 2.0;
-        let flash = sequences(Kernel::Flash).attend(&q, &keys, &values)?.to_kind(Kind::Float);
+    type Case<'a> = (&'a str, &'a dyn Fn(Kernel) -> Sequences, i64, i64);
+    let cases: [Case; 3] =
+        [("decode", &decode, 2, 1), ("large decode", &decode_many, many, 1), ("prefill", &prefill, 2, 5)];
+    for (case, sequences, b, t) in cases {
+        let q = filled([b, heads, t, d], 2.0) * 2.0;
+        let flash = sequences(kernel).attend(&q, &keys, &values)?.to_kind(Kind::Float);
         let emulated = sequences(Kernel::Emulated).attend(&q, &keys, &values)?.to_kind(Kind::Float);
         // Padding queries (the prefill's second row past its 2) are zero on both sides.
         let gap = (flash - emulated).abs().max().double_value(&[]);
@@ -324,7 +343,9 @@ mod tests {
 
     #[test]
     fn the_kernel_where_it_does_not_exist_is_an_error_that_names_it() {
-        let err = self_check(Device::Cpu, Kind::Float).unwrap_err().to_string();
+        let err = self_check(Device::Cpu, Kind::Float, (2, 14, 64)).unwrap_err().to_string();
         assert!(err.contains("flash attention"), "{err}");
+        // The check's cases themselves are well formed (the kernel swapped for its emulation).
+        agrees(Kernel::Emulated, Device::Cpu, Kind::Float, (2, 14, 64)).unwrap();
     }
 }

@@ -481,7 +481,9 @@ impl Engine {
             }
         }
         cache.schedule.set_limits(&self.options);
-        let flash = cache.flash.kernel(model.lm.model.device(), model.lm.model.kind());
+        let c = model.config();
+        let heads = (c.num_key_value_heads as i64, c.num_attention_heads as i64, c.head_dim as i64);
+        let flash = cache.flash.kernel(model.lm.model.device(), model.lm.model.kind(), heads);
         if flash.is_some() {
             // Flash reads any row: rows are slots, and moving one copies nothing.
             cache.kv.use_slots();
