@@ -305,6 +305,13 @@ fn images_are_part_of_the_reused_prefix() {
     assert_same(&a, &b, 1e-4);
     let s = reusing.stats();
     assert!(s.reused_tokens > 0 && s.shared_tokens > 0, "{s:?}");
+    // The padded decode (what CUDA graphs capture): generated tokens placed past the prompt
+    // by its M-RoPE delta, placeholders out of reach; with flash's attention and slots too.
+    for flash_on_cpu in [false, true] {
+        let mut padded = engine(EngineOptions { padded_decode_on_cpu: true, flash_on_cpu, ..Default::default() });
+        assert_same(&a, &converse_vl(&model, &mut padded, &options).0, 1e-4);
+        assert_eq!(padded.stats().padded_steps, padded.stats().decode_steps);
+    }
     // The generation log-probs are a training forward's over the whole conversation.
     let v = model.vision().unwrap();
     let (gens, prompts) = converse_vl(&model, &mut engine(EngineOptions::default()), &options);

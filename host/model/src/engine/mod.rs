@@ -70,7 +70,7 @@ pub struct EngineOptions {
     /// Where a generator that keeps its own copy of the model (the trainer's `[async]`
     /// thread) places it, e.g. `cuda:1`; unset: the model's device. Read by that owner.
     pub device: Option<crate::DeviceChoice>,
-    /// On CUDA, decode steps of a text model without served adapters replay a CUDA graph
+    /// On CUDA, decode steps of a model without served adapters replay a CUDA graph
     /// per batch and keys bucket (captured on first use, again after the cache is
     /// reallocated or the weights' derived copies are rebuilt), and the cache's first
     /// allocation holds `max_batch` rows of twice the capacity asked (within `kv_cache_mib`),

@@ -1,7 +1,7 @@
 //! The decode forward on static shapes, as CUDA graphs want it: the batch padded to a bucket
 //! (1, 2, 4, …, 256, and `max_batch`), the keys read up to a bucket of positions (256, 512,
-//! 1024, …, the cache's capacity), and the step's inputs (ids, places, rows written) in one
-//! `[3, batch]` buffer the forward reads. Padding rows write into a row of their own and
+//! 1024, …, the cache's capacity), and the step's inputs (ids, places, rows written, a VL
+//! model's M-RoPE deltas) in one `[4, batch]` buffer the forward reads. Padding rows write into a row of their own and
 //! read one key. When every row samples alike, sampling is part of the step too (each row's
 //! uniform in a `[batch]` buffer) and the step's output is what the host reads: tokens,
 //! log-probs, top log-probs. On CUDA each (batch, keys, sampling) bucket is captured once and
@@ -36,6 +36,8 @@ fn keys_bucket(keys: usize, capacity: usize) -> usize {
 
 pub(super) struct Padded {
     max_batch: usize,
+    /// A VL model's placeholder tokens (and their ids), on its device: what the graphs read.
+    placeholders: Option<([u32; 4], Tensor)>,
     /// `None` on the CPU: the padded forward runs eagerly.
     graphs: Option<Graphs>,
     /// A capture failed: this engine decodes without padding from then on.
@@ -88,7 +90,7 @@ impl Padded {
             }
             _ => None,
         };
-        Ok(Padded { max_batch, graphs, failed: false })
+        Ok(Padded { max_batch, placeholders: None, graphs, failed: false })
     }
 
     /// Rows the cache keeps for the largest bucket (`max_batch` is one).
@@ -96,14 +98,11 @@ impl Padded {
         self.max_batch
     }
 
-    /// Whether this step can run padded: a text model without served adapters, a batch
-    /// within the cache's padded rows.
+    /// Whether this step can run padded: a model without served adapters, a batch within
+    /// the cache's padded rows.
     pub fn takes(&self, model: &Model, kv: &KvRows, rows: usize) -> bool {
         let bucket = batch_bucket(rows, self.max_batch);
-        !self.failed
-            && model.vision.is_none()
-            && model.lm.model.served_adapters() == 0
-            && (bucket as i64) <= kv.padding_row()
+        !self.failed && model.lm.model.served_adapters() == 0 && (bucket as i64) <= kv.padding_row()
     }
 
     /// One decode step's output for its rows; `None` when its graph could not be captured
@@ -113,6 +112,7 @@ impl Padded {
         model: &Model,
         kv: &KvRows,
         step: &Decode,
+        deltas: &[i64],
         sampling: Option<Sampling<'_>>,
         flash: Option<Kernel>,
         stats: &mut EngineStats,
@@ -121,13 +121,15 @@ impl Padded {
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
         let keys = keys_bucket(needed, kv.shape().1);
-        let (inputs, draws) = inputs(step, b, kv, sampling.as_ref(), model.lm.model.device());
+        let device = model.lm.model.device();
+        let (inputs, draws) = inputs(step, b, kv, deltas, sampling.as_ref(), device);
+        let placeholders = self.placeholders(model);
         let wrap = |t: Tensor| match sampling {
             Some(_) => PaddedOut::Columns(t.narrow(0, 0, m as i64)),
             None => PaddedOut::Logits(t.narrow(0, 0, m as i64)),
         };
         let run = |inputs: &Tensor, draws: &Option<Tensor>| {
-            let logits = forward(model, kv, inputs, keys as i64, flash);
+            let logits = forward(model, kv, inputs, keys as i64, flash, placeholders.as_ref());
             match &sampling {
                 Some(s) => s.sampler.columns(&logits, || draws.as_ref().expect("drawn").shallow_clone(), s.k),
                 None => logits,
@@ -177,6 +179,22 @@ impl Padded {
     }
 }
 
+impl Padded {
+    /// The placeholder tokens of `model`'s vision (none for a text model) on its device,
+    /// uploaded once: graphs captured with other ones are dropped.
+    fn placeholders(&mut self, model: &Model) -> Option<Tensor> {
+        let ids = model.vision.as_ref()?.placeholder_tokens();
+        if self.placeholders.as_ref().is_none_or(|(held, _)| *held != ids) {
+            let index: Vec<i64> = ids.iter().map(|&t| t as i64).collect();
+            self.placeholders = Some((ids, upload(&index, model.lm.model.device())));
+            if let Some(graphs) = &mut self.graphs {
+                graphs.captured.clear();
+            }
+        }
+        self.placeholders.as_ref().map(|(_, t)| t.shallow_clone())
+    }
+}
+
 /// The step's inputs padded to `b` rows, uploaded without waiting: ids, places and rows
 /// written `[3, b]` (each row's slot; padding rows write into the padding row), and each row's uniform `[b]`
 /// where the step samples with temperature.
@@ -184,14 +202,16 @@ fn inputs(
     step: &Decode,
     b: usize,
     kv: &KvRows,
+    deltas: &[i64],
     sampling: Option<&Sampling<'_>>,
     device: Device,
 ) -> (Tensor, Option<Tensor>) {
-    let mut host = vec![0i64; 3 * b];
-    host[2 * b..].fill(kv.padding_row());
+    let mut host = vec![0i64; 4 * b];
+    host[2 * b..3 * b].fill(kv.padding_row());
     for (i, (&t, &p)) in step.feed.iter().zip(&step.past).enumerate() {
         (host[i], host[b + i], host[2 * b + i]) = (t as i64, p as i64, kv.slot(i) as i64);
     }
+    host[3 * b..3 * b + deltas.len()].copy_from_slice(deltas);
     let draws = sampling.filter(|s| s.sampler.draws()).map(|s| {
         let mut uniforms = vec![0f32; b];
         for (u, &d) in uniforms.iter_mut().zip(s.draws) {
@@ -199,7 +219,7 @@ fn inputs(
         }
         upload(&uniforms, device)
     });
-    (upload(&host, device).view([3, b as i64]), draws)
+    (upload(&host, device).view([4, b as i64]), draws)
 }
 
 /// Where the model's parameters are: changes when any is replaced (a dtype conversion,
@@ -212,17 +232,36 @@ fn parameters_stamp(model: &Model) -> u64 {
     })
 }
 
-/// The decoder and head over one padded step (`inputs`: ids, places and rows written,
-/// `[3, batch]`), attending over `keys` positions.
-fn forward(model: &Model, kv: &KvRows, inputs: &Tensor, keys: i64, flash: Option<Kernel>) -> Tensor {
+/// The decoder and head over one padded step (`inputs`: ids, places, rows written and
+/// M-RoPE deltas, `[4, batch]`), attending over `keys` positions; a VL model's
+/// `placeholders` out of reach.
+fn forward(
+    model: &Model,
+    kv: &KvRows,
+    inputs: &Tensor,
+    keys: i64,
+    flash: Option<Kernel>,
+    placeholders: Option<&Tensor>,
+) -> Tensor {
     let lm = &model.lm;
     let b = inputs.size()[1];
     let places = inputs.get(1);
     let mask = super::kv::decode_mask(&places, keys);
     let embeds = lm.model.embed(&inputs.get(0).view([b, 1]));
     let mut cache = kv.padded(inputs, keys, flash);
-    let hidden = lm.model.forward_cached(embeds, &places.view([b, 1]), &mask, &mut cache, None);
-    lm.logits(&hidden.select(1, 0))
+    // A VL model's generated token sits at its place plus its prompt's M-RoPE delta, on all
+    // three axes.
+    let positions = match &model.vision {
+        None => places.view([b, 1]),
+        Some(_) => (&places + inputs.get(3)).view([1, b, 1]).expand([3, b, 1], false),
+    };
+    let hidden = lm.model.forward_cached(embeds, &positions, &mask, &mut cache, None);
+    let logits = lm.logits(&hidden.select(1, 0));
+    match placeholders {
+        // As `Vision::suppress_placeholders`, from indices uploaded before any capture.
+        Some(index) => logits.index_fill(-1, index, -1e30),
+        None => logits,
+    }
 }
 
 #[cfg(test)]

@@ -152,7 +152,8 @@ impl Runner<'_> {
             let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
             let sampler = one_sampler(self.live, &reqs);
             let sampling = sampler.map(|sampler| Sampling { sampler, draws: &draws, k });
-            match padded.step(self.model, self.kv, step, sampling, self.flash, &mut s.stats)? {
+            let deltas: Vec<i64> = reqs.iter().map(|&r| mrope_delta(self.live, r)).collect();
+            match padded.step(self.model, self.kv, step, &deltas, sampling, self.flash, &mut s.stats)? {
                 Some(PaddedOut::Columns(c)) => return self.record(s, 0, m, &c, k),
                 Some(PaddedOut::Logits(logits)) => return self.sample(s, 0, m, &draws, &logits),
                 None => {}
@@ -168,8 +169,7 @@ impl Runner<'_> {
         let positions = match self.vision() {
             None => pos.view([m as i64, 1]),
             Some(_) => {
-                let delta = |r: usize| self.live(r).prompted.mrope.as_ref().map_or(0, |p| p.delta);
-                let deltas: Vec<i64> = s.active.iter().map(|a| delta(a.request)).collect();
+                let deltas: Vec<i64> = s.active.iter().map(|a| mrope_delta(self.live, a.request)).collect();
                 let with = pos + upload(&deltas, device);
                 with.view([1, m as i64, 1]).expand([3, m as i64, 1], false)
             }
@@ -275,4 +275,9 @@ fn top_logprobs(live: &HashMap<usize, Live>, reqs: &[usize], vocab: usize) -> us
 fn one_sampler<'l>(live: &'l HashMap<usize, Live>, reqs: &[usize]) -> Option<&'l Sampler> {
     let first = &live[reqs.first()?].sampler;
     reqs.iter().all(|r| live[r].sampler.setting() == first.setting()).then_some(first)
+}
+
+/// What request `r`'s generated tokens add to their place for M-RoPE positions (0 for text).
+fn mrope_delta(live: &HashMap<usize, Live>, r: usize) -> i64 {
+    live[&r].prompted.mrope.as_ref().map_or(0, |p| p.delta)
 }
