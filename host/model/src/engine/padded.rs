@@ -106,7 +106,9 @@ impl Padded {
     }
 
     /// One decode step's output for its rows; `None` when its graph could not be captured
-    /// (said once on stderr; the engine decodes without padding from then on).
+    /// (said once on stderr; the engine decodes without padding from then on). `deltas`:
+    /// each row's M-RoPE delta (0 for text).
+    #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         model: &Model,
