@@ -4,7 +4,7 @@
 //! inputs, weights, cache and outputs): the caller keeps those tensors, writes new inputs
 //! into them before each replay, and captures again when any of them moves.
 
-use crate::{Error, Result};
+use crate::Result;
 
 /// One engine's capture stream and private memory pool: its graphs' intermediate tensors
 /// reuse one another's memory, which is safe because one engine replays one graph at a time
@@ -39,17 +39,10 @@ mod ffi {
     }
 }
 
-/// Runs a shim call, turning its error text into an [`Error`] naming `what`.
+/// Runs a shim call, its error named for the graph step `what`.
 #[cfg(vagen_cuda_graphs)]
 fn call(what: &str, f: impl FnOnce(*mut std::ffi::c_char, usize) -> std::ffi::c_int) -> Result<()> {
-    let mut err = [0 as std::ffi::c_char; 1024];
-    if f(err.as_mut_ptr(), err.len()) == 0 {
-        return Ok(());
-    }
-    // SAFETY: the shim wrote a NUL-terminated string within the buffer.
-    let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-    let first = text.lines().next().unwrap_or("").to_string();
-    Err(Error::Invalid(format!("CUDA graph {what}: {first}")))
+    crate::error::shim_call(|| format!("CUDA graph {what}"), f)
 }
 
 #[cfg(vagen_cuda_graphs)]
@@ -128,7 +121,7 @@ impl Drop for CudaGraph {
 #[cfg(not(vagen_cuda_graphs))]
 impl Capturer {
     pub fn new(_: usize) -> Result<Self> {
-        Err(Error::Invalid(
+        Err(crate::Error::Invalid(
             "this build has no CUDA graphs (its libtorch has no CUDA, or CUDA's headers were not found)".into(),
         ))
     }

@@ -60,3 +60,19 @@ impl Error {
         Error::Io { path: path.into(), error: source }
     }
 }
+
+/// Runs a call into one of the C++ shims (`cpp/`), which return 0 or write their error's
+/// text into the buffer they are given: that text's first line becomes an [`Error`] named by
+/// `what` (built only on failure).
+pub(crate) fn shim_call(
+    what: impl FnOnce() -> String,
+    f: impl FnOnce(*mut std::ffi::c_char, usize) -> std::ffi::c_int,
+) -> Result<()> {
+    let mut err = [0 as std::ffi::c_char; 1024];
+    if f(err.as_mut_ptr(), err.len()) == 0 {
+        return Ok(());
+    }
+    // SAFETY: the shim wrote a NUL-terminated string within the buffer.
+    let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
+    Err(Error::Invalid(format!("{}: {}", what(), text.lines().next().unwrap_or(""))))
+}

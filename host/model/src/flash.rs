@@ -1,9 +1,9 @@
-//! A decode step's attention through variable-length flash attention (`cpp/flash.cpp`:
-//! `aten::_flash_attention_forward` with `seqused_k`, which tch does not bind). Each (row,
-//! key/value head) of the batch is a sequence of its own with one key/value head, attended by
-//! that head's group of query heads: its keys start where that row and head sit in the
-//! engine's `[rows, kv_heads, capacity, head_dim]` tensors (viewed flat) and run for the row's
-//! length. So no mask is built, grouped heads are read as stored, and a step may read any
+//! The engine's attention (prefill and decode) through variable-length flash attention
+//! (`cpp/flash.cpp`: `aten::_flash_attention_forward` with `seqused_k`, which tch does not
+//! bind). Each (row, key/value head) of the batch is a sequence of its own with one key/value
+//! head, attended by that head's group of query heads: its keys start where that row and head
+//! sit in the engine's `[rows, kv_heads, capacity, head_dim]` tensors (viewed flat) and run
+//! for the row's length. So no mask is built, grouped heads are read as stored, and a step may read any
 //! rows of the cache, not only its first ones. The kernel exists on CUDA in bf16 and f16;
 //! [`Kernel::Emulated`] computes the same contract with SDPA on any device, so the index
 //! arithmetic is tested where no GPU is, and [`self_check`] compares the two on the GPU before
@@ -78,7 +78,6 @@ unsafe extern "C" {
 /// kv_heads, capacity, head_dim]`: computed once a forward, read by every layer (all have
 /// that shape). Sequence (i, h) is batch row i's key/value head h.
 pub(crate) struct Sequences {
-    kernel: Kernel,
     /// int32 `[b·kv + 1]`: where sequence e's queries start in the packed queries.
     cu_q: Tensor,
     /// int32 `[b·kv + 1]`: where sequence e's keys start in the flattened cache (the last
@@ -93,8 +92,9 @@ pub(crate) struct Sequences {
     /// CUDA graph holds them).
     max_q: i64,
     max_k: i64,
-    /// For [`Kernel::Emulated`], per packed query: its sequence and the last key it sees.
-    queries: (Tensor, Tensor),
+    /// `Some` where SDPA computes the attention ([`Kernel::Emulated`]): per packed query,
+    /// its sequence and the last key it sees. `None`: the flash kernel.
+    emulated: Option<(Tensor, Tensor)>,
 }
 
 impl Sequences {
@@ -107,12 +107,10 @@ impl Sequences {
         let device = rows.device();
         let seqused = lens.view([b, 1]).expand([b, kv], false).reshape([b * kv]);
         let cu_q = Tensor::arange(b * kv + 1, (Kind::Int, device));
-        let queries = match kernel {
-            Kernel::Emulated => (Tensor::arange(b * kv, (Kind::Int64, device)), &seqused - 1),
-            Kernel::Flash => (Tensor::new(), Tensor::new()),
-        };
+        let emulated =
+            (kernel == Kernel::Emulated).then(|| (Tensor::arange(b * kv, (Kind::Int64, device)), &seqused - 1));
         let cu_k = key_starts(rows, shape);
-        Sequences { kernel, cu_q, cu_k, seqused: seqused.to_kind(Kind::Int), packed: None, max_q: 1, max_k, queries }
+        Sequences { cu_q, cu_k, seqused: seqused.to_kind(Kind::Int), packed: None, max_q: 1, max_k, emulated }
     }
 
     /// The new parts of cache rows `rows`: row i's `lens[i]` new positions after its
@@ -142,21 +140,17 @@ impl Sequences {
             }
         }
         let upload = |x: &[i64]| crate::device::upload(x, device);
-        let queries = match kernel {
-            Kernel::Emulated => (upload(&entry), upload(&last)),
-            Kernel::Flash => (Tensor::new(), Tensor::new()),
-        };
+        let emulated = (kernel == Kernel::Emulated).then(|| (upload(&entry), upload(&last)));
         let max_q = lens.iter().copied().max().unwrap_or(1) as i64;
         let max_k = past.iter().zip(lens).map(|(p, l)| p + l).max().unwrap_or(1) as i64;
         Sequences {
-            kernel,
             cu_q: crate::device::upload(&cu_q, device),
             cu_k: key_starts(&upload(rows), shape),
             seqused: crate::device::upload(&seqused, device),
             packed: Some(upload(&packed)),
             max_q,
             max_k,
-            queries,
+            emulated,
         }
     }
 
@@ -171,9 +165,9 @@ impl Sequences {
         let q = q.reshape([b, kv, groups, t, d]).permute([0, 1, 3, 2, 4]).reshape([b * kv * t, groups, d]);
         let q = self.packed.as_ref().map_or(q.shallow_clone(), |p| q.index_select(0, p));
         let (k, v) = (keys.view([-1, 1, d]), values.view([-1, 1, d]));
-        let out = match self.kernel {
-            Kernel::Flash => varlen(&q, &k, &v, self, self.max_q > 1)?,
-            Kernel::Emulated => self.emulated(&q, &k, &v),
+        let out = match &self.emulated {
+            None => varlen(&q, &k, &v, self, self.max_q > 1)?,
+            Some(queries) => self.emulate(queries, &q, &k, &v),
         };
         let out = match &self.packed {
             Some(p) => out.new_zeros([b * kv * t, groups, d], (out.kind(), out.device())).index_copy(0, p, &out),
@@ -184,10 +178,9 @@ impl Sequences {
 
     /// The kernel's contract with SDPA: each packed query's sequence's keys gathered (up to
     /// `max_k`), those past its own place masked.
-    fn emulated(&self, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    fn emulate(&self, (entry, last): &(Tensor, Tensor), q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
         let (n, groups, d) = (q.size()[0], q.size()[1], q.size()[2]);
         let device = q.device();
-        let (entry, last) = &self.queries;
         let places = Tensor::arange(self.max_k, (Kind::Int64, device)).view([1, -1]);
         let first = self.cu_k.to_kind(Kind::Int64).index_select(0, entry).view([n, 1]);
         let index = (first + &places).clamp_max(k.size()[0] - 1).view([-1]);
@@ -216,30 +209,27 @@ fn key_starts(rows: &Tensor, shape: [i64; 4]) -> Tensor {
 /// `[total_k, 1, d]`; causal queries are aligned to their sequence's last keys.
 fn varlen(q: &Tensor, k: &Tensor, v: &Tensor, s: &Sequences, causal: bool) -> Result<Tensor> {
     let mut out = std::ptr::null_mut();
-    let mut err = [0 as std::ffi::c_char; 1024];
-    // SAFETY: every pointer is a live tensor or local buffer for the call; on success the
-    // shim hands over a new `at::Tensor`, which `from_ptr` owns.
-    let failed = unsafe {
-        vagen_flash_varlen(
-            q.as_ptr(),
-            k.as_ptr(),
-            v.as_ptr(),
-            s.cu_q.as_ptr(),
-            s.cu_k.as_ptr(),
-            s.seqused.as_ptr(),
-            s.max_q,
-            s.max_k,
-            std::ffi::c_int::from(causal),
-            &mut out,
-            err.as_mut_ptr(),
-            err.len(),
-        )
-    };
-    if failed != 0 {
-        // SAFETY: the shim wrote a NUL-terminated string within the buffer.
-        let text = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
-        return Err(Error::Invalid(format!("flash attention: {}", text.lines().next().unwrap_or(""))));
-    }
+    // SAFETY: every pointer is a live tensor or local for the call; on success the shim
+    // hands over a new `at::Tensor`, which `from_ptr` owns.
+    crate::error::shim_call(
+        || "flash attention".into(),
+        |err, len| unsafe {
+            vagen_flash_varlen(
+                q.as_ptr(),
+                k.as_ptr(),
+                v.as_ptr(),
+                s.cu_q.as_ptr(),
+                s.cu_k.as_ptr(),
+                s.seqused.as_ptr(),
+                s.max_q,
+                s.max_k,
+                std::ffi::c_int::from(causal),
+                &mut out,
+                err,
+                len,
+            )
+        },
+    )?;
     // SAFETY: `out` is the new tensor the shim allocated.
     Ok(unsafe { Tensor::from_ptr(out) })
 }

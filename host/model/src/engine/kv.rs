@@ -192,14 +192,12 @@ impl KvRows {
         let one_each = lens.iter().all(|&l| l == 1);
         let upload = |x: Vec<i64>| crate::device::upload(&x, self.device);
         let slots: Vec<i64> = (start..start + starts.len()).map(|r| self.slot(r) as i64).collect();
+        let places = || upload(starts.iter().map(|&s| s as i64).collect());
         let index = match self.slots {
             // Rows anywhere: each new position written at (its slot, its place).
-            Some(_) => {
-                one_each.then(|| Written::At(upload(slots.clone()), upload(starts.iter().map(|&s| s as i64).collect())))
-            }
+            Some(_) => one_each.then(|| Written::At(upload(slots.clone()), places())),
             None => one_each.then(|| {
-                let s: Vec<i64> = starts.iter().map(|&s| s as i64).collect();
-                Written::Scatter(upload(s).view([n, 1, 1, 1]).expand([n, self.kv_heads, 1, self.head_dim], false))
+                Written::Scatter(places().view([n, 1, 1, 1]).expand([n, self.kv_heads, 1, self.head_dim], false))
             }),
         };
         let sequences = flash.map(|kernel| {

@@ -1,8 +1,8 @@
 //! The decode forward on static shapes, as CUDA graphs want it: the batch padded to a bucket
 //! (1, 2, 4, …, 256, and `max_batch`), the keys read up to a bucket of positions (256, 512,
 //! 1024, …, the cache's capacity), and the step's inputs (ids, places, rows written, a VL
-//! model's M-RoPE deltas) in one `[4, batch]` buffer the forward reads. Padding rows write into a row of their own and
-//! read one key. When every row samples alike, sampling is part of the step too (each row's
+//! model's M-RoPE deltas) in one `[4, batch]` buffer the forward reads. Padding rows write
+//! into a row of their own and read one key. When every row samples alike, sampling is part of the step too (each row's
 //! uniform in a `[batch]` buffer) and the step's output is what the host reads: tokens,
 //! log-probs, top log-probs. On CUDA each (batch, keys, sampling) bucket is captured once and
 //! replayed; a graph is captured again when the cache's tensors were reallocated or a weight
@@ -179,9 +179,7 @@ impl Padded {
         stats.graph_replays += 1;
         Ok(Some(wrap(entry.output.shallow_clone())))
     }
-}
 
-impl Padded {
     /// The placeholder tokens of `model`'s vision (none for a text model) on its device,
     /// uploaded once: graphs captured with other ones are dropped.
     fn placeholders(&mut self, model: &Model) -> Option<Tensor> {
@@ -197,9 +195,9 @@ impl Padded {
     }
 }
 
-/// The step's inputs padded to `b` rows, uploaded without waiting: ids, places and rows
-/// written `[3, b]` (each row's slot; padding rows write into the padding row), and each row's uniform `[b]`
-/// where the step samples with temperature.
+/// The step's inputs padded to `b` rows, uploaded without waiting: ids, places, rows written
+/// (each row's slot; padding rows write into the padding row) and M-RoPE `deltas`, `[4, b]`,
+/// and each row's uniform `[b]` where the step samples with temperature.
 fn inputs(
     step: &Decode,
     b: usize,

@@ -145,6 +145,9 @@ impl Runner<'_> {
         let m = step.feed.len();
         let draws = s.draws(0, m);
         s.stats.flash_steps += usize::from(self.flash.is_some());
+        // A generated token's position continues its prompt's: its place plus the M-RoPE
+        // delta (0 for text), on all three axes.
+        let deltas: Vec<i64> = s.active.iter().map(|a| mrope_delta(self.live, a.request)).collect();
         if let Some(padded) = self.padded.as_deref_mut()
             && padded.takes(self.model, self.kv, m)
         {
@@ -152,7 +155,6 @@ impl Runner<'_> {
             let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
             let sampler = one_sampler(self.live, &reqs);
             let sampling = sampler.map(|sampler| Sampling { sampler, draws: &draws, k });
-            let deltas: Vec<i64> = reqs.iter().map(|&r| mrope_delta(self.live, r)).collect();
             match padded.step(self.model, self.kv, step, &deltas, sampling, self.flash, &mut s.stats)? {
                 Some(PaddedOut::Columns(c)) => return self.record(s, 0, m, &c, k),
                 Some(PaddedOut::Logits(logits)) => return self.sample(s, 0, m, &draws, &logits),
@@ -164,12 +166,9 @@ impl Runner<'_> {
         let keys = step.past.iter().max().unwrap_or(&0) + 1;
         let pos = upload(&step.past.iter().map(|&p| p as i64).collect::<Vec<_>>(), device);
         let mask = super::kv::decode_mask(&pos, keys as i64);
-        // A generated token's position continues its prompt's: its place plus the M-RoPE
-        // delta, on all three axes.
         let positions = match self.vision() {
             None => pos.view([m as i64, 1]),
             Some(_) => {
-                let deltas: Vec<i64> = s.active.iter().map(|a| mrope_delta(self.live, a.request)).collect();
                 let with = pos + upload(&deltas, device);
                 with.view([1, m as i64, 1]).expand([3, m as i64, 1], false)
             }
