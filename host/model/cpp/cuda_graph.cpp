@@ -135,3 +135,30 @@ void vagen_graph_free(void* g) {
   }
 }
 }
+
+// Marks on a stream, for reads that overlap the next step: the engine queues a step's copy
+// to the host, marks it, launches the next step, and then waits for the mark alone (not for
+// the device, which is running that next step).
+extern "C" {
+// An event recorded on the device's current stream: it follows what was queued there so far.
+int vagen_mark_new(int device, void** out, char* err, size_t len) {
+  return guarded(err, len, [&] {
+    auto d = static_cast<c10::DeviceIndex>(device);
+    auto event = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
+    event->record(c10::cuda::getCurrentCUDAStream(d));
+    *out = event.release();
+  });
+}
+
+// Blocks the host until what the mark follows has run.
+int vagen_mark_wait(void* m, char* err, size_t len) {
+  return guarded(err, len, [&] { static_cast<c10::Event*>(m)->synchronize(); });
+}
+
+void vagen_mark_free(void* m) {
+  try {
+    delete static_cast<c10::Event*>(m);
+  } catch (...) {
+  }
+}
+}

@@ -34,6 +34,7 @@ mod error;
 mod flash;
 mod folder;
 mod generate;
+mod host_read;
 mod image_processor;
 mod kv_cache;
 mod linear;

@@ -2,8 +2,8 @@
 //! batching continuously change what is computed, never what is sampled.
 
 use vagen_model::{
-    Engine, EngineOptions, EngineRequest, FinishReason, GenerateOptions, Generation, LoadOptions, Message, Model,
-    RequestId, default_model,
+    Engine, EngineOptions, EngineRequest, EngineStats, FinishReason, GenerateOptions, Generation, LoadOptions, Message,
+    Model, RequestId, default_model,
 };
 
 fn model() -> Model {
@@ -479,4 +479,65 @@ fn a_decode_step_reads_the_host_once_and_costs_the_same_operators_at_any_batch()
     let layers = model.config().num_hidden_layers as u64;
     assert!(one.computing <= 18 * layers + 34, "{one:?}");
     assert!(one.ops <= 33 * layers + 53, "{one:?}");
+}
+
+/// Requests over the step API: six at first, a seventh submitted while steps run, request 2
+/// aborted after the fourth step; returns each request's generation and the engine's figures.
+fn mid_flight(model: &Model, options: EngineOptions, settings: &GenerateOptions) -> (Vec<Generation>, EngineStats) {
+    let mut e = engine(options);
+    let ids = |i: u64| model.encode_chat(&[Message::user(format!("Which way to goal {}?", i % 2))], true).unwrap();
+    let request =
+        |i: u64| EngineRequest { key: i, ids: ids(i), images: vec![], max_new_tokens: 10, seed: i, adapter: 0 };
+    let mut submitted: Vec<RequestId> = (0..6).map(|i| e.submit(model, request(i), settings).unwrap()).collect();
+    let mut done = vec![None; 7];
+    for step in 1.. {
+        if step == 3 {
+            submitted.push(e.submit(model, request(6), settings).unwrap());
+        }
+        if step == 5 {
+            e.abort(submitted[2]);
+        }
+        for (id, g) in e.step(model).unwrap().finished {
+            done[submitted.iter().position(|&s| s == id).unwrap()] = Some(g);
+        }
+        if step > 3 && done.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    (done.into_iter().flatten().collect(), e.stats())
+}
+
+#[test]
+fn a_decode_step_launched_before_the_last_one_is_read_samples_what_it_would_have() {
+    let model = model();
+    // Rows end at a stop string, at steps only their tokens tell.
+    let settings = GenerateOptions { stop: vec!["a".into()], top_logprobs: 2, ..sampling(10) };
+    let (eager, _) = mid_flight(&model, EngineOptions::default(), &settings);
+    let padded = EngineOptions { padded_decode_on_cpu: true, ..Default::default() };
+    let (ahead, a) = mid_flight(&model, padded.clone(), &settings);
+    let (read_first, r) = mid_flight(&model, EngineOptions { step_ahead: false, ..padded }, &settings);
+    assert!(eager.iter().filter(|g| g.finish == FinishReason::Stop).count() >= 2, "{eager:?}");
+    assert_same(std::slice::from_ref(&eager), &[read_first], 1e-4);
+    let (x, y) = (&eager[2], &ahead[2]);
+    // Aborted while a step ahead ran: that step's token is dropped with the row.
+    assert_eq!((x.finish, y.finish), (FinishReason::Cancelled, FinishReason::Cancelled));
+    assert!(x.token_ids.starts_with(&y.token_ids) && x.token_ids.len() <= y.token_ids.len() + 1, "{x:?} {y:?}");
+    let others = |g: &[Generation]| -> Vec<Generation> {
+        g.iter().enumerate().filter(|(i, _)| *i != 2).map(|(_, g)| g.clone()).collect()
+    };
+    assert_same(&[others(&eager)], &[others(&ahead)], 1e-4);
+    for (x, y) in eager.iter().zip(&ahead).filter(|(x, _)| x.finish != FinishReason::Cancelled) {
+        assert_eq!((&x.text, x.finish), (&y.text, y.finish));
+        for (p, q) in x.top.iter().flatten().zip(y.top.iter().flatten()) {
+            assert!(p.0 == q.0 && (p.1 - q.1).abs() <= 1e-4, "{:?} vs {:?}", x.top, y.top);
+        }
+    }
+    assert_eq!((r.steps_ahead, r.discarded_tokens), (0, 0), "{r:?}");
+    assert_eq!(r.host_reads, r.prefill_calls + r.decode_steps, "{r:?}");
+    // Steps go ahead but after a join (the seventh request) or where every row ends at its
+    // cap; a row that stopped had one token computed for nothing; still one read a step.
+    // The last step, launched before the last rows were seen to end, is never read.
+    assert!(a.steps_ahead * 2 > a.decode_steps && a.discarded_tokens > 0, "{a:?}");
+    assert_eq!(a.host_reads + 1, a.prefill_calls + a.decode_steps, "{a:?}");
+    assert_eq!(a.generated_tokens, ahead.iter().map(|g| g.token_ids.len()).sum::<usize>(), "{a:?}");
 }

@@ -46,8 +46,8 @@ const NONE: u64 = u64::MAX;
 
 /// The engine's hook: version 1 at the `swap_at`-th poll (0: the call's start), and
 /// whatever version `next` holds when set.
-fn hooked(versions: &Arc<Mutex<Versions>>, swap_at: usize, next: &Arc<AtomicU64>) -> Engine {
-    let mut engine = Engine::new(EngineOptions::default());
+fn hooked(versions: &Arc<Mutex<Versions>>, swap_at: usize, next: &Arc<AtomicU64>, options: EngineOptions) -> Engine {
+    let mut engine = Engine::new(options);
     let (versions, next, mut polls, mut now) = (versions.clone(), next.clone(), 0, 0);
     engine.set_refresh(Box::new(move || {
         polls += 1;
@@ -88,10 +88,17 @@ fn assert_each_token_is_its_versions(model: &Model, versions: &Versions, turns: 
 #[test]
 fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
-    let versions = Versions::new(&model, 3);
+    weights_loaded_mid_answer(&model, EngineOptions::default());
+    // The padded decode, each step launched before the last one is read: the step in
+    // flight when new weights come sampled with the old ones.
+    weights_loaded_mid_answer(&model, EngineOptions { padded_decode_on_cpu: true, ..Default::default() });
+}
+
+fn weights_loaded_mid_answer(model: &Model, options: EngineOptions) {
+    let versions = Versions::new(model, 3);
     let next = Arc::new(AtomicU64::new(NONE));
     // Poll 0 starts the call; poll j comes before decode step j, which samples token j.
-    let mut engine = hooked(&versions, 5, &next);
+    let mut engine = hooked(&versions, 5, &next, options);
     let options = GenerateOptions { max_new_tokens: 16, temperature: 1.0, top_p: 1.0, ..Default::default() };
     let mut prompts: Vec<Vec<u32>> = (0..4)
         .map(|i| {
@@ -129,9 +136,10 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     assert!(answered[..4].iter().any(|(_, g)| g.token_ids.len() > 5), "some answer of turn 1 ran past the swap");
     let s = engine.stats();
     assert_eq!(s.weight_swaps, 1, "{s:?}");
+    assert_eq!(s.steps_ahead > 0, engine.options.padded_decode_on_cpu, "{s:?}");
     assert!(s.recomputed_tokens > 0);
     assert_eq!(s.reused_tokens, 0, "no key or value of version 1 is read by version 2's turn: {s:?}");
-    let moved = assert_each_token_is_its_versions(&model, &versions.lock().unwrap(), &answered);
+    let moved = assert_each_token_is_its_versions(model, &versions.lock().unwrap(), &answered);
     assert!(moved > 1e-2, "the versions' log-probs differ by {moved}: the test would not see a stale cache");
 }
 
@@ -139,7 +147,7 @@ fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
 fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
     let model = vagen_model::default_vl_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
     let versions = Versions::new(&model, 2);
-    let mut engine = hooked(&versions, 3, &Arc::new(AtomicU64::new(NONE)));
+    let mut engine = hooked(&versions, 3, &Arc::new(AtomicU64::new(NONE)), EngineOptions::default());
     let options = GenerateOptions { max_new_tokens: 8, temperature: 1.0, top_p: 1.0, ..Default::default() };
     let prompts: Vec<vagen_model::Prompt> = (0..2u8)
         .map(|g| {

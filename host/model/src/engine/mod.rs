@@ -12,6 +12,7 @@
 //! logits depend only on its own tokens, so the sampled ids do not depend on which rows
 //! share a batch, how many run at once, or whether a prefix came from the cache.
 
+mod ahead;
 mod kv;
 mod padded;
 mod prompted;
@@ -82,6 +83,12 @@ pub struct EngineOptions {
     /// heads read as stored), once the kernel matched SDPA on test cases at the engine's
     /// first step; `false`: SDPA with a mask over the batch's keys.
     pub flash_attention: bool,
+    /// A decode step that samples in the padded step (every row sampling alike) is left in
+    /// flight: the next step is launched first, each row fed its token on the device, and
+    /// the host reads the earlier tokens and checks their stops while the device runs it; a
+    /// row that ended has one token computed for nothing. `false`: every step is read before
+    /// the next is launched.
+    pub step_ahead: bool,
     /// Runs the padded forward the graphs capture, eagerly, on the CPU too: its arithmetic
     /// tested where no GPU is.
     #[doc(hidden)]
@@ -113,6 +120,7 @@ impl Default for EngineOptions {
             device: None,
             cuda_graphs: true,
             flash_attention: true,
+            step_ahead: true,
             padded_decode_on_cpu: false,
             flash_on_cpu: false,
         }
@@ -183,6 +191,10 @@ pub struct EngineStats {
     pub graph_replays: usize,
     /// Decode steps whose attention ran through varlen flash attention.
     pub flash_steps: usize,
+    /// Decode steps launched before the previous step's tokens were read
+    /// (`engine.step_ahead`), and the tokens such steps computed for rows that had ended.
+    pub steps_ahead: usize,
+    pub discarded_tokens: usize,
 }
 
 impl EngineStats {
@@ -213,6 +225,8 @@ impl EngineStats {
         self.graph_capture_seconds += o.graph_capture_seconds;
         self.graph_replays += o.graph_replays;
         self.flash_steps += o.flash_steps;
+        self.steps_ahead += o.steps_ahead;
+        self.discarded_tokens += o.discarded_tokens;
     }
 
     /// Prompt tokens not run through the model.
@@ -273,6 +287,8 @@ struct Cache {
     padded: Option<Padded>,
     /// Whether attention runs through varlen flash attention.
     flash: Choice,
+    /// The decode step whose tokens the host has not read.
+    pending: Option<ahead::Pending>,
 }
 
 /// A request as the runner reads it.
@@ -304,7 +320,8 @@ impl Cache {
         kv.padded_rows = padded.as_ref().map(Padded::rows);
         let mut slots = Slots::new(bytes, options.kv_budget());
         slots.first_room = kv.padded_rows;
-        Cache { schedule: Scheduler::new(options.clone(), slots), kv, padded, flash: Choice::new(flash) }
+        let schedule = Scheduler::new(options.clone(), slots);
+        Cache { schedule, kv, padded, flash: Choice::new(flash), pending: None }
     }
 }
 
@@ -381,6 +398,7 @@ impl Engine {
         self.idle = true;
         if let Some(c) = &mut self.cache {
             c.schedule.forget_requests();
+            c.pending = None;
         }
     }
 
@@ -496,9 +514,16 @@ impl Engine {
             flash,
             version: *weights.version,
             out,
+            pending: &mut cache.pending,
+            ahead: self.options.step_ahead,
         };
         let schedule = &mut cache.schedule;
         runner.retire(schedule)?;
+        if schedule.waiting() && schedule.active.len() < self.options.max_batch.get() {
+            // Requests join a batch whose rows are all known to run.
+            runner.flush(schedule)?;
+            runner.retire(schedule)?;
+        }
         if schedule.waiting()
             && let Some(moves) = schedule.reserve()?
         {
@@ -513,13 +538,16 @@ impl Engine {
         runner.retire(schedule)?;
         if !schedule.active.is_empty() {
             if weights.changed()? {
+                // The step in flight sampled with the old weights.
+                runner.flush(schedule)?;
+                runner.retire(schedule)?;
                 runner.version = *weights.version;
-                for p in &schedule.recompute() {
+                let rows = if schedule.active.is_empty() { vec![] } else { schedule.recompute() };
+                for p in &rows {
                     runner.prefill(schedule, p)?;
                 }
             } else {
-                let step = schedule.decode();
-                runner.decode(schedule, &step)?;
+                runner.decode(schedule)?;
             }
             runner.retire(schedule)?;
         }

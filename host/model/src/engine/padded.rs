@@ -106,25 +106,30 @@ impl Padded {
     }
 
     /// One decode step's output for its rows; `None` when its graph could not be captured
-    /// (said once on stderr; the engine decodes without padding from then on). `deltas`:
-    /// each row's M-RoPE delta (0 for text).
+    /// (said once on stderr; the engine decodes without padding from then on). `feed`: the
+    /// rows' ids on the device, where the step's are not known on the host (`ahead.rs`);
+    /// `deltas`: each row's M-RoPE delta (0 for text).
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,
         model: &Model,
         kv: &KvRows,
         step: &Decode,
+        feed: Option<&Tensor>,
         deltas: &[i64],
         sampling: Option<Sampling<'_>>,
         flash: Option<Kernel>,
         stats: &mut EngineStats,
     ) -> Result<Option<PaddedOut>> {
-        let m = step.feed.len();
+        let m = step.past.len();
         let b = batch_bucket(m, self.max_batch);
         let needed = step.past.iter().max().map_or(1, |p| p + 1);
         let keys = keys_bucket(needed, kv.shape().1);
         let device = model.lm.model.device();
         let (inputs, draws) = inputs(step, b, kv, deltas, sampling.as_ref(), device);
+        if let Some(feed) = feed {
+            inputs.get(0).narrow(0, 0, m as i64).copy_(feed);
+        }
         let placeholders = self.placeholders(model);
         let wrap = |t: Tensor| match sampling {
             Some(_) => PaddedOut::Columns(t.narrow(0, 0, m as i64)),
@@ -195,9 +200,10 @@ impl Padded {
     }
 }
 
-/// The step's inputs padded to `b` rows, uploaded without waiting: ids, places, rows written
-/// (each row's slot; padding rows write into the padding row) and M-RoPE `deltas`, `[4, b]`,
-/// and each row's uniform `[b]` where the step samples with temperature.
+/// The step's inputs padded to `b` rows, uploaded without waiting: ids (0 where the step's
+/// feed is on the device), places, rows written (each row's slot; padding rows write into the
+/// padding row) and M-RoPE `deltas`, `[4, b]`, and each row's uniform `[b]` where the step
+/// samples with temperature.
 fn inputs(
     step: &Decode,
     b: usize,
@@ -208,8 +214,9 @@ fn inputs(
 ) -> (Tensor, Option<Tensor>) {
     let mut host = vec![0i64; 4 * b];
     host[2 * b..3 * b].fill(kv.padding_row());
-    for (i, (&t, &p)) in step.feed.iter().zip(&step.past).enumerate() {
-        (host[i], host[b + i], host[2 * b + i]) = (t as i64, p as i64, kv.slot(i) as i64);
+    for (i, &p) in step.past.iter().enumerate() {
+        let t = step.feed.get(i).map_or(0, |&t| t as i64);
+        (host[i], host[b + i], host[2 * b + i]) = (t, p as i64, kv.slot(i) as i64);
     }
     host[3 * b..3 * b + deltas.len()].copy_from_slice(deltas);
     let draws = sampling.filter(|s| s.sampler.draws()).map(|s| {

@@ -2,9 +2,10 @@
 //! (prefill and decode forwards), samples each row from its request's settings and draw
 //! stream, and reads the step's tokens back in one transfer.
 
+use super::ahead::Pending;
 use super::kv::KvRows;
 use super::padded::{Padded, PaddedOut, Sampling};
-use super::schedule::{Decode, Prefill, Scheduler};
+use super::schedule::{Prefill, Scheduler};
 use super::{Live, RequestId, Sampled, StepOutput};
 use crate::device::upload;
 use crate::flash::Kernel;
@@ -26,6 +27,10 @@ pub(super) struct Runner<'a> {
     /// The weights' version sampling now (when the engine is told versions).
     pub version: Option<u64>,
     pub out: &'a mut StepOutput,
+    /// The decode step whose tokens the host has not read yet (`ahead.rs`).
+    pub pending: &'a mut Option<Pending>,
+    /// Whether a padded step that samples in the graph is left in flight.
+    pub ahead: bool,
 }
 
 impl Runner<'_> {
@@ -140,8 +145,20 @@ impl Runner<'_> {
         upload(&data, self.model.lm.model.device()).view([3, n as i64, t as i64])
     }
 
-    /// One token for every row of the decode batch.
-    pub fn decode(&mut self, s: &mut Scheduler, step: &Decode) -> Result<()> {
+    /// One token for every row of the decode batch: launched before the step in flight is
+    /// read where that can be (`ahead.rs`), else after it was read and its ended rows left.
+    pub fn decode(&mut self, s: &mut Scheduler) -> Result<()> {
+        if self.pending.is_some() {
+            if self.decode_ahead(s)? {
+                return Ok(());
+            }
+            self.flush(s)?;
+            self.retire(s)?;
+            if s.active.is_empty() {
+                return Ok(());
+            }
+        }
+        let step = s.decode();
         let m = step.feed.len();
         let draws = s.draws(0, m);
         s.stats.flash_steps += usize::from(self.flash.is_some());
@@ -155,7 +172,11 @@ impl Runner<'_> {
             let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
             let sampler = one_sampler(self.live, &reqs);
             let sampling = sampler.map(|sampler| Sampling { sampler, draws: &draws, k });
-            match padded.step(self.model, self.kv, step, &deltas, sampling, self.flash, &mut s.stats)? {
+            match padded.step(self.model, self.kv, &step, None, &deltas, sampling, self.flash, &mut s.stats)? {
+                Some(PaddedOut::Columns(c)) if self.ahead => {
+                    *self.pending = Some(Pending::start(c, reqs, k)?);
+                    return Ok(());
+                }
                 Some(PaddedOut::Columns(c)) => return self.record(s, 0, m, &c, k),
                 Some(PaddedOut::Logits(logits)) => return self.sample(s, 0, m, &draws, &logits),
                 None => {}
@@ -197,26 +218,30 @@ impl Runner<'_> {
     /// Records rows `start..end`'s step from its columns ([`Sampler::columns`]'s, `k` top
     /// log-probs a row), read back to the host in one transfer.
     fn record(&mut self, s: &mut Scheduler, start: usize, end: usize, columns: &Tensor, k: usize) -> Result<()> {
-        let reqs: Vec<usize> = s.active[start..end].iter().map(|a| a.request).collect();
-        let n = reqs.len();
         let flat: Vec<f64> = Vec::try_from(columns.flatten(0, -1))?;
         s.stats.host_reads += 1;
-        let width = flat.len() / n.max(1);
-        let rows: Vec<&[f64]> = flat.chunks(width.max(1)).collect();
+        self.note(s, &(start..end).collect::<Vec<_>>(), &flat, k)
+    }
+
+    /// Records a step's columns read to the host (`flat`, `2 + 2k` values a row), row `j`
+    /// being the batch's row `at[j]`.
+    pub(super) fn note(&mut self, s: &mut Scheduler, at: &[usize], flat: &[f64], k: usize) -> Result<()> {
+        let rows: Vec<&[f64]> = flat.chunks(2 + 2 * k).collect();
         let tokens: Vec<i64> = rows.iter().map(|c| c[0] as i64).collect();
         let logprobs: Vec<f32> = rows.iter().map(|c| c[1] as f32).collect();
         let (eos, tokenizer) = (&self.model.eos_token_ids[..], &self.model.tokenizer);
         let live = self.live;
         let ends = |r: usize| Ends { eos, stop: &live[&r].stop, tokenizer };
-        s.record(start, &tokens, &logprobs, self.version, ends)?;
-        for (i, (a, c)) in s.active[start..end].iter_mut().zip(&rows).enumerate() {
+        s.record_at(at, &tokens, &logprobs, self.version, ends)?;
+        for (&i, (c, &token)) in at.iter().zip(rows.iter().zip(&tokens)) {
+            let a = &mut s.active[i];
             let own = self.live[&a.request].top_logprobs.min(k);
             let top: Vec<(u32, f32)> = (0..own).map(|j| (c[2 + k + j] as u32, c[2 + j] as f32)).collect();
             if own > 0 {
                 a.row.top.push(top.clone());
             }
             let key = self.live[&a.request].request.key;
-            let sampled = Sampled { id: RequestId(a.request), key, token: tokens[i] as u32, logprob: logprobs[i], top };
+            let sampled = Sampled { id: RequestId(a.request), key, token: token as u32, logprob: c[1] as f32, top };
             self.out.sampled.push(sampled);
         }
         Ok(())
@@ -261,22 +286,23 @@ impl Runner<'_> {
             let generation = row.finish(&self.model.tokenizer, &self.live[&request].stop)?;
             self.out.finished.push((RequestId(request), generation));
         }
+        self.drop_idle_pending(s);
         Ok(())
     }
 }
 
 /// The top log-probs every row of `reqs` gets: the most any asks, at most the `vocab`.
-fn top_logprobs(live: &HashMap<usize, Live>, reqs: &[usize], vocab: usize) -> usize {
+pub(super) fn top_logprobs(live: &HashMap<usize, Live>, reqs: &[usize], vocab: usize) -> usize {
     reqs.iter().map(|r| live[r].top_logprobs).max().unwrap_or(0).min(vocab)
 }
 
 /// The sampler of every row of `reqs` when they all sample alike.
-fn one_sampler<'l>(live: &'l HashMap<usize, Live>, reqs: &[usize]) -> Option<&'l Sampler> {
+pub(super) fn one_sampler<'l>(live: &'l HashMap<usize, Live>, reqs: &[usize]) -> Option<&'l Sampler> {
     let first = &live[reqs.first()?].sampler;
     reqs.iter().all(|r| live[r].sampler.setting() == first.setting()).then_some(first)
 }
 
 /// What request `r`'s generated tokens add to their place for M-RoPE positions (0 for text).
-fn mrope_delta(live: &HashMap<usize, Live>, r: usize) -> i64 {
+pub(super) fn mrope_delta(live: &HashMap<usize, Live>, r: usize) -> i64 {
     live[&r].prompted.mrope.as_ref().map_or(0, |p| p.delta)
 }

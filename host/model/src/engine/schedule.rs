@@ -482,13 +482,45 @@ impl Scheduler {
     /// One token for every row of the decode batch: each feeds its last sampled one.
     pub fn decode(&mut self) -> Decode {
         let feed: Vec<u32> = self.active.iter().map(|a| *a.row.ids.last().expect("a sampled token")).collect();
-        let past: Vec<usize> = (0..feed.len()).map(|i| self.slots.slots[i].ids.len()).collect();
+        let past = self.places_ahead();
         for (slot, &t) in self.slots.slots.iter_mut().zip(&feed) {
             slot.ids.push(t as u64);
         }
-        self.stats.decode_steps += 1;
-        self.stats.peak_batch = self.stats.peak_batch.max(feed.len());
+        self.count_decode(feed.len());
         Decode { feed, past }
+    }
+
+    /// Each row's place for its next token: after its cached sequence, which holds every
+    /// token fed so far (with a step in flight, the one it feeds). A step launched before
+    /// the one in flight was read feeds the tokens that step samples, known later
+    /// ([`Self::feed_ahead`]).
+    pub fn places_ahead(&self) -> Vec<usize> {
+        (0..self.active.len()).map(|i| self.slots.slots[i].ids.len()).collect()
+    }
+
+    /// Counts a decode step of `rows` rows.
+    pub fn count_decode(&mut self, rows: usize) {
+        self.stats.decode_steps += 1;
+        self.stats.peak_batch = self.stats.peak_batch.max(rows);
+    }
+
+    /// Whether some row may sample past the token it has in flight (a row reaching its cap
+    /// with it ends).
+    pub fn may_continue(&self) -> bool {
+        self.active.iter().any(|a| a.row.finish.is_none() && a.row.ids.len() + 1 < a.cap)
+    }
+
+    /// Rows `at` fed the token just recorded to a step launched before it was read: their
+    /// cached sequences hold it (a row that ended with it does not: that step's token for
+    /// it is discarded).
+    pub fn feed_ahead(&mut self, at: &[usize]) {
+        for &i in at {
+            let a = &self.active[i];
+            if a.row.finish.is_none() {
+                let token = *a.row.ids.last().expect("a token just recorded");
+                self.slots.slots[i].ids.push(token as u64);
+            }
+        }
     }
 
     /// The uniform draws of rows `start..end`, one each, from their own streams.
@@ -498,6 +530,7 @@ impl Scheduler {
 
     /// The tokens sampled for rows `start..`, one each, by weights `version` (when known);
     /// `ends(r)` says what ends request `r`.
+    #[cfg(test)]
     pub fn record<'e>(
         &mut self,
         start: usize,
@@ -506,7 +539,22 @@ impl Scheduler {
         version: Option<u64>,
         ends: impl Fn(usize) -> Ends<'e>,
     ) -> Result<()> {
-        for (a, (&t, &l)) in self.active[start..].iter_mut().zip(tokens.iter().zip(logprobs)) {
+        let at: Vec<usize> = (start..start + tokens.len()).collect();
+        self.record_at(&at, tokens, logprobs, version, ends)
+    }
+
+    /// The tokens sampled for rows `at`, one each, by weights `version` (when known);
+    /// `ends(r)` says what ends request `r`.
+    pub fn record_at<'e>(
+        &mut self,
+        at: &[usize],
+        tokens: &[i64],
+        logprobs: &[f32],
+        version: Option<u64>,
+        ends: impl Fn(usize) -> Ends<'e>,
+    ) -> Result<()> {
+        for (&i, (&t, &l)) in at.iter().zip(tokens.iter().zip(logprobs)) {
+            let a = &mut self.active[i];
             a.row.push(t as u32, l, a.cap, &ends(a.request))?;
             a.row.versions.extend(version);
         }
