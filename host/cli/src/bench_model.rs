@@ -45,6 +45,10 @@ pub struct BenchModelArgs {
     /// (`engine.flash_attention = false`; flash runs on CUDA in bf16 or f16).
     #[arg(long)]
     no_flash_attention: bool,
+    /// Read each decode step's tokens before launching the next (`engine.step_ahead =
+    /// false`; steps go ahead where the padded step samples, i.e. with CUDA graphs).
+    #[arg(long)]
+    no_step_ahead: bool,
     #[command(flatten)]
     reference: Transformers,
     // The JSON line: the model (parameters, bytes of weights and of KV cache per token) and a
@@ -63,8 +67,10 @@ struct Figures {
     step: Option<StepCount>,
     /// CUDA graphs the timed engine captured (in the untimed warm-up) and their seconds.
     graphs: Option<(usize, f64)>,
-    /// Whether the timed engine's decode attended through varlen flash attention.
+    /// Whether the timed engine's decode attended through varlen flash attention, and
+    /// launched steps before reading the last one's tokens.
     flash: bool,
+    ahead: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -131,6 +137,7 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         engine: a.engine,
         cuda_graphs: !a.no_cuda_graphs,
         flash_attention: !a.no_flash_attention,
+        step_ahead: !a.no_step_ahead,
     };
     Bench { prompt_len: a.prompt_len.min(8), new_tokens: 2, ..bench }.measure(&model, 1)?; // warm-up
     let mut ours = Vec::new();
@@ -138,7 +145,11 @@ pub fn bench_model(a: BenchModelArgs) -> Result<()> {
         let figures = bench.measure(&model, b)?;
         if let Some((n, seconds)) = figures.graphs {
             let attention = if figures.flash { "varlen flash attention" } else { "SDPA" };
-            println!("batch {b}: {n} CUDA graph(s) captured in {seconds:.2} s, before the timed runs; {attention}");
+            let read =
+                if figures.ahead { "each step launched before the last is read" } else { "each step read first" };
+            println!(
+                "batch {b}: {n} CUDA graph(s) captured in {seconds:.2} s, before the timed runs; {attention}; {read}"
+            );
         }
         ours.push(figures);
     }
@@ -189,6 +200,7 @@ fn json_rows(batch: &[usize], ours: &[Figures], theirs: Option<&[Figures]>, laye
                 "graph_captures": ours[i].graphs.map(|g| g.0),
                 "graph_capture_s": ours[i].graphs.map(|g| g.1),
                 "flash_attention": ours[i].flash,
+                "step_ahead": ours[i].ahead,
             })
         })
         .collect()
@@ -234,6 +246,7 @@ struct Bench {
     engine: EngineKind,
     cuda_graphs: bool,
     flash_attention: bool,
+    step_ahead: bool,
 }
 
 impl Bench {
@@ -257,6 +270,7 @@ impl Bench {
             reuse: false,
             cuda_graphs: self.cuda_graphs,
             flash_attention: self.flash_attention,
+            step_ahead: self.step_ahead,
             ..Default::default()
         });
         let generate = |engine: &mut Engine, n| -> Result<Vec<vagen_model::Generation>> {
@@ -274,8 +288,11 @@ impl Bench {
         let warm = if model.device().is_cuda() { self.new_tokens } else { 1 };
         generate(&mut engine, warm)?;
         let s = engine.stats();
-        let (graphs, flash) =
-            (model.device().is_cuda().then_some((s.graph_captures, s.graph_capture_seconds)), s.flash_steps > 0);
+        let (graphs, flash, ahead) = (
+            model.device().is_cuda().then_some((s.graph_captures, s.graph_capture_seconds)),
+            s.flash_steps > 0,
+            s.steps_ahead > 0,
+        );
         let mut generate = |n| generate(&mut engine, n);
         let t = Instant::now();
         generate(1)?;
@@ -294,6 +311,7 @@ impl Bench {
             step: Some(self.count_step(model, &prompts)?),
             graphs,
             flash,
+            ahead,
         })
     }
 
@@ -305,6 +323,7 @@ impl Bench {
             max_batch: std::num::NonZeroUsize::new(prompts.len()).context("a batch of 0")?,
             cuda_graphs: self.cuda_graphs,
             flash_attention: self.flash_attention,
+            step_ahead: self.step_ahead,
             ..Default::default()
         });
         // Rows end after the counted steps: these are steady decode steps, no row leaving.
@@ -483,6 +502,7 @@ fn run_transformers(a: &BenchModelArgs, source: &HfSource, images: usize) -> Res
             step: None,
             graphs: None,
             flash: false,
+            ahead: false,
             vision: r["vision_images_per_s"].as_f64(),
             prefill: r["prefill_tokens_per_s"].as_f64().unwrap_or(f64::NAN),
             decode: r["decode_tokens_per_s"].as_f64().unwrap_or(f64::NAN),

@@ -63,6 +63,9 @@ struct Figures {
     graphs: Option<(usize, f64)>,
     /// Decode steps that attended through varlen flash attention (where graphs ran).
     flash_steps: Option<usize>,
+    /// Decode steps launched before the last one was read, and the tokens they computed
+    /// for rows that had ended (where graphs ran).
+    ahead: Option<(usize, usize)>,
     /// The engine's cache allocations (each one makes the graphs captured again).
     kv_allocations: Option<usize>,
 }
@@ -154,6 +157,8 @@ fn print_figures(a: &BenchRolloutArgs, figures: &[Figures]) {
                     "graph_captures": f.graphs.map(|g| g.0),
                     "graph_capture_s": f.graphs.map(|g| g.1),
                     "flash_steps": f.flash_steps,
+                    "steps_ahead": f.ahead.map(|a| a.0),
+                    "discarded_tokens": f.ahead.map(|a| a.1),
                     "kv_allocations": f.kv_allocations,
                 })
             })
@@ -244,6 +249,7 @@ fn run_static(model: &Model, w: &Workload) -> Result<Figures> {
         peak_kv_mib: Some(mib(peak)),
         graphs: None,
         flash_steps: None,
+        ahead: None,
         kv_allocations: None,
     })
 }
@@ -280,6 +286,7 @@ fn run_engine(model: &Model, w: &Workload, max_batch: NonZeroUsize, cuda_graphs:
         peak_kv_mib: Some(mib(s.peak_kv_bytes)),
         graphs: graphed.then_some((s.graph_captures, s.graph_capture_seconds)),
         flash_steps: graphed.then_some(s.flash_steps),
+        ahead: graphed.then_some((s.steps_ahead, s.discarded_tokens)),
         kv_allocations: Some(s.kv_allocations),
     })
 }
@@ -327,6 +334,7 @@ fn run_transformers(a: &BenchRolloutArgs, source: &HfSource, w: &Workload) -> Re
         peak_kv_mib: None,
         graphs: None,
         flash_steps: None,
+        ahead: None,
         kv_allocations: None,
     })
 }

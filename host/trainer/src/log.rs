@@ -96,6 +96,8 @@ pub fn log(step: usize, collected: &Collected, updated: &Updated, t: Timings, co
             m.values.insert("rollout/graph_captures".into(), e.graph_captures as f64);
             m.values.insert("timing_s/graph_capture".into(), e.graph_capture_seconds);
             m.values.insert("rollout/flash_steps".into(), e.flash_steps as f64);
+            m.values.insert("rollout/steps_ahead".into(), e.steps_ahead as f64);
+            m.values.insert("rollout/discarded_tokens".into(), e.discarded_tokens as f64);
         }
     }
     m

@@ -34,7 +34,7 @@ SECTIONS = ["machine", "parity", "generation", "rollout", "training", "lora", "d
 # `cargo xtask test` ends with (about 70 s on 2 idle cores), three times what it needs there:
 # it checks that the bundle works, and a loaded test machine must not fail it.
 BUDGETS = {
-    "full": {"machine": 10, "parity": 85, "generation": 300, "rollout": 90, "training": 120, "lora": 120,
+    "full": {"machine": 10, "parity": 85, "generation": 330, "rollout": 90, "training": 120, "lora": 120,
              "data_parallel": 40, "asynchronous": 150, "primitive_skill": 120},
     "quick": {"machine": 30, "parity": 180, "generation": 90, "rollout": 60, "training": 180, "lora": 120,
               "data_parallel": 60, "asynchronous": 150, "primitive_skill": 180},
@@ -224,15 +224,16 @@ def bench_model_args(ctx, shape):
 
 def generation(s, ctx):
     rows = []
-    # The continuous engine (rollouts' and serve's: CUDA graphs, flash attention) beside
-    # transformers; the same with SDPA, without graphs, and the static one (the baseline of
-    # 2026-11-26), on the text shape.
-    runs = [("text", "continuous", "graphs", True), ("text", "continuous", "sdpa", False),
-            ("text", "continuous", "eager", False), ("text", "static", "graphs", False),
-            ("vl", "continuous", "graphs", True)]
+    # The continuous engine (rollouts' and serve's: CUDA graphs, flash attention, steps
+    # launched ahead) beside transformers; the same with each step read first, with SDPA,
+    # without graphs, and the static one (the baseline of 2026-11-26), on the text shape.
+    runs = [("text", "continuous", "graphs", True), ("text", "continuous", "read-first", False),
+            ("text", "continuous", "sdpa", False), ("text", "continuous", "eager", False),
+            ("text", "static", "graphs", False), ("vl", "continuous", "graphs", True)]
     for shape, engine, decode, transformers in runs:
         args = [HOST, "bench", "model", *bench_model_args(ctx, shape), "--engine", engine, "--json"]
-        args += {"graphs": [], "sdpa": ["--no-flash-attention"], "eager": ["--no-cuda-graphs"]}[decode]
+        args += {"graphs": [], "read-first": ["--no-step-ahead"], "sdpa": ["--no-flash-attention"],
+                 "eager": ["--no-cuda-graphs"]}[decode]
         if transformers:
             args += ["--transformers", "--python", sys.executable]
         out = last_json(s.run(args))
@@ -266,6 +267,7 @@ def generation(s, ctx):
                 "graph_captures": r.get("graph_captures"),
                 "graph_capture_s": r.get("graph_capture_s") and round(r["graph_capture_s"], 3),
                 "flash_attention": r.get("flash_attention"),
+                "step_ahead": r.get("step_ahead"),
             }
             rows.append(row)
     s.figure("rows", rows)
@@ -285,7 +287,7 @@ def rollout(s, ctx):
     s.figure("workload", out["workload"], shlex.join(map(str, args)))
     s.figure("engines", out["engines"])
     keys = ["engine", "seconds", "gen_tok_s", "prefill_tokens", "tokens_saved", "peak_kv_mib", "graph_captures", "graph_capture_s", "flash_steps",
-            "kv_allocations"]
+            "steps_ahead", "discarded_tokens", "kv_allocations"]
     s.tables.append(("multi-turn rollouts", keys, [[e.get(k) for k in keys] for e in out["engines"]]))
 
 
