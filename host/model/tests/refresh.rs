@@ -184,3 +184,42 @@ fn a_vl_row_recomputed_after_new_weights_keeps_its_images_and_positions() {
         }
     }
 }
+
+#[test]
+fn new_weights_seen_as_every_row_ends_leave_no_cached_row_of_the_old_ones() {
+    let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
+    // Every answer takes 3 tokens and version 1 comes at poll 3: read first, the rows ended
+    // at step 2 and the poll starts the next call; ahead, it comes before step 3, which
+    // reads the step in flight and finds every row ended.
+    for padded_decode_on_cpu in [false, true] {
+        let versions = Versions::new(&model, 2);
+        let options = EngineOptions { padded_decode_on_cpu, ..Default::default() };
+        let mut engine = hooked(&versions, 3, &Arc::new(AtomicU64::new(NONE)), options);
+        let sampling = GenerateOptions { max_new_tokens: 3, temperature: 1.0, top_p: 1.0, ..Default::default() };
+        let mut prompts: Vec<Vec<u32>> =
+            (0..4).map(|i| model.encode_chat(&[Message::user(format!("Lake {i}"))], true).unwrap()).collect();
+        let mut answered = vec![];
+        for turn in 0..2u64 {
+            let requests: Vec<EngineRequest> = (0..4)
+                .map(|i| EngineRequest {
+                    key: i,
+                    ids: prompts[i as usize].clone(),
+                    images: vec![],
+                    max_new_tokens: 3,
+                    seed: 10 * turn + i,
+                    adapter: 0,
+                })
+                .collect();
+            for (p, g) in prompts.iter_mut().zip(model.generate_with(&mut engine, &requests, &sampling).unwrap()) {
+                assert_eq!(g.versions, [turn; 3], "turn {turn}");
+                answered.push((p.clone(), g.clone()));
+                p.extend(&g.token_ids);
+                p.extend(model.tokenizer.encode("<|im_end|>\n<|im_start|>assistant\n").unwrap());
+            }
+        }
+        let s = engine.stats();
+        assert_eq!(s.reused_tokens, 0, "turn 2 read version 0's keys: {s:?}");
+        assert_eq!(s.steps_ahead > 0, padded_decode_on_cpu, "{s:?}");
+        assert_each_token_is_its_versions(&model, &versions.lock().unwrap(), &answered);
+    }
+}

@@ -42,7 +42,7 @@ impl Runner<'_> {
         let (Some(padded), Some(sampler)) = (self.padded.as_deref_mut(), one_sampler(self.live, &reqs)) else {
             return Ok(false);
         };
-        if !s.may_continue() || !padded.takes(self.model, self.kv, m) {
+        if !self.ahead || !s.may_continue() || !padded.takes(self.model, self.kv, m) {
             return Ok(false);
         }
         let pending = self.pending.take().expect("a step in flight");
@@ -54,13 +54,16 @@ impl Runner<'_> {
             .collect();
         let feed = pending.columns.select(1, 0).index_select(0, &upload(&index, device)).to_kind(Kind::Int64);
         let step = Decode { feed: vec![], past: s.places_ahead() };
+        let streams = s.streams();
         let draws = s.draws(0, m);
         let deltas: Vec<i64> = reqs.iter().map(|&r| mrope_delta(self.live, r)).collect();
         let k = top_logprobs(self.live, &reqs, self.model.config().vocab_size);
         let sampling = Some(Sampling { sampler, draws: &draws, k });
         let out = padded.step(self.model, self.kv, &step, Some(&feed), &deltas, sampling, self.flash, &mut s.stats)?;
         let Some(PaddedOut::Columns(columns)) = out else {
-            // The graph could not be captured: nothing ran.
+            // The graph could not be captured: nothing ran, and the step read first draws
+            // these rows' uniforms again.
+            s.rewind(streams);
             *self.pending = Some(pending);
             return Ok(false);
         };

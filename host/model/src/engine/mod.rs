@@ -542,9 +542,14 @@ impl Engine {
                 runner.flush(schedule)?;
                 runner.retire(schedule)?;
                 runner.version = *weights.version;
-                let rows = if schedule.active.is_empty() { vec![] } else { schedule.recompute() };
-                for p in &rows {
-                    runner.prefill(schedule, p)?;
+                if schedule.active.is_empty() {
+                    // Every row ended with the step in flight: none to recompute, but the
+                    // cached rows hold the old weights' keys all the same.
+                    schedule.forget_cached();
+                } else {
+                    for p in &schedule.recompute() {
+                        runner.prefill(schedule, p)?;
+                    }
                 }
             } else {
                 runner.decode(schedule)?;

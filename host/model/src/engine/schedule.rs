@@ -528,6 +528,18 @@ impl Scheduler {
         self.active[start..end].iter_mut().map(|a| crate::sampling::uniform(&mut a.rng)).collect()
     }
 
+    /// The decode rows' draw streams as they are now.
+    pub fn streams(&self) -> Vec<ChaCha8Rng> {
+        self.active.iter().map(|a| a.rng.clone()).collect()
+    }
+
+    /// Puts back the streams [`Self::streams`] saved (a step drew from them but did not run).
+    pub fn rewind(&mut self, streams: Vec<ChaCha8Rng>) {
+        for (a, rng) in self.active.iter_mut().zip(streams) {
+            a.rng = rng;
+        }
+    }
+
     /// The tokens sampled for rows `start..`, one each, by weights `version` (when known);
     /// `ends(r)` says what ends request `r`.
     #[cfg(test)]
