@@ -2,7 +2,8 @@
 //! captured once and replayed, so a decode step costs one launch instead of one per
 //! operator. What a graph reads and writes is fixed at capture (the addresses of its
 //! inputs, weights, cache and outputs): the caller keeps those tensors, writes new inputs
-//! into them before each replay, and captures again when any of them moves.
+//! into them before each replay, and captures again when any of them moves. Beside them, a
+//! mark on a stream (an event), which a read that overlaps the next step waits for.
 
 use crate::Result;
 
@@ -24,6 +25,14 @@ pub(crate) struct CudaGraph {
     _never: std::convert::Infallible,
 }
 
+/// An event on a CUDA stream: what was queued there before it.
+pub(crate) struct Mark {
+    #[cfg(vagen_cuda_graphs)]
+    raw: *mut std::ffi::c_void,
+    #[cfg(not(vagen_cuda_graphs))]
+    _never: std::convert::Infallible,
+}
+
 #[cfg(vagen_cuda_graphs)]
 mod ffi {
     use std::ffi::{c_char, c_int, c_void};
@@ -36,6 +45,9 @@ mod ffi {
         pub fn vagen_graph_end(c: *mut c_void, g: *mut c_void, err: *mut c_char, len: usize) -> c_int;
         pub fn vagen_graph_replay(c: *mut c_void, g: *mut c_void, err: *mut c_char, len: usize) -> c_int;
         pub fn vagen_graph_free(g: *mut c_void);
+        pub fn vagen_mark_new(device: c_int, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
+        pub fn vagen_mark_wait(m: *mut c_void, err: *mut c_char, len: usize) -> c_int;
+        pub fn vagen_mark_free(m: *mut c_void);
     }
 }
 
@@ -94,13 +106,40 @@ impl Capturer {
     }
 }
 
-// SAFETY: a capturer and a graph are heap objects of libtorch's, used by one thread at a time
-// (their owner, behind `&mut`); capture and replay name their device and stream, not the
-// thread's.
+// SAFETY: a capturer, a graph and a mark are heap objects of libtorch's, used by one thread at
+// a time (their owner, behind `&mut`); capture, replay and marks name their device and stream,
+// not the thread's.
 #[cfg(vagen_cuda_graphs)]
 unsafe impl Send for Capturer {}
 #[cfg(vagen_cuda_graphs)]
 unsafe impl Send for CudaGraph {}
+#[cfg(vagen_cuda_graphs)]
+unsafe impl Send for Mark {}
+
+#[cfg(vagen_cuda_graphs)]
+impl Mark {
+    /// Follows what device `device`'s current stream has queued so far.
+    pub fn new(device: usize) -> Result<Self> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: the out pointer is a live local.
+        call("mark", |e, n| unsafe { ffi::vagen_mark_new(device as std::ffi::c_int, &mut raw, e, n) })?;
+        Ok(Mark { raw })
+    }
+
+    /// Blocks until what the mark follows has run.
+    pub fn wait(&self) -> Result<()> {
+        // SAFETY: `raw` is live while `self` is.
+        call("mark", |e, n| unsafe { ffi::vagen_mark_wait(self.raw, e, n) })
+    }
+}
+
+#[cfg(vagen_cuda_graphs)]
+impl Drop for Mark {
+    fn drop(&mut self) {
+        // SAFETY: created by `vagen_mark_new`, freed once.
+        unsafe { ffi::vagen_mark_free(self.raw) }
+    }
+}
 
 #[cfg(vagen_cuda_graphs)]
 impl Drop for Capturer {
@@ -131,6 +170,17 @@ impl Capturer {
     }
 
     pub fn replay(&self, _: &CudaGraph) -> Result<()> {
+        match self._never {}
+    }
+}
+
+#[cfg(not(vagen_cuda_graphs))]
+impl Mark {
+    pub fn new(_: usize) -> Result<Self> {
+        Err(crate::Error::Invalid("this build has no CUDA stream marks".into()))
+    }
+
+    pub fn wait(&self) -> Result<()> {
         match self._never {}
     }
 }

@@ -5,6 +5,7 @@
 //! on the stream, `cpp/cuda_graph.cpp`) says when it ran; elsewhere it is made at once.
 
 use crate::Result;
+use crate::cuda_graph::Mark;
 use tch::{Device, Tensor};
 
 pub(crate) struct HostRead {
@@ -32,69 +33,5 @@ impl HostRead {
             mark.wait()?;
         }
         Ok(self.tensor)
-    }
-}
-
-/// An event on a CUDA stream.
-struct Mark {
-    #[cfg(vagen_cuda_graphs)]
-    raw: *mut std::ffi::c_void,
-    #[cfg(not(vagen_cuda_graphs))]
-    _never: std::convert::Infallible,
-}
-
-#[cfg(vagen_cuda_graphs)]
-mod ffi {
-    use std::ffi::{c_char, c_int, c_void};
-    unsafe extern "C" {
-        pub fn vagen_mark_new(device: c_int, out: *mut *mut c_void, err: *mut c_char, len: usize) -> c_int;
-        pub fn vagen_mark_wait(m: *mut c_void, err: *mut c_char, len: usize) -> c_int;
-        pub fn vagen_mark_free(m: *mut c_void);
-    }
-}
-
-#[cfg(vagen_cuda_graphs)]
-impl Mark {
-    /// Follows what device `device`'s current stream has queued so far.
-    fn new(device: usize) -> Result<Self> {
-        let mut raw = std::ptr::null_mut();
-        // SAFETY: the out pointer is a live local.
-        crate::error::shim_call(
-            || "marking a CUDA stream".into(),
-            |e, n| unsafe { ffi::vagen_mark_new(device as std::ffi::c_int, &mut raw, e, n) },
-        )?;
-        Ok(Mark { raw })
-    }
-
-    fn wait(&self) -> Result<()> {
-        // SAFETY: `raw` is live while `self` is.
-        crate::error::shim_call(
-            || "waiting for a CUDA stream".into(),
-            |e, n| unsafe { ffi::vagen_mark_wait(self.raw, e, n) },
-        )
-    }
-}
-
-// SAFETY: an event is a heap object of libtorch's, used by its owner alone; recording and
-// waiting name the device and stream, not the thread.
-#[cfg(vagen_cuda_graphs)]
-unsafe impl Send for Mark {}
-
-#[cfg(vagen_cuda_graphs)]
-impl Drop for Mark {
-    fn drop(&mut self) {
-        // SAFETY: created by `vagen_mark_new`, freed once.
-        unsafe { ffi::vagen_mark_free(self.raw) }
-    }
-}
-
-#[cfg(not(vagen_cuda_graphs))]
-impl Mark {
-    fn new(_: usize) -> Result<Self> {
-        Err(crate::Error::Invalid("this build has no CUDA stream marks".into()))
-    }
-
-    fn wait(&self) -> Result<()> {
-        match self._never {}
     }
 }

@@ -85,6 +85,20 @@ fn assert_each_token_is_its_versions(model: &Model, versions: &Versions, turns: 
     moved
 }
 
+/// A turn's requests: trajectory i continues `prompts[i]` with seed `seed + i`.
+fn turn_requests(prompts: &[Vec<u32>], max_new_tokens: usize, seed: u64) -> Vec<EngineRequest> {
+    (0..prompts.len() as u64)
+        .map(|i| EngineRequest {
+            key: i,
+            ids: prompts[i as usize].clone(),
+            images: vec![],
+            max_new_tokens,
+            seed: seed + i,
+            adapter: 0,
+        })
+        .collect()
+}
+
 #[test]
 fn weights_loaded_mid_answer_sample_from_the_next_token_on() {
     let model = vagen_model::default_model(vagen_model::DEFAULT_SEED, LoadOptions::default()).unwrap();
@@ -112,17 +126,7 @@ fn weights_loaded_mid_answer(model: &Model, options: EngineOptions) {
             // Published between turns: the cached rows of version 1 are not reused.
             next.store(2, Ordering::SeqCst);
         }
-        let requests: Vec<EngineRequest> = (0..4)
-            .map(|i| EngineRequest {
-                key: i,
-                ids: prompts[i as usize].clone(),
-                images: vec![],
-                max_new_tokens: 16,
-                seed: 100 * turn + i,
-                adapter: 0,
-            })
-            .collect();
-        let out = model.generate_with(&mut engine, &requests, &options).unwrap();
+        let out = model.generate_with(&mut engine, &turn_requests(&prompts, 16, 100 * turn), &options).unwrap();
         for (i, (p, g)) in prompts.iter_mut().zip(out).enumerate() {
             let want: Vec<u64> =
                 (0..g.token_ids.len()).map(|j| if turn == 1 { 2 } else { u64::from(j >= 5) }).collect();
@@ -200,17 +204,8 @@ fn new_weights_seen_as_every_row_ends_leave_no_cached_row_of_the_old_ones() {
             (0..4).map(|i| model.encode_chat(&[Message::user(format!("Lake {i}"))], true).unwrap()).collect();
         let mut answered = vec![];
         for turn in 0..2u64 {
-            let requests: Vec<EngineRequest> = (0..4)
-                .map(|i| EngineRequest {
-                    key: i,
-                    ids: prompts[i as usize].clone(),
-                    images: vec![],
-                    max_new_tokens: 3,
-                    seed: 10 * turn + i,
-                    adapter: 0,
-                })
-                .collect();
-            for (p, g) in prompts.iter_mut().zip(model.generate_with(&mut engine, &requests, &sampling).unwrap()) {
+            let out = model.generate_with(&mut engine, &turn_requests(&prompts, 3, 10 * turn), &sampling).unwrap();
+            for (p, g) in prompts.iter_mut().zip(out) {
                 assert_eq!(g.versions, [turn; 3], "turn {turn}");
                 answered.push((p.clone(), g.clone()));
                 p.extend(&g.token_ids);
