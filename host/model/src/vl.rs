@@ -157,8 +157,7 @@ impl Vision {
     /// logit but finite, so entropies over them stay 0 · log 0 = 0 rather than NaN.
     pub fn suppress_placeholders(&self, logits: &Tensor) -> Tensor {
         let ids: Vec<i64> = self.placeholder_tokens().iter().map(|&t| t as i64).collect();
-        let index = Tensor::from_slice(&ids).to_device(logits.device());
-        logits.index_fill(-1, &index, -1e30)
+        suppress(logits, &crate::device::upload(&ids, logits.device()))
     }
 
     /// `[3, rows, width]` M-RoPE positions of right-padded rows, each with its images'
@@ -206,4 +205,11 @@ pub(crate) fn batch_positions(rows: &[MropePositions], offsets: &[usize], width:
         }
     }
     Tensor::from_slice(&data).view([3, b as i64, width as i64]).to_device(device)
+}
+
+/// `logits` `[.., vocab]` with the tokens at `index` (on the logits' device) out of reach, as
+/// [`Vision::suppress_placeholders`] puts its placeholders; a CUDA graph's step passes indices
+/// it uploaded before capture.
+pub(crate) fn suppress(logits: &Tensor, index: &Tensor) -> Tensor {
+    logits.index_fill(-1, index, -1e30)
 }

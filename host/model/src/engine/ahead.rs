@@ -12,6 +12,7 @@ use super::schedule::{Decode, Scheduler};
 use crate::Result;
 use crate::device::upload;
 use crate::host_read::HostRead;
+use std::collections::HashMap;
 use tch::{Kind, Tensor};
 
 /// A decode step whose tokens the host has not read.
@@ -48,10 +49,8 @@ impl Runner<'_> {
         let pending = self.pending.take().expect("a step in flight");
         let device = self.model.lm.model.device();
         // Every running row was in the step in flight (rows join only after it was read).
-        let index: Vec<i64> = reqs
-            .iter()
-            .map(|r| pending.requests.iter().position(|q| q == r).expect("a running row was in the last step") as i64)
-            .collect();
+        let rows = rows_by_request(pending.requests.iter().copied());
+        let index: Vec<i64> = reqs.iter().map(|r| rows[r] as i64).collect();
         let feed = pending.columns.select(1, 0).index_select(0, &upload(&index, device)).to_kind(Kind::Int64);
         let step = Decode { feed: vec![], past: s.places_ahead() };
         let streams = s.streams();
@@ -91,9 +90,12 @@ impl Runner<'_> {
         let columns = p.read.wait()?;
         let flat: Vec<f64> = Vec::try_from(columns.flatten(0, -1))?;
         let width = 2 + 2 * p.k;
+        let running = rows_by_request(s.active.iter().map(|a| a.request));
         let (mut at, mut kept) = (vec![], vec![]);
         for (j, r) in p.requests.iter().enumerate() {
-            if let Some(i) = s.active.iter().position(|a| a.request == *r && a.row.finish.is_none()) {
+            if let Some(&i) = running.get(r)
+                && s.active[i].row.finish.is_none()
+            {
                 at.push(i);
                 kept.extend_from_slice(&flat[j * width..(j + 1) * width]);
             }
@@ -115,4 +117,10 @@ impl Runner<'_> {
             s.stats.discarded_tokens += p.requests.len();
         }
     }
+}
+
+/// Each request's row, from the requests in row order: a step's rows matched by request in
+/// one pass, not a search per row.
+fn rows_by_request(requests: impl Iterator<Item = usize>) -> HashMap<usize, usize> {
+    requests.enumerate().map(|(i, r)| (r, i)).collect()
 }

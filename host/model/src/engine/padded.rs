@@ -265,8 +265,7 @@ fn forward(
     let hidden = lm.model.forward_cached(embeds, &positions, &mask, &mut cache, None);
     let logits = lm.logits(&hidden.select(1, 0));
     match placeholders {
-        // As `Vision::suppress_placeholders`, from indices uploaded before any capture.
-        Some(index) => logits.index_fill(-1, index, -1e30),
+        Some(index) => crate::vl::suppress(&logits, index),
         None => logits,
     }
 }
